@@ -1,0 +1,80 @@
+"""Verifier-trial overhead in Podman for a small repository whose tests take ~1 s.
+
+Overhead = setup (create container, copy repo + scripts, start) + apply +
+cleanup, per trial; reported in seconds and as a fraction of the test time.
+Throughput (trials/minute) at concurrency 1 and 2 through the VerifierPool.
+
+Target (issue "Foundation"): overhead ≤ 0.5 s per trial.
+
+    python benchmarks/sandbox_overhead.py [--trials 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tarfile
+import time
+
+from sandbox import TrialSpec, VerifierPool
+from sandbox.images import build_offline
+from sandbox.podman_runtime import PodmanRuntime
+
+SRC = "def add(a, b):\n    return a + b\n"
+# ~1 s of test time: 10 tests of 0.1 s each
+TESTS = "import time\nfrom calc import add\n\n" + "".join(
+    f"def test_{i}():\n    time.sleep(0.1)\n    assert add({i}, 1) == {i + 1}\n\n" for i in range(10))
+PATCH = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,3 @@\n"
+         " def add(a, b):\n+    # patched\n     return a + b\n")
+EVAL = ("echo '>>>>> Start Test Output'\npython3 -m pytest -rA -q -p no:cacheprovider "
+        "test_calc.py\necho '>>>>> End Test Output'\n")
+
+
+def repo_tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in {"calc.py": SRC, "test_calc.py": TESTS}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=6)
+    args = ap.parse_args()
+    image = build_offline(log=lambda *_: None)
+    tar = repo_tar()
+
+    def specs(tag):
+        return [TrialSpec(trial_id=f"{tag}{i}", image=image, eval_script=EVAL, artifact=PATCH,
+                          repo_archive=tar, timeout_s=120) for i in range(args.trials)]
+
+    with PodmanRuntime() as rt:
+        rt.run_trial(specs("warm")[0])  # first start pays image/storage warm-up
+        print(f"{'concurrency':>11} {'trials':>6} {'setup s':>8} {'apply s':>8} {'test s':>7} "
+              f"{'cleanup s':>9} {'overhead s':>10} {'overhead/test':>13} {'trials/min':>10} "
+              f"{'ok':>3}")
+        for conc in (1, 2):
+            with VerifierPool(rt, max_concurrency=conc) as pool:
+                t0 = time.monotonic()
+                res = pool.map(specs(f"c{conc}-"))
+                wall = time.monotonic() - t0
+            bad = [r.exit_class for r in res if r.exit_class != "ok"]
+            if bad:
+                raise SystemExit(f"trials failed: {bad}")
+            med = {k: statistics.median(getattr(r, k) for r in res)
+                   for k in ("setup_s", "apply_s", "test_s", "cleanup_s")}
+            overhead = statistics.median(r.setup_s + r.apply_s + r.cleanup_s for r in res)
+            print(f"{conc:>11} {len(res):>6} {med['setup_s']:>8.3f} {med['apply_s']:>8.3f} "
+                  f"{med['test_s']:>7.3f} {med['cleanup_s']:>9.3f} {overhead:>10.3f} "
+                  f"{overhead / med['test_s']:>13.1%} {len(res) / wall * 60:>10.1f} "
+                  f"{'yes' if overhead <= 0.5 else 'NO':>3}")
+    print("target: overhead <= 0.5 s per trial (median)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Podman runtime (podman-py): verifier trials in fresh containers.
+
+The runtime talks to one or more Podman API endpoints. With none given it starts
+its own ``podman system service`` on a private unix socket (configured by the
+``containers.conf`` shipped beside this file: runc, explicit nofile/nproc
+ulimits) and stops it on :meth:`PodmanRuntime.close`. Remote endpoints
+(``ssh://user@host/run/podman/podman.sock``) spread trials past one machine.
+
+Every container is labelled ``ecredit.run=<run id>``; the runtime removes its
+containers on any exit path, and ``python -m sandbox gc`` removes leftovers of
+killed processes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from sandbox.trial import (
+    Limits,
+    TrialResult,
+    TrialSpec,
+    control_files,
+    finish,
+)
+
+CONTAINERS_CONF = Path(__file__).resolve().parent / "containers.conf"
+RUN_LABEL = "ecredit.run"
+TRIAL_LABEL = "ecredit.trial"
+ROLE_LABEL = "ecredit.role"
+
+
+class PodmanUnavailable(RuntimeError):
+    """No Podman endpoint could be reached or started; the message says which."""
+
+
+def podman_env() -> dict[str, str]:
+    """Environment for ``podman`` CLI calls: our containers.conf unless the user set one."""
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
+    return env
+
+
+class PodmanService:
+    """A private ``podman system service`` on a unix socket, stopped on :meth:`stop`.
+
+    Raises:
+        PodmanUnavailable: podman is missing or the socket did not come up in
+            ``start_timeout_s`` seconds (the service's stderr is in the message).
+    """
+
+    def __init__(self, start_timeout_s: float = 20.0) -> None:
+        if shutil.which("podman") is None:
+            raise PodmanUnavailable("podman not found on PATH (apt-get install podman runc)")
+        self._dir = Path(tempfile.mkdtemp(prefix="ecredit-podman-"))
+        self.socket = self._dir / "podman.sock"
+        self.url = f"unix://{self.socket}"
+        self._log = open(self._dir / "service.log", "wb")
+        self.proc = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", self.url],
+            stdout=self._log, stderr=subprocess.STDOUT, env=podman_env(),
+            start_new_session=True)
+        deadline = time.monotonic() + start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if self.socket.exists() and self._ping():
+                return
+            time.sleep(0.05)
+        log = (self._dir / "service.log").read_text(errors="replace")[-2000:]
+        self.stop()
+        raise PodmanUnavailable(f"podman system service did not start at {self.url}: {log}")
+
+    def _ping(self) -> bool:
+        from podman import PodmanClient
+
+        try:
+            with PodmanClient(base_url=self.url) as client:
+                return bool(client.ping())
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class PodmanRuntime:
+    """Runs :class:`~sandbox.trial.TrialSpec` s in fresh Podman containers.
+
+    Args:
+        endpoints: Podman API URLs (``unix:///...``, ``ssh://...``). Empty: start a
+            private local service for the lifetime of this object.
+        run_id: label value put on every container (default: random).
+        identity: SSH key for ``ssh://`` endpoints.
+
+    Containers run with no network, all capabilities dropped, no-new-privileges,
+    and the memory / pids / CPU limits of the spec. Thread-safe: one
+    :meth:`run_trial` call per worker thread.
+
+    Raises:
+        PodmanUnavailable: no endpoint and the local service cannot start.
+    """
+
+    def __init__(self, endpoints: list[str] | None = None, run_id: str | None = None,
+                 identity: str | None = None) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.identity = identity
+        self._service: PodmanService | None = None
+        if not endpoints:
+            self._service = PodmanService()
+            endpoints = [self._service.url]
+        self.endpoints = list(endpoints)
+        self._next = itertools.cycle(range(len(self.endpoints)))
+        self._lock = threading.Lock()
+        self._live: dict[str, str] = {}  # container name -> endpoint
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- lifecycle -----------------------------------------------------------
+    def close(self) -> None:
+        """Remove this runtime's containers still alive and stop its own service."""
+        if self._closed:
+            return
+        self._closed = True
+        for name, endpoint in list(self._live.items()):
+            self._force_remove(endpoint, name)
+        if self._service is not None:
+            self._service.stop()
+
+    def __enter__(self) -> PodmanRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def client(self, endpoint: str | None = None, timeout_s: float = 60.0):
+        """A podman-py client for ``endpoint``; ``timeout_s`` bounds each API call."""
+        from podman import PodmanClient
+
+        url = endpoint or self.endpoints[0]
+        kwargs = {"identity": self.identity} if self.identity and url.startswith("ssh") else {}
+        return PodmanClient(base_url=url, timeout=timeout_s, **kwargs)
+
+    def _pick_endpoint(self) -> str:
+        with self._lock:
+            return self.endpoints[next(self._next)]
+
+    def _force_remove(self, endpoint: str, name: str) -> None:
+        try:
+            with self.client(endpoint) as client:
+                client.containers.get(name).remove(force=True, v=True)
+        except Exception:
+            pass
+        self._live.pop(name, None)
+
+    def container_args(self, *, image: str, name: str, labels: dict[str, str],
+                       limits: Limits, command: list[str]) -> dict:
+        """podman-py ``containers.create`` keyword arguments for a locked-down sandbox."""
+        return dict(
+            image=image, name=name, command=command,
+            labels={RUN_LABEL: self.run_id, **labels},
+            network_mode="none",
+            cap_drop=["ALL"],
+            no_new_privileges=True,
+            mem_limit=limits.memory,
+            memswap_limit=limits.memory,
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9),
+            ulimits=[{"Name": "nofile", "Soft": 1024, "Hard": 1024},
+                     {"Name": "nproc", "Soft": 4096, "Hard": 4096}],
+            environment={"ECREDIT_DIR": "/ecredit", "ECREDIT_WORKDIR": "/testbed"},
+        )
+
+    # -- trials --------------------------------------------------------------
+    def run_trial(self, spec: TrialSpec) -> TrialResult:
+        """Run one verifier trial in a new container; never reuses one.
+
+        Returns a :class:`TrialResult`; infra problems (service lost, container
+        killed, create failed) come back as ``exit_class="infra_error"`` with the
+        error text, never as a test outcome. Cleanup always runs.
+        """
+        endpoint = self._pick_endpoint()
+        name = f"ecredit-{self.run_id}-{spec.trial_id}-{uuid.uuid4().hex[:6]}"
+        res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint=endpoint)
+        t0 = time.monotonic()
+        timed_out = oom = False
+        exit_code: int | None = None
+        log = ""
+        try:
+            with self.client(endpoint, timeout_s=spec.timeout_s + 120) as client:
+                args = self.container_args(
+                    image=spec.image, name=name,
+                    labels={TRIAL_LABEL: spec.trial_id, ROLE_LABEL: "verifier", **spec.labels},
+                    limits=spec.limits, command=["/bin/bash", "/ecredit/trial.sh"])
+                args["environment"]["ECREDIT_WORKDIR"] = spec.workdir
+                container = client.containers.create(**args)
+                self._live[name] = endpoint
+                if spec.repo_archive is not None:
+                    container.put_archive(spec.workdir, spec.repo_archive)
+                container.put_archive("/", control_files(spec))
+                container.start()
+                t_started = time.monotonic()
+                res.setup_s = t_started - t0
+                fired = threading.Event()
+
+                def _on_deadline() -> None:
+                    fired.set()
+                    try:
+                        container.kill(signal.SIGKILL)
+                    except Exception:
+                        pass
+
+                # The deadline is enforced here, not by the HTTP timeout of the
+                # wait call, so a slow API answer is never mistaken for a timeout.
+                timer = threading.Timer(spec.timeout_s, _on_deadline)
+                timer.start()
+                try:
+                    exit_code = container.wait(condition=["exited", "stopped"])
+                    if isinstance(exit_code, dict):  # error payload
+                        exit_code = exit_code.get("StatusCode")
+                finally:
+                    timer.cancel()
+                timed_out = fired.is_set()
+                t_done = time.monotonic()
+                try:
+                    log = _read_logs(container)
+                except Exception:
+                    log = ""
+                container.reload()
+                state = container.attrs.get("State", {})
+                oom = bool(state.get("OOMKilled"))
+                if exit_code is None and not timed_out:
+                    exit_code = state.get("ExitCode")
+                finish(res, log, run_s=t_done - t_started, exit_code=exit_code,
+                       timed_out=timed_out, oom=oom)
+        except Exception as exc:
+            res.exit_class = "infra_error"
+            res.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            t_clean = time.monotonic()
+            self._force_remove(endpoint, name)
+            res.cleanup_s = time.monotonic() - t_clean
+        return res
+
+
+def _read_logs(container) -> str:
+    data = container.logs(stdout=True, stderr=True, stream=False)
+    if not isinstance(data, (bytes, bytearray)):
+        data = b"".join(data)
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+def gc(run_id: str | None = None) -> list[str]:
+    """Remove leftover ecredit containers (all, or one run's) with the podman CLI.
+
+    Returns the removed container names. Needs no API service.
+    """
+    label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
+    out = subprocess.run(["podman", "ps", "-a", "--filter", f"label={label}",
+                          "--format", "{{.Names}}"], capture_output=True, text=True,
+                         env=podman_env())
+    names = [n for n in out.stdout.split() if n]
+    if names:
+        subprocess.run(["podman", "rm", "-f", "-v", *names], capture_output=True,
+                       env=podman_env())
+    return names

@@ -1,0 +1,254 @@
+"""One verifier trial: records in, records out, and the in-sandbox script.
+
+A trial = fresh environment from the task image → repository at base → apply
+the artifact (``git apply``, then the SWE-bench fallback chain) → run the task's
+eval script → collect the full log → remove the environment. Runtimes
+(:mod:`sandbox.podman_runtime`, :mod:`sandbox.local_runtime`) execute the same
+script, so a trial means the same thing in both.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+
+# Same marker strings as swebench.harness.constants, so SWE-bench tooling can
+# read our logs. Kept literal here: `sandbox` must not depend on swebench.
+APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
+APPLY_PATCH_PASS = ">>>>> Applied Patch"
+_APPLY_START = ">>>>> ecredit apply-start"
+_TEST_START = ">>>>> ecredit test-start"
+_TEST_END = ">>>>> ecredit test-end"
+
+APPLY_FAILED_EXIT = 97
+"""Exit code of the trial script when no method could apply the artifact."""
+
+EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom")
+
+# Source: swebench.harness.run_evaluation (GIT_APPLY_CMDS): git apply, then
+# git apply --reject, then patch --fuzz=5. The first that succeeds is recorded.
+TRIAL_SCRIPT = r"""#!/bin/bash
+set -u
+ED="${ECREDIT_DIR:-/ecredit}"
+cd "${ECREDIT_WORKDIR:-/testbed}" || { echo "ecredit: no workdir"; exit 98; }
+echo ">>>>> ecredit apply-start $(date +%s.%N)"
+if [ -s "$ED/artifact.patch" ]; then
+  if git apply --verbose "$ED/artifact.patch"; then how="git apply --verbose"
+  elif git apply --verbose --reject "$ED/artifact.patch"; then how="git apply --verbose --reject"
+  elif patch --batch --fuzz=5 -p1 -i "$ED/artifact.patch"; then how="patch --batch --fuzz=5 -p1 -i"
+  else echo ">>>>> Patch Apply Failed"; exit 97; fi
+  echo ">>>>> Applied Patch ($how)"
+else
+  echo ">>>>> Applied Patch (empty artifact)"
+fi
+echo ">>>>> ecredit test-start $(date +%s.%N)"
+bash "$ED/eval.sh"
+rc=$?
+echo ">>>>> ecredit test-end $(date +%s.%N) $rc"
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox: memory (bytes string as podman takes it,
+    e.g. ``"2g"``), process count, CPUs (fractional allowed)."""
+
+    memory: str = "2g"
+    pids: int = 1024
+    cpus: float = 1.0
+
+
+@dataclass
+class TrialSpec:
+    """Everything one verifier trial needs.
+
+    Attributes:
+        trial_id: unique name (used in the container name and log file name).
+        image: fully-qualified image name (``localhost/...`` or ``docker.io/...``).
+        eval_script: bash run in ``workdir`` after the artifact is applied; its
+            output between SWE-bench's test-output markers is what graders parse.
+        artifact: patch text (``git diff`` from base), may be empty.
+        repo_archive: tar bytes of the base tree to unpack at ``workdir``; ``None``
+            when the image already holds the repository at base (SWE-bench images).
+        workdir: repository path inside the sandbox.
+        timeout_s: wall-clock limit (seconds) for apply + eval; past it the
+            sandbox is killed and the trial is ``timeout``.
+        limits: memory / pids / CPU limits.
+        labels: extra container labels (the runtime adds run and trial ids).
+    """
+
+    trial_id: str
+    image: str
+    eval_script: str
+    artifact: str = ""
+    repo_archive: bytes | None = None
+    workdir: str = "/testbed"
+    timeout_s: float = 600.0
+    limits: Limits = field(default_factory=Limits)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.trial_id or ""):
+            raise ValueError(f"trial_id: must match [A-Za-z0-9][A-Za-z0-9_.-]*, got {self.trial_id!r}")
+        if not self.image:
+            raise ValueError("image: empty")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class TrialResult:
+    """Outcome of one verifier trial.
+
+    Attributes:
+        trial_id: from the spec.
+        exit_class: ``ok`` (eval script ran to its end), ``apply_failed``,
+            ``timeout``, ``infra_error`` (sandbox died or could not be made; no
+            result is invented) or ``oom`` (killed by the memory limit).
+        log: full combined stdout/stderr of the trial script ("" if none).
+        log_path: where the log was written, when the caller asked for it.
+        applied_with: the apply command that succeeded, ``"empty artifact"``, or None.
+        test_exit_code: exit status of the eval script (None when it did not end).
+        endpoint: which runtime endpoint ran it.
+        error: infra error message, if any.
+        queue_wait_s, setup_s, apply_s, test_s, cleanup_s: seconds. ``queue_wait_s``
+            is filled by :class:`sandbox.pool.VerifierPool`; the rest are service time.
+        attempts: number of tries (1 + infra retries).
+        retried_errors: the error messages of the retried attempts.
+    """
+
+    trial_id: str
+    exit_class: str
+    log: str = ""
+    log_path: str | None = None
+    applied_with: str | None = None
+    test_exit_code: int | None = None
+    endpoint: str = ""
+    error: str | None = None
+    queue_wait_s: float = 0.0
+    setup_s: float = 0.0
+    apply_s: float = 0.0
+    test_s: float = 0.0
+    cleanup_s: float = 0.0
+    attempts: int = 1
+    retried_errors: list[str] = field(default_factory=list)
+
+    @property
+    def service_s(self) -> float:
+        """Seconds of service (setup + apply + test + cleanup), queue excluded."""
+        return self.setup_s + self.apply_s + self.test_s + self.cleanup_s
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - 1
+
+    def to_json(self, with_log: bool = False) -> dict:
+        d = asdict(self)
+        if not with_log:
+            d.pop("log")
+        d["service_s"] = self.service_s
+        return d
+
+
+def control_files(spec: TrialSpec) -> bytes:
+    """Tar (bytes) holding ``ecredit/{trial.sh,eval.sh,artifact.patch}``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add(tar, "ecredit", None, mode=0o755)
+        _add(tar, "ecredit/trial.sh", TRIAL_SCRIPT.encode(), mode=0o755)
+        _add(tar, "ecredit/eval.sh", spec.eval_script.encode(), mode=0o755)
+        _add(tar, "ecredit/artifact.patch",
+             spec.artifact.encode("utf-8", errors="surrogateescape"), mode=0o644)
+    return buf.getvalue()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.mode = mode
+    info.mtime = int(time.time())
+    if data is None:
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    else:
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+def parse_script_log(log: str) -> dict:
+    """Read the trial script's own markers out of a log.
+
+    Returns a dict with ``apply_start``, ``test_start``, ``test_end`` (epoch
+    seconds or None), ``test_exit_code`` (int or None), ``applied_with`` (str or
+    None) and ``apply_failed`` (bool).
+    """
+    out: dict = {"apply_start": None, "test_start": None, "test_end": None,
+                 "test_exit_code": None, "applied_with": None, "apply_failed": False}
+    for line in log.splitlines():
+        if line.startswith(_APPLY_START):
+            out["apply_start"] = _float(line[len(_APPLY_START):])
+        elif line.startswith(_TEST_START):
+            out["test_start"] = _float(line[len(_TEST_START):])
+        elif line.startswith(_TEST_END):
+            parts = line[len(_TEST_END):].split()
+            if parts:
+                out["test_end"] = _float(parts[0])
+            if len(parts) > 1 and parts[1].lstrip("-").isdigit():
+                out["test_exit_code"] = int(parts[1])
+        elif line.startswith(APPLY_PATCH_FAIL):
+            out["apply_failed"] = True
+        elif line.startswith(APPLY_PATCH_PASS + " ("):
+            out["applied_with"] = line[len(APPLY_PATCH_PASS) + 2:].rstrip(")")
+    return out
+
+
+def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
+           timed_out: bool, oom: bool) -> None:
+    """Fill ``res`` from the trial log and the sandbox's fate (in place).
+
+    ``run_s``: seconds from sandbox start to its end. The script's own markers
+    split it into apply and test time; the remainder (process start-up) is
+    added to ``setup_s``.
+    """
+    markers = parse_script_log(log)
+    res.log = log
+    res.applied_with = markers["applied_with"]
+    res.test_exit_code = markers["test_exit_code"]
+    if markers["apply_start"] and markers["test_start"]:
+        res.apply_s = max(0.0, markers["test_start"] - markers["apply_start"])
+        res.test_s = max(0.0, (markers["test_end"] or time.time()) - markers["test_start"])
+        res.setup_s += max(0.0, run_s - res.apply_s - res.test_s)
+    else:
+        res.test_s = run_s
+    res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out, oom=oom)
+    if res.exit_class == "infra_error" and res.error is None:
+        res.error = f"sandbox ended with exit code {exit_code} before the eval script finished"
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text.strip().split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool,
+             error: str | None = None) -> str:
+    """Exit class of a trial from its script markers and the sandbox's fate.
+
+    A trial is ``ok`` only when the eval script's end marker is in the log: a
+    sandbox that died before that (killed, crashed, service lost) is an
+    ``infra_error`` and nothing about the tests is inferred from it.
+    """
+    if timed_out:
+        return "timeout"
+    if oom:
+        return "oom"
+    if markers["apply_failed"] and exit_code == APPLY_FAILED_EXIT:
+        return "apply_failed"
+    if error is None and markers["test_end"] is not None and exit_code == 0:
+        return "ok"
+    return "infra_error"

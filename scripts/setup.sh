@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One-time (idempotent) setup on a fresh Debian/Ubuntu machine, as root:
+# system packages for Podman, a virtualenv with the project, the offline sandbox image.
+# Re-running is cheap: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+# A CPU wheel of torch; set TORCH_SPEC for another build (e.g. a CUDA one on GPU hosts).
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+need_apt=()
+for tool in podman runc debootstrap git patch; do
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${need_apt[*]}"
+  if [ "$(id -u)" != 0 ]; then echo "[setup] need root to install ${need_apt[*]}" >&2; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq podman runc debootstrap git patch uidmap >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.ecredit-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] installing packages into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "$TORCH_SPEC"
+  .venv/bin/pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/sandbox/containers.conf}
+echo "[setup] sandbox image"
+.venv/bin/python -m sandbox.images build-offline

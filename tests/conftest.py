@@ -1,0 +1,51 @@
+"""Shared fixtures: a Podman runtime for the suite, tiny git repositories."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_tar(files: dict[str, str | bytes]) -> bytes:
+    """Tar bytes holding ``files`` (path -> content)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            raw = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(name)
+            info.size = len(raw)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(raw))
+    return buf.getvalue()
+
+
+def git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@e", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def podman_runtime():
+    """One PodmanRuntime (own service) for the whole session; checks no container leaks."""
+    from sandbox.images import build_offline
+    from sandbox.podman_runtime import PodmanRuntime, gc
+
+    build_offline(log=lambda *_: None)
+    rt = PodmanRuntime()
+    yield rt
+    rt.close()
+    leftovers = gc(rt.run_id)
+    assert leftovers == [], f"containers left after the suite: {leftovers}"

@@ -1,0 +1,161 @@
+"""Verifier trials in real Podman containers (marker: podman)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import make_tar
+
+from sandbox import Limits, TrialSpec, VerifierPool
+from sandbox.images import default_image
+from sandbox.podman_runtime import RUN_LABEL, podman_env
+
+pytestmark = pytest.mark.podman
+
+CALC = "def add(a, b):\n    return a + b\n"
+TESTS = ("from calc import add\n\n"
+         "def test_add():\n    assert add(2, 3) == 5\n\n"
+         "def test_zero():\n    assert add(0, 0) == 0\n")
+EVAL = ("echo '>>>>> Start Test Output'\n"
+        "python3 -m pytest -rA -p no:cacheprovider test_calc.py\n"
+        "echo '>>>>> End Test Output'\n")
+BUG = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+       " def add(a, b):\n-    return a + b\n+    return a - b\n")
+
+
+def spec(trial_id, **kw):
+    kw.setdefault("image", default_image())
+    kw.setdefault("eval_script", EVAL)
+    kw.setdefault("repo_archive", make_tar({"calc.py": CALC, "test_calc.py": TESTS}))
+    kw.setdefault("timeout_s", 60)
+    return TrialSpec(trial_id=trial_id, **kw)
+
+
+def test_passing_and_failing_suites(podman_runtime):
+    ok = podman_runtime.run_trial(spec("pass"))
+    assert ok.exit_class == "ok", ok.error
+    assert ok.applied_with == "empty artifact"
+    assert "PASSED test_calc.py::test_add" in ok.log
+    assert "PASSED test_calc.py::test_zero" in ok.log
+    assert ok.test_exit_code == 0
+    bad = podman_runtime.run_trial(spec("fail", artifact=BUG))
+    assert bad.exit_class == "ok"
+    assert bad.applied_with == "git apply --verbose"
+    assert "FAILED test_calc.py::test_add" in bad.log
+    assert "PASSED test_calc.py::test_zero" in bad.log
+    assert bad.test_exit_code == 0  # the eval script ends with the marker echo, as SWE-bench's do
+    for r in (ok, bad):
+        assert r.setup_s > 0 and r.test_s > 0 and r.cleanup_s >= 0
+
+
+def test_patch_fallback_chain_is_recorded(podman_runtime):
+    # context line differs from the base: git apply refuses, patch --fuzz applies it
+    fuzzy = ("--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+             " def add(a, b):  # adds\n-    return a + b\n+    return a - b\n")
+    r = podman_runtime.run_trial(spec("fuzz", artifact=fuzzy))
+    assert r.exit_class == "ok", r.log
+    assert r.applied_with == "patch --batch --fuzz=5 -p1 -i"
+    assert "FAILED test_calc.py::test_add" in r.log
+
+
+def test_artifact_that_does_not_apply(podman_runtime):
+    junk = ("--- a/nothere.py\n+++ b/nothere.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n")
+    r = podman_runtime.run_trial(spec("noapply", artifact=junk))
+    assert r.exit_class == "apply_failed"
+    assert ">>>>> Patch Apply Failed" in r.log
+    assert r.test_exit_code is None
+
+
+def test_timeout_kills_the_container(podman_runtime):
+    t0 = time.monotonic()
+    r = podman_runtime.run_trial(spec("slow", eval_script="sleep 60\n", timeout_s=2))
+    assert r.exit_class == "timeout"
+    assert time.monotonic() - t0 < 20
+
+
+def test_no_network_inside(podman_runtime):
+    probe = ("python3 - <<'EOF'\nimport socket\ntry:\n"
+             "    socket.create_connection(('1.1.1.1', 53), timeout=3)\n    print('NET-REACHED')\n"
+             "except OSError as e:\n    print('NET-BLOCKED', type(e).__name__)\nEOF\n"
+             "ip_out=$(cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ,)\n"
+             "echo IFACES=$ip_out\n")
+    r = podman_runtime.run_trial(spec("nonet", eval_script=probe))
+    assert r.exit_class == "ok"
+    assert "NET-BLOCKED" in r.log and "NET-REACHED" not in r.log
+    assert "IFACES=lo," in r.log
+
+
+def _kill_when_running(run_id, trial_label, stop):
+    while not stop.is_set():
+        out = subprocess.run(["podman", "ps", "--filter", f"label=ecredit.trial={trial_label}",
+                              "--filter", f"label={RUN_LABEL}={run_id}", "--format", "{{.Names}}"],
+                             capture_output=True, text=True, env=podman_env()).stdout.split()
+        if out:
+            subprocess.run(["podman", "kill", *out], capture_output=True, env=podman_env())
+            return
+        time.sleep(0.1)
+
+
+def test_container_killed_mid_trial_is_infra_error_and_retried(podman_runtime):
+    slow = "echo '>>>>> Start Test Output'\nsleep 5\necho '>>>>> End Test Output'\n"
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_running,
+                              args=(podman_runtime.run_id, "killed", stop))
+    killer.start()
+    r = podman_runtime.run_trial(spec("killed", eval_script=slow, timeout_s=30))
+    stop.set()
+    killer.join()
+    assert r.exit_class == "infra_error"
+    assert r.test_exit_code is None and "End Test Output" not in r.log
+    assert "before the eval script finished" in r.error
+
+    # with one retry allowed, the pool retries and counts the retry
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_running,
+                              args=(podman_runtime.run_id, "retried", stop))
+    killer.start()
+    with VerifierPool(podman_runtime, max_concurrency=1, max_retries=1,
+                      retry_backoff_s=0.0) as pool:
+        r2 = pool.map([spec("retried", eval_script="sleep 2\necho done\n", timeout_s=30)])[0]
+    stop.set()
+    killer.join()
+    assert r2.exit_class == "ok"
+    assert r2.attempts == 2 and r2.retries == 1 and len(r2.retried_errors) == 1
+    assert pool.stats["retries"] == 1
+
+
+def test_memory_limit_is_enforced(podman_runtime):
+    hog = "python3 -c \"x = bytearray(400 * 1024 * 1024); print('ALLOCATED')\"\n"
+    r = podman_runtime.run_trial(spec("hog", eval_script=hog, limits=Limits(memory="64m")))
+    assert "ALLOCATED" not in r.log.splitlines()
+    # the kernel OOM-kills the python child; the trial script itself survives
+    assert r.exit_class in ("ok", "oom")
+    if r.exit_class == "ok":
+        assert r.test_exit_code == 137
+
+
+def test_pool_runs_concurrently_and_measures_queue_wait(podman_runtime):
+    specs = [spec(f"conc{i}", eval_script="sleep 1\n") for i in range(4)]
+    with VerifierPool(podman_runtime, max_concurrency=2) as pool:
+        t0 = time.monotonic()
+        results = pool.map(specs)
+        wall = time.monotonic() - t0
+    assert [r.exit_class for r in results] == ["ok"] * 4
+    assert [r.trial_id for r in results] == [f"conc{i}" for i in range(4)]
+    assert wall < 4 * 1.0 + 4 * 0.5  # less than running them one by one
+    waits = sorted(r.queue_wait_s for r in results)
+    assert waits[-1] > 0.8  # the last two waited for a worker
+
+
+def test_gc_removes_labelled_leftovers():
+    from sandbox.podman_runtime import gc
+
+    name = "ecredit-gc-probe"
+    subprocess.run(["podman", "rm", "-f", name], capture_output=True, env=podman_env())
+    subprocess.run(["podman", "create", "--name", name, "--label", f"{RUN_LABEL}=gc-test",
+                    default_image(), "true"], check=True, capture_output=True, env=podman_env())
+    assert gc("gc-test") == [name]
+    assert gc("gc-test") == []

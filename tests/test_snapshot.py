@@ -1,0 +1,172 @@
+"""sandbox.snapshot on real git repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import git
+
+from sandbox.snapshot import (
+    EMPTY_TREE,
+    SnapshotError,
+    Snapshotter,
+    artifact,
+    changed_paths,
+    restore_paths,
+)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "pkg").mkdir()
+    (r / "pkg" / "a.py").write_text("A = 1\n")
+    (r / "pkg" / "b.py").write_text("B = 2\n")
+    (r / "run.sh").write_text("echo hi\n")
+    (r / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    (r / ".gitignore").write_text("*.log\nbuild/\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    return r
+
+
+def _state(r):
+    """The agent-visible git state that snapshots must never change."""
+    return (git(r, "rev-parse", "HEAD"), git(r, "symbolic-ref", "-q", "HEAD"),
+            git(r, "status", "--porcelain", "--untracked-files=all"),
+            git(r, "stash", "list"), git(r, "branch", "--list"))
+
+
+def test_snapshot_records_tree_without_touching_agent_state(repo):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        assert s0 == snap.base_tree == git(repo, "rev-parse", "HEAD^{tree}")
+        (repo / "pkg" / "a.py").write_text("A = 10\n")
+        (repo / "new.txt").write_text("untracked\n")
+        (repo / "x.log").write_text("ignored\n")
+        (repo / "pkg" / "b.py").unlink()
+        before = _state(repo)
+        s1 = snap.snapshot()
+        assert _state(repo) == before
+    assert git(repo, "show", f"{s1}:pkg/a.py") == "A = 10"
+    assert git(repo, "show", f"{s1}:new.txt") == "untracked"
+    names = git(repo, "ls-tree", "-r", "--name-only", s1).split()
+    assert "x.log" not in names and "pkg/b.py" not in names
+
+
+def test_changed_paths_kinds(repo):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        (repo / "pkg" / "a.py").write_text("A = 3\n")  # modified
+        (repo / "pkg" / "b.py").unlink()  # deleted
+        (repo / "c.py").write_text("C = 1\n")  # created
+        os.chmod(repo / "run.sh", 0o755)  # mode only
+        data = bytearray((repo / "blob.bin").read_bytes())
+        data[10] ^= 0xFF
+        (repo / "blob.bin").write_bytes(bytes(data))  # binary
+        os.symlink("pkg/a.py", repo / "link")  # symlink created
+        s1 = snap.snapshot()
+    got = {c.path: (c.status, c.old_mode, c.new_mode) for c in changed_paths(repo, s0, s1)}
+    assert got == {
+        "blob.bin": ("M", "100644", "100644"),
+        "c.py": ("A", "000000", "100644"),
+        "link": ("A", "000000", "120000"),
+        "pkg/a.py": ("M", "100644", "100644"),
+        "pkg/b.py": ("D", "100644", "000000"),
+        "run.sh": ("X", "100644", "100755"),
+    }
+
+
+def test_restore_paths_blob_mode_and_deletion(repo):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        (repo / "pkg" / "a.py").write_text("A = 3\n")
+        os.chmod(repo / "run.sh", 0o755)
+        s1 = snap.snapshot()
+        (repo / "c.py").write_text("C\n")
+        (repo / "pkg" / "b.py").unlink()
+        s2 = snap.snapshot()
+    # undo turn 2 (c.py created, b.py deleted) on the final tree
+    t = restore_paths(repo, s2, s1, ["c.py", "pkg/b.py"])
+    assert t == s1
+    # undo turn 1 on the final tree: a.py and run.sh come back, turn 2 stays
+    t = restore_paths(repo, s2, s0, ["pkg/a.py", "run.sh"])
+    assert git(repo, "show", f"{t}:pkg/a.py") == "A = 1"
+    assert git(repo, "ls-tree", t, "run.sh").split()[0] == "100644"
+    assert git(repo, "show", f"{t}:c.py") == "C"
+    assert "pkg/b.py" not in git(repo, "ls-tree", "-r", "--name-only", t).split()
+
+
+def test_restore_to_empty_tree_and_not_restorable(repo):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        for p in list(repo.iterdir()):
+            if p.name != ".git":
+                subprocess.run(["rm", "-rf", str(p)], check=True)
+        s1 = snap.snapshot()
+        assert s1 == EMPTY_TREE
+        (repo / "pkg").write_text("now a file\n")  # file where a dir was
+        s2 = snap.snapshot()
+    everything = [c.path for c in changed_paths(repo, s0, s1)]
+    assert restore_paths(repo, s1, s0, everything) == s0
+    # restoring pkg/a.py while the final tree has a *file* named pkg fails
+    with pytest.raises(SnapshotError):
+        restore_paths(repo, s2, s0, ["pkg/a.py"])
+
+
+def test_artifact_applies_on_clean_base_binary_included(repo, tmp_path):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        assert artifact(repo, s0, s0) == ""
+        (repo / "pkg" / "a.py").write_text("A = 42\n")
+        (repo / "blob.bin").write_bytes(bytes(range(255, -1, -1)) * 3)
+        (repo / "new" / "deep").mkdir(parents=True)
+        (repo / "new" / "deep" / "f.txt").write_text("hello\n")
+        os.chmod(repo / "run.sh", 0o755)
+        s1 = snap.snapshot()
+    patch = artifact(repo, s0, s1)
+    assert "GIT binary patch" in patch
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    (tmp_path / "p.diff").write_text(patch)
+    git(clone, "apply", str(tmp_path / "p.diff"))
+    git(clone, "add", "-A")
+    assert git(clone, "write-tree") == s1
+
+
+def test_agent_git_commands_do_not_break_snapshots(repo):
+    with Snapshotter(repo) as snap:
+        s0 = snap.snapshot()
+        (repo / "pkg" / "a.py").write_text("A = 5\n")
+        git(repo, "checkout", "-q", "-b", "agent-branch")
+        git(repo, "commit", "-qam", "agent commit")
+        s1 = snap.snapshot()
+        assert git(repo, "show", f"{s1}:pkg/a.py") == "A = 5"
+        (repo / "pkg" / "b.py").write_text("B = 7\n")
+        git(repo, "stash", "-q")  # the working tree goes back to the agent's commit
+        s2 = snap.snapshot()
+        assert git(repo, "show", f"{s2}:pkg/b.py") == "B = 2"
+        git(repo, "stash", "pop", "-q")
+        (repo / ".git" / "index").unlink()
+        (repo / "untracked.py").write_text("u\n")
+        s3 = snap.snapshot()
+    assert git(repo, "show", f"{s3}:pkg/b.py") == "B = 7"
+    assert git(repo, "show", f"{s3}:untracked.py") == "u"
+    assert [c.path for c in changed_paths(repo, s0, s3)] == ["pkg/a.py", "pkg/b.py", "untracked.py"]
+    assert git(repo, "stash", "list") == ""
+
+
+def test_first_snapshot_seeds_from_repo_index(repo, monkeypatch):
+    """A fresh checkout's index already describes the base: it is reused (no re-hash)."""
+    with Snapshotter(repo) as snap:
+        own = (repo / ".git" / "index").read_bytes()
+        assert snap.index_file.read_bytes() == own
+
+
+def test_errors_name_the_repo(tmp_path):
+    with pytest.raises(SnapshotError, match="not a git working tree"):
+        Snapshotter(tmp_path)
