@@ -1,0 +1,127 @@
+"""Agent sessions: one long-lived sandbox per rollout for the agent's ``bash`` tool.
+
+The rollout's working tree lives on the host (so snapshots are cheap and the
+editor tools are plain file operations) and is bind-mounted at ``/testbed`` in
+the rollout's own container. Commands run through ``podman exec`` under
+coreutils ``timeout``; output is truncated to a configured length.
+
+:class:`PodmanSession` is isolated (no network, capabilities dropped, limits);
+:class:`LocalSession` runs on the host and exists only for the explicitly chosen
+local runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from sandbox.trial import Limits
+
+TIMEOUT_EXIT = 124  # coreutils timeout's exit status
+
+
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text`` within ``limit`` characters, saying what was cut."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n<... {cut} characters truncated ...>\n{text[-tail:]}"
+
+
+def _format(exit_code: int, output: str, timeout_s: float, max_output_chars: int) -> str:
+    output = truncate(output, max_output_chars)
+    if exit_code == TIMEOUT_EXIT:
+        return f"{output}\n<command timed out after {timeout_s:g} s>"
+    if exit_code != 0:
+        return f"{output}\n<exit code {exit_code}>"
+    return output
+
+
+class PodmanSession:
+    """A container for one rollout, with ``host_dir`` mounted at ``workdir``.
+
+    Args:
+        runtime: a :class:`~sandbox.podman_runtime.PodmanRuntime` (its endpoints and labels).
+        image: fully-qualified image name.
+        host_dir: the rollout's working tree on the host.
+        limits: memory / pids / CPU limits.
+
+    Raises: RuntimeError (from podman-py) when the container cannot start; the
+    caller counts it as an infra error of that rollout.
+    """
+
+    def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
+                 workdir: str = "/testbed", limits: Limits | None = None,
+                 labels: dict[str, str] | None = None) -> None:
+        from sandbox.podman_runtime import ROLE_LABEL
+
+        self.runtime = runtime
+        self.workdir = workdir
+        self.endpoint = runtime._pick_endpoint()
+        self.name = f"ecredit-{runtime.run_id}-agent-{uuid.uuid4().hex[:8]}"
+        args = runtime.container_args(image=image, name=self.name,
+                                      labels={ROLE_LABEL: "agent", **(labels or {})},
+                                      limits=limits or Limits(),
+                                      command=["sleep", "infinity"])
+        args["mounts"] = [{"type": "bind", "source": str(Path(host_dir).resolve()),
+                           "target": workdir, "read_only": False}]
+        args["working_dir"] = workdir
+        self._client = runtime.client(self.endpoint, timeout_s=3600)
+        self.container = self._client.containers.create(**args)
+        runtime._live[self.name] = self.endpoint
+        self.container.start()
+
+    def run(self, command: str, *, timeout_s: float = 60.0, max_output_chars: int = 4000) -> str:
+        """Run ``command`` with bash in the container; returns the (truncated) output.
+
+        A non-zero exit status or a timeout is appended to the output, as a shell would show it.
+        """
+        # stderr joins stdout inside the shell, so the agent sees them interleaved
+        code, (out, err) = self.container.exec_run(
+            ["timeout", "-s", "KILL", f"{timeout_s:g}", "bash", "-c", "exec 2>&1\n" + command],
+            workdir=self.workdir, demux=True)
+        text = ((out or b"") + (err or b"")).decode("utf-8", errors="replace")
+        if code == 137:  # timeout -s KILL reports 137 when the limit hit
+            code = TIMEOUT_EXIT
+        return _format(code, text, timeout_s, max_output_chars)
+
+    def close(self) -> None:
+        self.runtime._force_remove(self.endpoint, self.name)
+        try:
+            self._client.close()
+        except Exception:
+            pass
+
+
+class LocalSession:
+    """Runs the agent's commands on the host in ``host_dir`` (not isolated)."""
+
+    def __init__(self, runtime, image: str, host_dir: str | os.PathLike, **_) -> None:
+        self.host_dir = Path(host_dir)
+
+    def run(self, command: str, *, timeout_s: float = 60.0, max_output_chars: int = 4000) -> str:
+        try:
+            proc = subprocess.run(["bash", "-c", command], cwd=self.host_dir, capture_output=True,
+                                  timeout=timeout_s)
+            out = (proc.stdout + proc.stderr).decode("utf-8", errors="replace")
+            code = proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = ((exc.stdout or b"") + (exc.stderr or b"")).decode("utf-8", errors="replace")
+            code = TIMEOUT_EXIT
+        return _format(code, out, timeout_s, max_output_chars)
+
+    def close(self) -> None:
+        pass
+
+
+def open_session(runtime, image: str, host_dir, **kw):
+    """A :class:`PodmanSession` for a Podman runtime, a :class:`LocalSession` for a local one."""
+    from sandbox.local_runtime import LocalRuntime
+
+    if isinstance(runtime, LocalRuntime):
+        return LocalSession(runtime, image, host_dir, **kw)
+    return PodmanSession(runtime, image, host_dir, **kw)

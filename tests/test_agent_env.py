@@ -1,0 +1,84 @@
+"""SWEAgentEnv: tools over a real working tree and a real Podman container."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from conftest import git
+
+from ecredit_trl.agent import AgentContext, SWEAgentEnv, release, tool_schemas
+from sandbox.images import default_image
+
+
+@dataclass
+class _Task:
+    instance_id: str
+    repo_dir: str
+    base_commit: str
+    image: str
+    workdir: str = "/testbed"
+
+
+@pytest.fixture
+def task(tmp_path):
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return _Task("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+
+
+def test_tool_schemas_cover_the_tool_set():
+    names = [s["function"]["name"] for s in tool_schemas()]
+    assert names == ["bash", "view", "create", "str_replace", "insert", "submit"]
+
+
+def test_only_tools_are_public_methods():
+    """TRL exposes every public method of an environment as a tool."""
+    import inspect
+
+    public = sorted(n for n, _ in inspect.getmembers(SWEAgentEnv, predicate=inspect.isfunction)
+                    if not n.startswith("_") and n != "reset")
+    assert public == sorted(["bash", "view", "create", "str_replace", "insert", "submit"])
+
+
+@pytest.mark.podman
+def test_env_runs_tools_in_its_own_container_and_snapshots(task, tmp_path, podman_runtime):
+    ctx = AgentContext(tasks={task.instance_id: task}, runtime=podman_runtime,
+                       workroot=str(tmp_path / "work"))
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=task.instance_id)
+    try:
+        ctx.turn = 1
+        assert "return a - b" in env.view("calc.py")
+        out = env.str_replace("calc.py", "return a - b", "return a + b")
+        assert "has been edited" in out
+        ctx.turn = 2
+        assert env.bash("python3 -c 'import calc; print(calc.add(2, 3))'").strip() == "5"
+        # the sandbox has no network and cannot see the host's files
+        assert "unreachable" in env.bash("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\" 2>&1 | tail -1")
+        assert env.bash(f"ls {tmp_path} 2>&1; echo done").strip().endswith("done")
+        assert "No such file" in env.bash(f"ls {tmp_path}")
+        err = env.str_replace("calc.py", "not there", "x")
+        assert err.startswith("ERROR: No replacement was performed")
+        ctx.turn = 3
+        env.submit()
+        assert env.bash("echo hi").startswith("ERROR: The patch was already submitted")
+        assert [c.turn for c in env.calls] == [1, 1, 2, 2, 2, 2, 2, 3, 3]
+        assert [c.ok for c in env.calls] == [True, True, True, True, True, True, False, True, False]
+        assert env.valid_calls == 7
+        trees = env.trees
+        assert trees[0] == env.base_tree and trees[1] != env.base_tree
+        assert git(env.workdir, "show", f"{env.final_tree}:calc.py").endswith("return a + b")
+    finally:
+        release(env)
+    assert env.workdir is None
+
+
+def test_unknown_task_is_refused(task, tmp_path):
+    env = SWEAgentEnv(AgentContext(tasks={}, workroot=str(tmp_path)))
+    with pytest.raises(KeyError, match="instance_id"):
+        env.reset(instance_id="nope")
