@@ -1,0 +1,113 @@
+"""Grade one test log from the command line.
+
+    python -m eval.grade --instance task.json --log test_output.txt [--control-log empty.txt]
+
+``task.json`` is one SWE-bench-style row: ``FAIL_TO_PASS`` / ``PASS_TO_PASS`` (JSON strings
+or lists) and ``repo`` (parser from swebench's ``MAP_REPO_TO_PARSER``) or ``log_parser``
+(e.g. ``"pytest"`` or ``"parse_log_pytest"``; overrides ``repo``). Prints one JSON object
+with the keys ``resolved, complete, utility, attributed, f2p, p2p, missing, duplicates,
+classification`` (see :func:`eval.grading.grade`). Exit status 0 on success, 2 on bad input
+(the message names the path or field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from eval.grading import grade, parser_for_repo, resolve_parser
+
+OUTPUT_KEYS = (
+    "resolved",
+    "complete",
+    "utility",
+    "attributed",
+    "f2p",
+    "p2p",
+    "missing",
+    "duplicates",
+    "classification",
+)
+
+
+class InputError(Exception):
+    """Bad CLI input; the message names the path or field."""
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _test_list(row: dict[str, Any], field: str, path: str) -> list[str]:
+    if field not in row:
+        raise InputError(f"{path}: field {field} is missing")
+    value = row[field]
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: field {field} is a string but not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{path}: field {field} must be a list of test id strings")
+    return value
+
+
+def load_instance(path: str) -> tuple[list[str], list[str], str]:
+    """``(FAIL_TO_PASS, PASS_TO_PASS, parser name)`` from a SWE-bench-style row at ``path``.
+
+    Raises:
+        InputError: naming the path or field.
+    """
+    try:
+        row = json.loads(_read_text(path, "instance"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"instance {path}: not valid JSON: {exc}") from exc
+    if not isinstance(row, dict):
+        raise InputError(f"instance {path}: expected a JSON object")
+    f2p = _test_list(row, "FAIL_TO_PASS", path)
+    p2p = _test_list(row, "PASS_TO_PASS", path)
+    try:
+        if row.get("log_parser"):
+            name, _ = resolve_parser(row["log_parser"])
+        elif "repo" in row:
+            name, _ = parser_for_repo(row["repo"])
+        else:
+            raise InputError(f"{path}: field repo (or log_parser) is missing")
+    except ValueError as exc:
+        field = "log_parser" if row.get("log_parser") else "repo"
+        raise InputError(f"{path}: field {field}: {exc}") from exc
+    return f2p, p2p, name
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval.grade", description=__doc__.splitlines()[0])
+    ap.add_argument("--instance", required=True, help="SWE-bench-style task row (JSON)")
+    ap.add_argument("--log", required=True, help="verifier test log (test_output.txt)")
+    ap.add_argument("--control-log", default=None, help="the task's empty-patch control log")
+    ap.add_argument("--harness-exit", default=None, help='harness exit status, e.g. "ok"')
+    ap.add_argument("--expected-resolved", choices=("true", "false"), default=None,
+                    help="expected outcome of this slot (default: resolved)")
+    args = ap.parse_args(argv)
+    try:
+        f2p, p2p, parser = load_instance(args.instance)
+        log_text = _read_text(args.log, "log")
+        control = None if args.control_log is None else _read_text(args.control_log, "control log")
+        expected = None if args.expected_resolved is None else args.expected_resolved == "true"
+        report = grade(log_text, f2p=f2p, p2p=p2p, parser=parser, control_log=control,
+                       harness_exit=args.harness_exit, expected_resolved=expected)
+    except (InputError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    full = report.to_json()
+    print(json.dumps({k: full[k] for k in OUTPUT_KEYS}, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+"""Task schema and loaders: SWE-bench Verified ("official500"), sealed holdouts, bundled tasks.
+
+A :class:`Task` is one SWE-bench instance plus what a verifier trial needs to run it
+(image, eval script, log parser, and for bundled tasks the local git repository that
+holds ``base_commit``).
+
+Sources accepted by :func:`load_tasks` (DESIGN.md §4, issue 3):
+
+``official500``
+    SWE-bench Verified through HF ``datasets`` (hub id ``princeton-nlp/SWE-bench_Verified``,
+    split ``test``; set ``HF_HUB_OFFLINE=1`` to forbid downloads). Exactly 500 unique
+    ``instance_id`` s are required; anything else is refused with what was found.
+``official500:PATH`` (or ``load_tasks("official500", path=PATH)``)
+    The same from a local ``.parquet`` / ``.jsonl`` / ``.json`` file with the same fields.
+``holdout100``
+    The sealed manifest ``datasets/holdout100.json`` (written by ``python -m eval.holdout
+    seal``): its ids are looked up in the manifest's pool source and the sha256 checked.
+``bundled`` / ``bundled:train`` / ``bundled:holdout``
+    Tasks built from real PyPI projects by :mod:`eval.build_tasks` (built on first use,
+    then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
+    ``datasets/bundled_holdout.json``.
+any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
+    Rows in the SWE-bench format. A ``.json`` file holding a sealed manifest (a dict with
+    ``"sealed": true``) loads that manifest's tasks.
+
+Row rules: ``FAIL_TO_PASS`` / ``PASS_TO_PASS`` may be JSON strings (SWE-bench files) or
+lists. A malformed row raises :class:`ValueError` naming the source, the 1-based row number
+(for jsonl: the line number) and the field.
+
+Eval scripts and log parsers of SWE-bench instances come from the ``swebench`` package:
+``swebench.harness.utils.make_test_spec`` turns the row's ``eval_script`` into the exact
+script the official harness runs (swebench 5 ships eval scripts in the dataset rows rather
+than deriving them from a per-repo table), and the parser is the row's ``log_parser`` or
+swebench's ``MAP_REPO_TO_PARSER`` entry for the repo. A row without ``eval_script`` loads
+(ids, patches and lists are usable) but :func:`task_trial_spec` refuses it.
+
+Training guard: ``load_tasks(..., purpose="train")`` refuses any id listed in a sealed
+manifest under ``datasets/`` (:func:`eval.holdout.check_not_sealed`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+#: Hub id and split of SWE-bench Verified (issue 3).
+OFFICIAL_HUB_ID = "princeton-nlp/SWE-bench_Verified"
+OFFICIAL_SPLIT = "test"
+OFFICIAL_SIZE = 500
+
+REQUIRED_STR_FIELDS = (
+    "instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
+    "version", "environment_setup_commit",
+)
+LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+PURPOSES = ("eval", "train")
+
+
+def datasets_dir() -> Path:
+    """The project's ``datasets/`` folder (manifests, recipes): ``$ECREDIT_DATASETS_DIR``
+    or ``<repo root>/datasets``."""
+    env = os.environ.get("ECREDIT_DATASETS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "datasets"
+
+
+@dataclass
+class Task:
+    """One task = one SWE-bench-format instance plus how to verify it.
+
+    Attributes:
+        instance_id, repo, base_commit, problem_statement, patch (gold), test_patch,
+        version, environment_setup_commit: as in SWE-bench.
+        FAIL_TO_PASS, PASS_TO_PASS: fixed test-id lists (DESIGN §3 utility contract).
+        image: fully-qualified image name the verifier trial runs in.
+        eval_script: bash run in ``workdir`` after the artifact is applied; prints the test
+            output between ``>>>>> Start Test Output`` / ``>>>>> End Test Output`` and the
+            test command's status as ``>>>>> Test Exit Code: N``. ``""`` when the source row
+            had none (then :func:`task_trial_spec` refuses the task).
+        log_parser: swebench ``PARSER_REGISTRY`` key (e.g. ``parse_log_pytest``).
+        repo_dir: local git repository holding ``base_commit`` (bundled tasks); ``None``
+            when the image already holds the repository at base (SWE-bench images).
+        workdir: repository path inside the sandbox.
+        extra: everything else (source row fields we do not model, build metadata).
+    """
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    patch: str
+    test_patch: str
+    FAIL_TO_PASS: list[str]
+    PASS_TO_PASS: list[str]
+    version: str
+    environment_setup_commit: str
+    image: str
+    eval_script: str
+    log_parser: str
+    repo_dir: str | None = None
+    workdir: str = "/testbed"
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back."""
+        return asdict(self)
+
+
+_TASK_FIELDS = {f.name for f in fields(Task)}
+
+
+# ---------------------------------------------------------------------------
+# row validation
+# ---------------------------------------------------------------------------
+
+def _where(source: str, row_no: int) -> str:
+    return f"{source} row {row_no}"
+
+
+def _test_list(value: Any, name: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: field {name!r} is a string but not JSON ({exc.msg})") from None
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: field {name!r} must be a list of test ids (or its JSON "
+                         f"string), got {type(value).__name__}")
+    out = list(value)
+    for i, item in enumerate(out):
+        if not isinstance(item, str) or not item:
+            raise ValueError(f"{where}: field {name!r} item {i} must be a non-empty string, "
+                             f"got {item!r}")
+    dup = [k for k, c in Counter(out).items() if c > 1]
+    if dup:
+        raise ValueError(f"{where}: field {name!r} lists test ids twice: {dup[:5]}")
+    return out
+
+
+def _default_parser(repo: str, where: str) -> str:
+    from eval.grading import parser_for_repo
+
+    try:
+        return parser_for_repo(repo)[0]
+    except ValueError:
+        raise ValueError(f"{where}: field 'log_parser' missing and swebench has no parser "
+                         f"for repo {repo!r} (MAP_REPO_TO_PARSER)") from None
+
+
+def _official_eval_script(row: dict, image: str, log_parser: str, where: str) -> str:
+    """The official harness script for ``row`` via ``swebench.harness.utils.make_test_spec``.
+
+    Scripts that already record the test exit code (``>>>>> Test Exit Code``) are taken as
+    they are, so a task written by :meth:`Task.to_dict` loads back unchanged.
+    """
+    script = row.get("eval_script")
+    if script in (None, ""):
+        return ""
+    if not isinstance(script, str):
+        raise ValueError(f"{where}: field 'eval_script' must be a string, got "
+                         f"{type(script).__name__}")
+    from swebench.harness.constants import TEST_EXIT_CODE
+    from swebench.harness.utils import make_test_spec
+
+    if TEST_EXIT_CODE in script:
+        return script
+    inst = {
+        "instance_id": row["instance_id"], "image": image, "eval_script": script,
+        "repo": row["repo"], "version": row["version"],
+        "FAIL_TO_PASS": row["FAIL_TO_PASS"], "PASS_TO_PASS": row["PASS_TO_PASS"],
+        "log_parser": log_parser, "eval_type": row.get("eval_type") or "pass_and_fail",
+    }
+    return make_test_spec(inst).eval_script
+
+
+def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
+                  official: bool = False, base_dir: Path | None = None) -> Task:
+    """Validate one SWE-bench-format row and turn it into a :class:`Task`.
+
+    Args:
+        row: a mapping with at least the SWE-bench fields.
+        row_no: 1-based row number used in error messages.
+        source: name of the source used in error messages.
+        official: a SWE-bench Verified row: the image is always
+            :func:`sandbox.images.swebench_image` (the row's own ``image`` is kept in
+            ``extra["dataset_image"]``).
+        base_dir: a relative ``repo_dir`` is resolved against it.
+
+    Raises:
+        ValueError: ``"<source> row <n>: field '<name>' ..."`` for a missing or mistyped
+            field, a non-list / non-JSON test list, an empty FAIL_TO_PASS, duplicate ids.
+    """
+    from sandbox.images import swebench_image
+
+    where = _where(source, row_no)
+    if hasattr(row, "keys") and not isinstance(row, dict):
+        row = dict(row)
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+    row = dict(row)
+    for name in REQUIRED_STR_FIELDS:
+        if name not in row or row[name] is None:
+            raise ValueError(f"{where}: field {name!r} missing")
+        if not isinstance(row[name], str):
+            raise ValueError(f"{where}: field {name!r} must be a string, got "
+                             f"{type(row[name]).__name__} ({row[name]!r:.40})")
+    for name in ("instance_id", "repo", "base_commit"):
+        if not row[name].strip():
+            raise ValueError(f"{where}: field {name!r} is empty")
+    for name in LIST_FIELDS:
+        if name not in row or row[name] is None:
+            raise ValueError(f"{where}: field {name!r} missing")
+        row[name] = _test_list(row[name], name, where)
+    if not row["FAIL_TO_PASS"]:
+        raise ValueError(f"{where}: field 'FAIL_TO_PASS' is empty (the utility divides by "
+                         "|FAIL_TO_PASS|)")
+    both = sorted(set(row["FAIL_TO_PASS"]) & set(row["PASS_TO_PASS"]))
+    if both:
+        raise ValueError(f"{where}: field 'PASS_TO_PASS' repeats FAIL_TO_PASS ids: {both[:5]}")
+    for name in ("image", "eval_script", "log_parser", "workdir"):
+        if row.get(name) is not None and not isinstance(row[name], str):
+            raise ValueError(f"{where}: field {name!r} must be a string, got "
+                             f"{type(row[name]).__name__}")
+    if row.get("repo_dir") is not None and not isinstance(row["repo_dir"], str):
+        raise ValueError(f"{where}: field 'repo_dir' must be a string or null")
+    if row.get("extra") is not None and not isinstance(row["extra"], dict):
+        raise ValueError(f"{where}: field 'extra' must be an object")
+
+    extra = dict(row.get("extra") or {})
+    for key, value in row.items():
+        if key not in _TASK_FIELDS:
+            extra[key] = value
+    if official:
+        if row.get("image"):
+            extra["dataset_image"] = row["image"]
+        image = swebench_image(row["instance_id"])
+    else:
+        image = row.get("image") or swebench_image(row["instance_id"])
+    log_parser = row.get("log_parser") or _default_parser(row["repo"], where)
+    try:
+        from eval.grading import resolve_parser
+
+        log_parser = resolve_parser(log_parser)[0]
+    except ValueError as exc:
+        raise ValueError(f"{where}: field 'log_parser': {exc}") from None
+    eval_script = _official_eval_script(row, image, log_parser, where)
+    repo_dir = row.get("repo_dir")
+    if repo_dir and base_dir is not None and not Path(repo_dir).is_absolute():
+        repo_dir = str((base_dir / repo_dir).resolve())
+    return Task(
+        instance_id=row["instance_id"], repo=row["repo"], base_commit=row["base_commit"],
+        problem_statement=row["problem_statement"], patch=row["patch"],
+        test_patch=row["test_patch"], FAIL_TO_PASS=row["FAIL_TO_PASS"],
+        PASS_TO_PASS=row["PASS_TO_PASS"], version=row["version"],
+        environment_setup_commit=row["environment_setup_commit"], image=image,
+        eval_script=eval_script, log_parser=log_parser, repo_dir=repo_dir,
+        workdir=row.get("workdir") or "/testbed", extra=extra)
+
+
+def tasks_from_rows(rows, *, source: str, official: bool = False,
+                    base_dir: Path | None = None, row_numbers: list[int] | None = None
+                    ) -> list[Task]:
+    """Validate every row (see :func:`task_from_row`) and refuse duplicate instance ids.
+
+    Raises:
+        ValueError: the first malformed row, or ``"<source>: duplicate instance_id ..."``
+            naming the ids and their row numbers.
+    """
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    dups: list[str] = []
+    for i, row in enumerate(rows):
+        n = row_numbers[i] if row_numbers else i + 1
+        t = task_from_row(row, n, source=source, official=official, base_dir=base_dir)
+        if t.instance_id in seen:
+            dups.append(f"{t.instance_id} (rows {seen[t.instance_id]} and {n})")
+        seen.setdefault(t.instance_id, n)
+        tasks.append(t)
+    if dups and not official:
+        raise ValueError(f"{source}: duplicate instance_id: {', '.join(dups[:10])}")
+    return tasks
+
+
+# ---------------------------------------------------------------------------
+# file readers
+# ---------------------------------------------------------------------------
+
+def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
+    """Rows of a ``.jsonl`` (one object a line; blank lines skipped), ``.json`` (a list of
+    objects) or ``.parquet`` file (read with HF ``datasets``), with their 1-based numbers
+    (jsonl: line numbers).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: an unknown suffix, or an unparsable line / document (with its number).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tasks file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows, nums = [], []
+        with open(path, encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path} row {line_no}: not valid JSON ({exc.msg})") from None
+                nums.append(line_no)
+        return rows, nums
+    if suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+            data = data["tasks"]
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a JSON list of task rows, got {type(data).__name__}")
+        return data, list(range(1, len(data) + 1))
+    if suffix == ".parquet":
+        from datasets import load_dataset
+
+        ds = load_dataset("parquet", data_files=str(path), split="train")
+        return [dict(r) for r in ds], list(range(1, len(ds) + 1))
+    raise ValueError(f"{path}: unknown tasks file type {suffix!r} (expected .jsonl, .json or .parquet)")
+
+
+def _hub_rows(hub_id: str, split: str) -> list[dict]:
+    try:
+        from datasets import load_dataset
+
+        ds = load_dataset(hub_id, split=split)
+    except Exception as exc:
+        raise RuntimeError(
+            f"official500: could not load {hub_id} split {split!r} through HF datasets "
+            f"({type(exc).__name__}: {str(exc)[:300]}). Offline? Pass a local copy as "
+            "'official500:PATH' (parquet/jsonl/json with the SWE-bench fields).") from exc
+    return [dict(r) for r in ds]
+
+
+def check_official(tasks: list[Task], source: str = "official500") -> None:
+    """Refuse anything but exactly 500 unique instance ids (SWE-bench Verified).
+
+    Raises:
+        ValueError: saying how many rows and unique ids were found and which ids repeat.
+    """
+    ids = [t.instance_id for t in tasks]
+    counts = Counter(ids)
+    dups = sorted(k for k, c in counts.items() if c > 1)
+    if len(ids) != OFFICIAL_SIZE or dups:
+        msg = (f"{source}: expected {OFFICIAL_SIZE} unique instance ids, found {len(ids)} rows "
+               f"with {len(counts)} unique ids")
+        if dups:
+            msg += f"; duplicated: {', '.join(dups[:10])}" + (" ..." if len(dups) > 10 else "")
+        raise ValueError(msg)
+
+
+def load_official(path: str | Path | None = None) -> list[Task]:
+    """SWE-bench Verified: from the hub (``path=None``) or a local file; 500 ids checked.
+
+    Raises: ValueError (malformed row, wrong count/duplicates), RuntimeError (hub unreachable),
+    FileNotFoundError.
+    """
+    if path is None:
+        rows, nums, src = _hub_rows(OFFICIAL_HUB_ID, OFFICIAL_SPLIT), None, "official500"
+    else:
+        rows, nums = read_rows(path)
+        src = f"official500 ({path})"
+    tasks = tasks_from_rows(rows, source=src, official=True, row_numbers=nums)
+    check_official(tasks, src)
+    return tasks
+
+
+# ---------------------------------------------------------------------------
+# load_tasks
+# ---------------------------------------------------------------------------
+
+def _select(tasks: list[Task], ids: list[str], source: str) -> list[Task]:
+    by_id = {t.instance_id: t for t in tasks}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{source}: {len(missing)} sealed id(s) not in the pool: "
+                         f"{', '.join(missing[:10])}")
+    return [by_id[i] for i in ids]
+
+
+def _load_manifest_tasks(manifest_path: Path, source: str) -> list[Task]:
+    from eval.holdout import read_manifest
+
+    man = read_manifest(manifest_path)
+    pool = load_tasks(man["pool"], purpose="eval")
+    from eval.holdout import ids_sha256
+
+    pool_sha = ids_sha256([t.instance_id for t in pool])
+    if man.get("pool_sha256") and man["pool_sha256"] != pool_sha:
+        raise ValueError(f"{source}: pool {man['pool']!r} changed since {manifest_path} was "
+                         f"sealed (pool sha256 {pool_sha[:12]} != sealed {man['pool_sha256'][:12]})")
+    return _select(pool, man["ids"], source)
+
+
+def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = None,
+               log=None) -> list[Task]:
+    """Load a task list by source name (see the module docstring for the names).
+
+    Args:
+        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``, a
+            sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
+        purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
+        path: local file for ``official500`` (same as ``official500:PATH``).
+        log: progress printer for a bundled build (default: print to stderr).
+
+    Returns: tasks in source order.
+
+    Raises:
+        ValueError: unknown source/purpose, malformed rows, wrong official count,
+            sealed ids loaded for training (:class:`eval.holdout.SealedTaskError`).
+        FileNotFoundError: a missing file or manifest.
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose: expected one of {PURPOSES}, got {purpose!r}")
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source: expected a non-empty string, got {source!r}")
+    name, _, arg = source.partition(":")
+    if name not in ("official500", "holdout100", "bundled"):
+        name, arg = source, ""
+    if name == "official500":
+        tasks = load_official(arg or path)
+    elif name == "holdout100":
+        if arg:
+            raise ValueError(f"source: holdout100 takes no argument, got {source!r}")
+        tasks = _load_manifest_tasks(datasets_dir() / "holdout100.json", "holdout100")
+    elif name == "bundled":
+        from eval.build_tasks import ensure_built
+
+        tasks = ensure_built(log=log)
+        if arg in ("train", "holdout"):
+            from eval.holdout import sealed_ids
+
+            if arg == "holdout":
+                tasks = _load_manifest_tasks(datasets_dir() / "bundled_holdout.json",
+                                             "bundled:holdout")
+            else:
+                sealed = sealed_ids()
+                tasks = [t for t in tasks if t.instance_id not in sealed]
+        elif arg:
+            raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
+    else:
+        p = Path(source)
+        if not p.suffix:
+            raise ValueError(f"source: unknown task source {source!r} (expected official500, "
+                             "holdout100, bundled[:train|:holdout] or a .jsonl/.json/.parquet path)")
+        if p.suffix == ".json" and p.is_file():
+            try:
+                head = json.loads(p.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                head = None
+            if isinstance(head, dict) and head.get("sealed") is True:
+                tasks = _load_manifest_tasks(p, str(p))
+                return _guard(tasks, purpose)
+        rows, nums = read_rows(p)
+        tasks = tasks_from_rows(rows, source=str(p), base_dir=p.resolve().parent,
+                                row_numbers=nums)
+    return _guard(tasks, purpose)
+
+
+def _guard(tasks: list[Task], purpose: str) -> list[Task]:
+    if purpose == "train":
+        from eval.holdout import check_not_sealed
+
+        check_not_sealed([t.instance_id for t in tasks])
+    return tasks
+
+
+def save_tasks(tasks: list[Task], path: str | Path) -> None:
+    """Write tasks as jsonl (one :meth:`Task.to_dict` per line), via temp file + rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for t in tasks:
+            fh.write(json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# trial specs
+# ---------------------------------------------------------------------------
+
+_ARCHIVES: dict[tuple[str, str], bytes] = {}
+_ARCHIVE_LOCK = threading.Lock()
+
+
+def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
+    """``git archive --format=tar <commit>`` of ``repo_dir`` (bytes), cached per
+    ``(resolved repo_dir, commit)`` for the life of the process.
+
+    Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot archive it.
+    """
+    key = (str(Path(repo_dir).resolve()), commit)
+    with _ARCHIVE_LOCK:
+        hit = _ARCHIVES.get(key)
+    if hit is not None:
+        return hit
+    proc = subprocess.run(["git", "-C", key[0], "archive", "--format=tar", commit],
+                          capture_output=True)
+    if proc.returncode != 0:
+        raise ValueError(f"repo_dir/base_commit: git archive {commit} in {key[0]} failed: "
+                         f"{proc.stderr.decode(errors='replace').strip()[:300]}")
+    with _ARCHIVE_LOCK:
+        _ARCHIVES[key] = proc.stdout
+    return proc.stdout
+
+
+def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: float = 600.0,
+                    limits=None, labels: dict[str, str] | None = None):
+    """The :class:`sandbox.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
+    may be empty) on ``task``.
+
+    ``repo_archive`` is the ``git archive`` of ``task.repo_dir`` at ``base_commit`` for
+    bundled tasks (cached), ``None`` for SWE-bench images that hold ``/testbed`` already.
+
+    Args:
+        timeout_s: wall-clock limit of apply + eval, seconds.
+        limits: :class:`sandbox.Limits` (default limits when None).
+
+    Raises:
+        ValueError: the task has no eval script, or its repository cannot be archived.
+    """
+    from sandbox import Limits, TrialSpec
+
+    if not task.eval_script:
+        raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
+                         "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "
+                         "e.g. SWE-bench/SWE-bench_Verified)")
+    archive = repo_archive(task.repo_dir, task.base_commit) if task.repo_dir else None
+    return TrialSpec(trial_id=trial_id, image=task.image, eval_script=task.eval_script,
+                     artifact=artifact or "", repo_archive=archive, workdir=task.workdir,
+                     timeout_s=timeout_s, limits=limits or Limits(),
+                     labels={"ecredit.task": task.instance_id[:60], **(labels or {})})
