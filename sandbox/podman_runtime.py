@@ -68,7 +68,9 @@ class PodmanService:
         self.proc = subprocess.Popen(
             ["podman", "system", "service", "--time=0", self.url],
             stdout=self._log, stderr=subprocess.STDOUT, env=podman_env(),
-            start_new_session=True)
+            # conmon drops an "oom" marker file in the service's working directory
+            # when a container is OOM-killed: keep it out of the caller's tree
+            cwd=self._dir, start_new_session=True)
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
