@@ -90,6 +90,12 @@ class PodmanSession:
         return _format(code, text, timeout_s, max_output_chars)
 
     def close(self) -> None:
+        # `sleep` as PID 1 ignores SIGTERM: remove(force=True) alone waits podman's 10 s stop
+        # timeout before its SIGKILL, on every rollout. Kill first.
+        try:
+            self.container.kill(signal="SIGKILL")
+        except Exception:
+            pass
         self.runtime._force_remove(self.endpoint, self.name)
         try:
             self._client.close()

@@ -1,0 +1,70 @@
+"""ECreditConfig: the one configuration object of a run (a ``GRPOConfig`` subclass).
+
+Every field is settable from the command line (``--credit_lambda 0.5`` or
+``--credit-lambda 0.5``) and from a YAML file (``--config file.yaml``), through
+transformers' ``HfArgumentParser``, as TRL's own scripts do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+ARMS = ("O", "B", "M", "E")
+DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
+
+
+@dataclass
+class ECreditConfig(GRPOConfig):
+    """GRPO configuration plus the counterfactual-credit fields (DESIGN.md §3).
+
+    Raises ValueError (naming the field) for an unknown arm, runtime or terminal
+    reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
+    ``max_turns`` < 1 or ``verifier_concurrency`` < 1.
+    """
+
+    arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
+                                                    "the selected turn), E (A on the selected turn)"})
+    credit_lambda: float = field(default=0.5, metadata={"help": "λ: weight of the contrast D"})
+    credit_cap: float = field(default=1.0, metadata={"help": "c: cap on |C(t)| per token"})
+    test_path_patterns: list[str] = field(
+        default_factory=lambda: list(DEFAULT_TEST_PATTERNS),
+        metadata={"help": "edit blocks touching only these paths are not eligible"})
+    selection_seed: int = field(default=0, metadata={"help": "run seed of block selection"})
+    runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
+    podman_endpoints: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Podman API URLs (unix://, ssh://); empty: start a local service"})
+    verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
+    verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
+    trial_timeout_s: float = field(default=120.0, metadata={"help": "seconds per verifier trial"})
+    bash_timeout_s: float = field(default=30.0, metadata={"help": "seconds per agent bash call"})
+    tasks: str = field(default="bundled:train", metadata={"help": "task source (bundled:train, official500, "
+                                                            "a .jsonl path, ...)"})
+    max_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks"})
+    max_turns: int = field(default=4, metadata={"help": "assistant turns per rollout"})
+    terminal_reward: str = field(default="resolved", metadata={"help": "resolved or utility"})
+    run_name_prefix: str = field(default="ecredit", metadata={"help": "runs/<prefix>-<arm>-..."})
+    runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
+
+    def __post_init__(self) -> None:
+        if self.arm not in ARMS:
+            raise ValueError(f"arm: expected one of {ARMS}, got {self.arm!r}")
+        if self.runtime not in ("podman", "local"):
+            raise ValueError(f"runtime: expected 'podman' or 'local', got {self.runtime!r}")
+        if self.terminal_reward not in ("resolved", "utility"):
+            raise ValueError(f"terminal_reward: expected 'resolved' or 'utility', "
+                             f"got {self.terminal_reward!r}")
+        if not self.credit_lambda >= 0:
+            raise ValueError(f"credit_lambda: must be >= 0, got {self.credit_lambda}")
+        if not self.credit_cap > 0:
+            raise ValueError(f"credit_cap: must be > 0, got {self.credit_cap}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns: must be >= 1, got {self.max_turns}")
+        if self.verifier_concurrency < 1:
+            raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
+        # one assistant turn per tool-calling iteration, plus the first generation
+        if self.max_tool_calling_iterations is None:
+            self.max_tool_calling_iterations = self.max_turns - 1
+        super().__post_init__()

@@ -1,0 +1,159 @@
+"""From a finished rollout to its credit query: turns, snapshots, selection, ablation.
+
+Pure functions (turn maps, snapshot grouping, contrast) plus :func:`plan_query`,
+which reads git trees but never a verifier result (DESIGN.md §3: selection is
+verifier-blind and recorded before any trial runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ecredit_trl.blocks import SelectionRecord, ablate, edit_blocks, eligibility
+from ecredit_trl.credit import credit_coefficients_batch
+
+EXCLUSION_ORDER = ("format_error", "no_eligible_block", "no_original_utility")
+"""Exclusion reasons, applied in this order (DESIGN.md §3, issue "Credit core")."""
+
+
+def token_turns(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
+    """Turn index of every completion token, -1 where the token is not policy-generated.
+
+    Args:
+        completion_mask: (B, T) {0,1}; 1 on real completion tokens (TRL's mask).
+        tool_mask: (B, T) {0,1} or None; 0 on tool-result tokens. TRL pads it
+            with 1, so it is always combined with ``completion_mask``.
+
+    Returns: (B, T) int64. Turn k (1-based) is the k-th run of generated tokens
+    of the row: each assistant generation is one contiguous run, separated
+    from the next by tool-result tokens.
+    """
+    gen = completion_mask.bool()
+    if tool_mask is not None:
+        gen = gen & tool_mask.bool()
+    g = gen.long()
+    starts = g.clone()
+    starts[:, 1:] = (g[:, 1:] - g[:, :-1]).clamp(min=0)
+    turn = starts.cumsum(dim=1)
+    return torch.where(gen, turn, torch.full_like(turn, -1))
+
+
+def per_token_advantages(arm: str, *, advantages: torch.Tensor, completion_mask: torch.Tensor,
+                         tool_mask: torch.Tensor | None, contrasts: Sequence[float | None],
+                         selected_turns: Sequence[int | None], credit_lambda: float,
+                         credit_cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask`` (DESIGN.md §2).
+
+    Args:
+        advantages: (B,) float — the terminal group advantages A from TRL.
+        completion_mask, tool_mask: (B, T) {0,1} (``tool_mask`` may be None).
+        contrasts: D per row (None: unavailable, or not used by the arm).
+        selected_turns: the selected block's turn per row (None: no selection).
+
+    Returns: ``(per_token, C, turns)``: (B, T) float32 advantages for TRL's
+    token-level loss, (B, T) float32 coefficients C, (B, T) int64 turn map.
+    """
+    turns = token_turns(completion_mask, tool_mask)
+    A = advantages.to(torch.float32)
+    C = credit_coefficients_batch(arm, advantages=A.detach().cpu().tolist(), contrasts=contrasts,
+                                  token_turn=turns.cpu(), selected_turns=selected_turns,
+                                  credit_lambda=credit_lambda, credit_cap=credit_cap).to(A.device)
+    mask = completion_mask.to(torch.float32)
+    if tool_mask is not None:
+        mask = mask * tool_mask.to(torch.float32)
+    return (A[:, None] + C) * mask, C, turns
+
+
+def turn_snapshots(base_tree: str, call_turns: Sequence[int], call_trees: Sequence[str],
+                   num_turns: int) -> list[str]:
+    """Group per-call snapshots into per-turn snapshots ``[S_0, ..., S_K]``.
+
+    Args:
+        base_tree: S_0.
+        call_turns: the turn (1-based) during which each tool call ran, non-decreasing.
+        call_trees: the tree after each call, same length.
+        num_turns: K, the number of assistant turns of the rollout.
+
+    Returns: K + 1 tree ids; S_k is the tree after the last call of a turn ≤ k
+    (a turn without a call leaves the tree as it was).
+
+    Raises: ValueError when the lists differ in length or a call's turn is outside 1..K.
+    """
+    if len(call_turns) != len(call_trees):
+        raise ValueError("call_trees: one tree per call expected")
+    snaps = [base_tree]
+    current = base_tree
+    i = 0
+    for k in range(1, num_turns + 1):
+        while i < len(call_turns) and call_turns[i] <= k:
+            if call_turns[i] < 1:
+                raise ValueError(f"call_turns: turn {call_turns[i]} outside 1..{num_turns}")
+            current = call_trees[i]
+            i += 1
+        snaps.append(current)
+    if i != len(call_turns):
+        raise ValueError(f"call_turns: turn {call_turns[i]} outside 1..{num_turns}")
+    return snaps
+
+
+def contrast(u_factual: float | None, u_ablated: float | None) -> float | None:
+    """D = U(P) − U(P\\b); None when either utility is unavailable (DESIGN.md §3)."""
+    if u_factual is None or u_ablated is None:
+        return None
+    return float(u_factual) - float(u_ablated)
+
+
+@dataclass
+class QueryPlan:
+    """The verifier-blind part of one rollout's credit query.
+
+    Attributes:
+        selection: the recorded choice (blocks, eligibility, selected turn).
+        final_artifact: patch base → S_K (may be "").
+        ablated_artifact: patch base → S_K with the selected block restored, or None.
+        ablation: :meth:`blocks.Ablation.to_json` of the selected block, or None.
+        exclusion: first exclusion reason known before trials
+            (``format_error`` / ``no_eligible_block``) or None.
+    """
+
+    selection: SelectionRecord
+    final_artifact: str
+    ablated_artifact: str | None
+    ablation: dict | None
+    exclusion: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: int,
+               run_seed: int, test_patterns: Sequence[str], format_error: bool) -> QueryPlan:
+    """Blocks, eligibility, selection and ablation for one rollout (no verifier input).
+
+    Args:
+        repo: git repository holding the snapshot trees.
+        snapshots: ``[S_0, ..., S_K]``.
+        format_error: the trajectory never produced a valid tool call.
+
+    Returns: :class:`QueryPlan`. Raises SnapshotError for unknown trees.
+    """
+    from sandbox.snapshot import artifact
+
+    blocks = edit_blocks(repo, snapshots)
+    judged = eligibility(repo, snapshots, blocks, test_patterns=test_patterns)
+    sel = SelectionRecord.build(task_id=task_id, rollout_index=rollout_index, run_seed=run_seed,
+                                blocks=blocks, judged=judged, test_patterns=test_patterns)
+    final = artifact(repo, snapshots[0], snapshots[-1])
+    exclusion = None
+    if format_error:
+        exclusion = "format_error"
+    elif sel.selected_turn is None:
+        exclusion = "no_eligible_block"
+    ablated = abl = None
+    if sel.selected_turn is not None:
+        block = next(b for b in blocks if b.turn == sel.selected_turn)
+        ab = ablate(repo, snapshots, block)
+        ablated, abl = ab.artifact, ab.to_json()
+    return QueryPlan(selection=sel, final_artifact=final, ablated_artifact=ablated,
+                     ablation=abl, exclusion=exclusion)

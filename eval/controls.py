@@ -1,0 +1,408 @@
+"""Environment controls and admission: gold and empty patch per task, admission manifest.
+
+``python -m eval.controls --split S --out DIR [--runtime podman|local --concurrency C
+--timeout-s T --task-id ID ...]``
+
+For every task of the split, in fresh sandboxes (DESIGN.md §4, issue 6):
+
+* **gold** control: the task's gold patch; expected resolved (graded with the empty control's
+  log for attribution);
+* **empty** control: no patch; expected F2P not passing and P2P passing.
+
+Counts (each with its id list; control ids are ``<task id>:gold`` / ``<task id>:empty``):
+``controls``, ``raw_as_expected``, ``strict_as_expected``, ``report_binary_as_expected``,
+``unresolved`` (gold not resolved), ``partially_observed`` (a control whose report misses a
+listed test or is rejected), ``expectation_mismatches`` (tasks whose gold is not resolved, or
+whose empty patch passes an F2P test or fails a P2P test), ``infra_errors``, ``admitted``.
+
+Writes ``DIR/admission.json`` (the manifest :func:`check_admission` verifies):
+
+    {"schema", "kind": "admission", "split", "tasks": {"count", "sha256"}, "images":
+     {name: digest}, "parsers": {repo: parser}, "unknown_rule", "admission_rule",
+     "admitted": [ids], "not_admitted": {id: [reasons]}, "runtime", "created_at"}
+
+plus ``controls.json`` (counts, ids, per-task details), ``controls.md`` and ``logs/``. Per-task
+results are cached in ``DIR/tasks/`` keyed by the task's image digest, eval script and lists,
+so a rerun only runs what changed or failed with an infra error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
+           "control_counts", "main", "run_controls"]
+
+SCHEMA = 1
+
+#: When an evaluation slot is ``unknown`` (eval.run; recorded in every manifest).
+UNKNOWN_RULE = (
+    "A slot is unknown when its verifier report is incomplete (a listed FAIL_TO_PASS/PASS_TO_PASS "
+    "test has no observed status, or the log is rejected as swebench's get_logs_eval would) and "
+    "the same task's empty-patch control did not observe every listed test (no attribution); or "
+    "its trial ended in infra_error after the pool's retries; or its rollout is missing; or the "
+    "agent's sandbox failed. Incomplete reports with a complete control count as failures "
+    "(attributed). Unknown slots stay in the denominator and count as not resolved."
+)
+
+#: Which tasks are admitted.
+ADMISSION_RULE = (
+    "admitted = no control trial ended in infra_error, the gold patch is SWE-bench resolved "
+    "with a complete report, and the empty patch's report is complete with no FAIL_TO_PASS "
+    "test passing and every PASS_TO_PASS test passing."
+)
+
+
+class AdmissionError(ValueError):
+    """The admission manifest does not match the evaluation (names what changed)."""
+
+
+def _ids_sha256(ids) -> str:
+    from eval.holdout import ids_sha256
+
+    return ids_sha256(list(ids))
+
+
+def _slug(text: str, n: int = 40) -> str:
+    import re
+
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._-") or "x"
+    return f"{s[:n]}-{hashlib.sha256(text.encode()).hexdigest()[:6]}"
+
+
+def _write_json(path: Path, obj) -> None:
+    from eval.run import _write_json as wj
+
+    wj(path, obj)
+
+
+def _digests(images: Sequence[str], runtime_kind: str) -> dict[str, str | None]:
+    """Image name → digest (``sandbox.images.image_digest``); None for a local runtime or an
+    image absent locally."""
+    if runtime_kind != "podman":
+        return dict.fromkeys(sorted(set(images)))
+    from sandbox.images import image_digest
+
+    return {name: image_digest(name) for name in sorted(set(images))}
+
+
+# ---------------------------------------------------------------------------
+# pure counting
+# ---------------------------------------------------------------------------
+
+
+def control_counts(per_task: dict[str, dict]) -> dict:
+    """Counts and id lists from per-task control results (pure).
+
+    Args:
+        per_task: task id → ``{"gold": g, "empty": e}`` where each of ``g`` / ``e`` has
+            ``exit_class``, ``resolved``, ``complete``, ``classification`` {raw,
+            report_binary, strict, unknown}, ``f2p_passed`` (int), ``p2p_all_passing``
+            (bool); an ``infra_error`` control may hold only ``exit_class``.
+
+    Returns: ``{name: {"count": int, "ids": [...]}}`` for ``controls``, ``raw_as_expected``,
+        ``strict_as_expected``, ``report_binary_as_expected``, ``unresolved``,
+        ``partially_observed``, ``expectation_mismatches``, ``infra_errors``, ``admitted``,
+        plus ``not_admitted``: task id → reasons.
+    """
+    ids: dict[str, list[str]] = {k: [] for k in (
+        "controls", "raw_as_expected", "strict_as_expected", "report_binary_as_expected",
+        "unresolved", "partially_observed", "expectation_mismatches", "infra_errors",
+        "admitted")}
+    not_admitted: dict[str, list[str]] = {}
+    for tid in sorted(per_task):
+        reasons: list[str] = []
+        for role in ("gold", "empty"):
+            c = per_task[tid].get(role) or {"exit_class": "missing"}
+            cid = f"{tid}:{role}"
+            ids["controls"].append(cid)
+            if c.get("exit_class") in ("infra_error", "missing"):
+                ids["infra_errors"].append(cid)
+                reasons.append(f"{role}: {c.get('exit_class')}")
+                continue
+            cl = c.get("classification") or {}
+            for key in ("raw", "strict", "report_binary"):
+                if cl.get(key):
+                    ids[f"{key}_as_expected"].append(cid)
+            if not c.get("complete"):
+                ids["partially_observed"].append(cid)
+                reasons.append(f"{role}: report incomplete")
+        g, e = per_task[tid].get("gold") or {}, per_task[tid].get("empty") or {}
+        mismatch = []
+        if g.get("exit_class") not in ("infra_error", "missing", None) and not g.get("resolved"):
+            ids["unresolved"].append(tid)
+            mismatch.append("gold not resolved")
+        if e.get("exit_class") not in ("infra_error", "missing", None):
+            if e.get("f2p_passed", 0) > 0:
+                mismatch.append("empty passes FAIL_TO_PASS")
+            if not e.get("p2p_all_passing", False):
+                mismatch.append("empty fails PASS_TO_PASS")
+        if mismatch:
+            ids["expectation_mismatches"].append(tid)
+            reasons += mismatch
+        if reasons:
+            not_admitted[tid] = reasons
+        else:
+            ids["admitted"].append(tid)
+    out = {k: {"count": len(v), "ids": v} for k, v in ids.items()}
+    out["not_admitted"] = not_admitted
+    return out
+
+
+def render_markdown(result: dict) -> str:
+    """``controls.md`` (pure)."""
+    c = result["counts"]
+    lines = ["# Environment controls", "", f"- split: `{result['split']}`",
+             f"- tasks: {result['tasks']['count']} (sha256 `{result['tasks']['sha256'][:16]}`)",
+             f"- runtime: `{result['runtime']}`", "",
+             "| count | value | ids (first 10) |", "|---|---|---|"]
+    for k in ("controls", "raw_as_expected", "strict_as_expected", "report_binary_as_expected",
+              "unresolved", "partially_observed", "expectation_mismatches", "infra_errors",
+              "admitted"):
+        shown = ", ".join(c[k]["ids"][:10]) + (" …" if len(c[k]["ids"]) > 10 else "")
+        lines.append(f"| {k} | {c[k]['count']} | {shown if k != 'controls' else ''} |")
+    lines += ["", f"Admission rule: {ADMISSION_RULE}", "", f"Unknown rule: {UNKNOWN_RULE}", ""]
+    if c["not_admitted"]:
+        lines += ["## Not admitted", "", "| task | reasons |", "|---|---|"]
+        lines += [f"| {t} | {'; '.join(r)} |" for t, r in c["not_admitted"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------
+
+
+def _task_key(task, digest: str | None) -> str:
+    blob = json.dumps([task.instance_id, task.image, digest, task.base_commit,
+                       hashlib.sha256(task.eval_script.encode()).hexdigest(),
+                       hashlib.sha256(task.patch.encode()).hexdigest(),
+                       task.FAIL_TO_PASS, task.PASS_TO_PASS, task.log_parser])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _grade_control(task, res, *, expected: bool, control_log: str | None) -> dict:
+    from eval.grading import grade
+
+    row = {"exit_class": res.exit_class, "trial_id": res.trial_id,
+           "service_s": res.service_s, "attempts": res.attempts}
+    if res.exit_class == "infra_error":
+        return {**row, "error": res.error}
+    rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
+                parser=task.log_parser, control_log=control_log,
+                harness_exit=None if res.exit_class == "ok" else res.exit_class,
+                expected_resolved=expected)
+    return {**row, "resolved": rep.resolved, "complete": rep.complete,
+            "attributed": rep.attributed, "utility": rep.utility,
+            "classification": dict(rep.classification), "f2p_passed": rep.f2p_passed,
+            "p2p_all_passing": rep.p2p_all_passing, "missing": list(rep.missing),
+            "log_rejected": rep.log_rejected, "f2p": dict(rep.f2p), "p2p": dict(rep.p2p)}
+
+
+def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: int = 2,
+                 timeout_s: float = 600.0, max_retries: int = 1,
+                 task_ids: Sequence[str] | None = None,
+                 log: Callable[[str], None] | None = None) -> dict:
+    """Run gold + empty controls for every task of ``split`` and write the manifest.
+
+    Args:
+        split: task source of :func:`eval.tasks.load_tasks`.
+        out: output folder (created; cached per-task results reused).
+        runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
+            for digests is ``"podman"`` unless it is a ``LocalRuntime``).
+        concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds.
+        task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
+
+    Returns: the ``controls.json`` dict (``counts``, ``per_task``, ``manifest``).
+
+    Raises: ValueError naming ``task_ids`` entries not in the split or a bad concurrency.
+    """
+    from eval.tasks import load_tasks, task_trial_spec
+    from sandbox import VerifierPool, make_runtime
+
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if concurrency < 1:
+        raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
+    t0 = time.time()
+    tasks = load_tasks(split, purpose="eval")
+    if task_ids:
+        known = {t.instance_id for t in tasks}
+        unknown = [i for i in task_ids if i not in known]
+        if unknown:
+            raise ValueError(f"--task-id: not in {split}: {unknown[:10]}")
+        wanted = set(task_ids)
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    out = Path(out)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    kind = runtime if isinstance(runtime, str) else (
+        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
+    digests = _digests([t.image for t in tasks], kind)
+    per_task: dict[str, dict] = {}
+    todo = []
+    for t in tasks:
+        key = _task_key(t, digests.get(t.image))
+        cp = out / "tasks" / f"{_slug(t.instance_id)}.json"
+        if cp.is_file():
+            try:
+                cached = json.loads(cp.read_text())
+            except json.JSONDecodeError:
+                cached = None
+            if cached and cached.get("key") == key and all(
+                    (cached.get(r) or {}).get("exit_class") != "infra_error"
+                    for r in ("gold", "empty")):
+                per_task[t.instance_id] = cached
+                continue
+        todo.append((t, key, cp))
+    say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
+    own_rt = isinstance(runtime, str)
+    rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
+    try:
+        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+            futs = []
+            for t, key, cp in todo:
+                sid = f"{_slug(t.instance_id)}-{uuid.uuid4().hex[:6]}"
+                fe = pool.submit(task_trial_spec(t, "", f"ctl-empty-{sid}", timeout_s=timeout_s,
+                                                 labels={"ecredit.role": "control"}))
+                fg = pool.submit(task_trial_spec(t, t.patch, f"ctl-gold-{sid}",
+                                                 timeout_s=timeout_s,
+                                                 labels={"ecredit.role": "control"}))
+                futs.append((t, key, cp, fe, fg))
+            for t, key, cp, fe, fg in futs:
+                re_, rg = fe.result(), fg.result()
+                for res in (re_, rg):
+                    from eval.run import _atomic_write
+
+                    _atomic_write(out / "logs" / f"{res.trial_id}.log", res.log)
+                empty = _grade_control(t, re_, expected=False, control_log=None)
+                gold = _grade_control(t, rg, expected=True,
+                                      control_log=re_.log if re_.exit_class == "ok" else None)
+                row = {"key": key, "task_id": t.instance_id, "repo": t.repo, "image": t.image,
+                       "gold": gold, "empty": empty}
+                _write_json(cp, row)
+                per_task[t.instance_id] = row
+    finally:
+        if own_rt:
+            rt.close()
+    counts = control_counts({tid: {"gold": r["gold"], "empty": r["empty"]}
+                             for tid, r in per_task.items()})
+    ids = [t.instance_id for t in tasks]
+    manifest = {
+        "schema": SCHEMA, "kind": "admission", "split": split,
+        "tasks": {"count": len(ids), "sha256": _ids_sha256(ids), "subset": bool(task_ids)},
+        "images": digests,
+        "parsers": dict(sorted({t.repo: t.log_parser for t in tasks}.items())),
+        "unknown_rule": UNKNOWN_RULE, "admission_rule": ADMISSION_RULE,
+        "admitted": counts["admitted"]["ids"], "not_admitted": counts["not_admitted"],
+        "runtime": kind, "created_at": time.time(),
+    }
+    _write_json(out / "admission.json", manifest)
+    result = {"schema": SCHEMA, "split": split, "runtime": kind, "tasks": manifest["tasks"],
+              "counts": counts,
+              "per_task": {tid: {k: v for k, v in r.items() if k != "key"}
+                           for tid, r in sorted(per_task.items())},
+              "manifest": str(out / "admission.json"), "wall_s": round(time.time() - t0, 3)}
+    _write_json(out / "controls.json", result)
+    from eval.run import _atomic_write
+
+    _atomic_write(out / "controls.md", render_markdown(result))
+    say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; manifest "
+        f"{out / 'admission.json'}")
+    return result
+
+
+def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podman") -> dict:
+    """Verify that ``tasks`` and their images are those an admission manifest was written for.
+
+    Args:
+        manifest_path: ``admission.json`` (or the controls folder holding it).
+        tasks: the evaluation's task list.
+        runtime: ``"podman"`` checks every image digest now with
+            ``sandbox.images.image_digest``; ``"local"`` skips digests (images unused).
+
+    Returns: ``{"path", "sha256" (of the manifest file), "split", "tasks_sha256",
+        "admitted", "not_admitted": [ids], "unknown_rule"}`` for the results.
+
+    Raises:
+        FileNotFoundError: no manifest at the path.
+        AdmissionError: not a manifest, another task list (sha256 differs), another image set,
+            or an image whose digest changed (each named).
+    """
+    p = Path(manifest_path)
+    if p.is_dir():
+        p = p / "admission.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"--admission: no manifest at {p}")
+    raw = p.read_bytes()
+    try:
+        man = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise AdmissionError(f"--admission {p}: not valid JSON ({exc.msg})") from None
+    if not isinstance(man, dict) or man.get("kind") != "admission":
+        raise AdmissionError(f"--admission {p}: field 'kind' is not 'admission'")
+    ids = [t.instance_id for t in tasks]
+    sha = _ids_sha256(ids)
+    want = (man.get("tasks") or {}).get("sha256")
+    if want != sha:
+        raise AdmissionError(f"--admission {p}: task list changed (sha256 {sha[:12]} of "
+                             f"{len(ids)} tasks != manifest {str(want)[:12]} of "
+                             f"{(man.get('tasks') or {}).get('count')} tasks)")
+    images = man.get("images") or {}
+    now_images = sorted({t.image for t in tasks})
+    if sorted(images) != now_images:
+        extra = sorted(set(now_images) - set(images))
+        gone = sorted(set(images) - set(now_images))
+        raise AdmissionError(f"--admission {p}: images changed (new: {extra[:5]}, "
+                             f"no longer used: {gone[:5]})")
+    kind = runtime if isinstance(runtime, str) else (
+        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
+    if kind == "podman":
+        now = _digests(now_images, "podman")
+        changed = [f"{name}: {images[name]} -> {now[name]}" for name in now_images
+                   if images[name] != now[name]]
+        if changed:
+            raise AdmissionError(f"--admission {p}: image digest changed: {'; '.join(changed[:5])}")
+    return {"path": str(p.resolve()), "sha256": hashlib.sha256(raw).hexdigest(),
+            "split": man.get("split"), "tasks_sha256": sha,
+            "admitted": len(man.get("admitted") or []),
+            "not_admitted": sorted(man.get("not_admitted") or {}),
+            "digests_checked": kind == "podman", "unknown_rule": man.get("unknown_rule")}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI. Exit 0 when every task is admitted, 1 when some are not, 2 on bad input."""
+    ap = argparse.ArgumentParser(prog="python -m eval.controls",
+                                 description="Gold and empty-patch controls per task; "
+                                             "admission manifest.")
+    ap.add_argument("--split", required=True, help="task source (eval.tasks.load_tasks)")
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
+    ap.add_argument("--max-retries", type=int, default=1)
+    ap.add_argument("--task-id", dest="task_ids", action="append", default=None,
+                    help="only these tasks (repeatable)")
+    args = ap.parse_args(argv)
+    try:
+        res = run_controls(args.split, args.out, runtime=args.runtime,
+                           concurrency=args.concurrency, timeout_s=args.timeout_s,
+                           max_retries=args.max_retries, task_ids=args.task_ids)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render_markdown(res))
+    c = res["counts"]
+    return 0 if c["admitted"]["count"] == res["tasks"]["count"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""eval.run end to end in Podman: rollouts subprocess (tiny random policy), trials, grading,
+report, resume, binding, missing rollouts as unknown; the rollout rows replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.podman
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    """A random tiny Llama + BPE with the qwen3 template: makes format errors, exercises all."""
+    from ecredit_trl.tiny_model import build_model, build_tokenizer
+
+    out = tmp_path_factory.mktemp("policy")
+    corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
+              '"arguments": {}}\n</tool_call>'] * 10
+    tok = build_tokenizer(corpus, vocab_size=300)
+    build_model(tok, seed=0).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def split_file(tmp_path_factory):
+    from eval.tasks import load_tasks, save_tasks
+
+    path = tmp_path_factory.mktemp("split") / "two.jsonl"
+    save_tasks(load_tasks("bundled:holdout")[:2], path)
+    return path
+
+
+def _lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_runtime):
+    from ecredit_trl.trajectory import load_trajectories
+    from eval.run import evaluate, main
+
+    out = tmp_path / "ev"
+    common = dict(model=str(tiny_policy), split=str(split_file), n=2, runtime=podman_runtime,
+                  overrides={"max_new_tokens": 48}, log=lambda *_: None)
+    res = evaluate(out=out, **common)
+    s = res["summary"]
+    assert s["denominator"] == {"tasks": 2, "n": 2, "slots": 4}
+    assert s["resolved"] + s["failed"] + s["unknown"] == 4
+    assert s["unknown"] == sum(1 for r in res["slots"] if r["classification"]["unknown"])
+    assert s["success"] == s["resolved"] / 4
+    assert set(s["per_task"]) == {json.loads(x)["instance_id"]
+                                  for x in split_file.read_text().splitlines()}
+    for name in ("results.json", "report.md", "success_per_repo.png", "task_success_hist.png",
+                 "run.json", "rollouts.jsonl", "slots.jsonl"):
+        assert (out / name).stat().st_size > 0, name
+    report = (out / "report.md").read_text()
+    assert f"**{s['resolved']} / 4 = " in report and "| unknown |" in report
+    rollouts = _lines(out / "rollouts.jsonl")
+    assert len(rollouts) == 4 and {r["binding"] for r in rollouts} == {res["binding"]}
+    assert all(r["turns"] and r["model_sha256"] == res["model"]["sha256"] for r in rollouts)
+    assert len(load_trajectories(out / "rollouts.jsonl")) == 4  # the replay format holds
+    assert len(_lines(out / "slots.jsonl")) == 4
+
+    # resume: nothing regenerated or re-verified, same figures
+    again = evaluate(out=out, **common)
+    assert again["graded_this_call"] == 0 and again["summary"]["success"] == s["success"]
+    assert len(_lines(out / "rollouts.jsonl")) == 4 and len(_lines(out / "slots.jsonl")) == 4
+    # another seed into the same folder is refused, naming what differs
+    assert main(["--model", str(tiny_policy), "--split", str(split_file), "--n", "2",
+                 "--out", str(out), "--seed", "1", "--runtime", "podman"]) == 2
+
+    # a missing rollout stays in the denominator as unknown
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(json.dumps(r) + "\n" for r in rollouts[:3]))
+    res2 = evaluate(out=tmp_path / "ev2", rollouts=partial, **common)
+    s2 = res2["summary"]
+    assert s2["denominator"]["slots"] == 4
+    assert s2["unknown_reasons"].get("no_rollout") == 1
+    kept = {(r["task_id"], r["rollout_index"]) for r in rollouts[:3]}
+    before = sum(1 for r in res["slots"] if r["classification"]["unknown"]
+                 and (r["task_id"], r["rollout_index"]) in kept)
+    assert s2["unknown"] == before + 1
