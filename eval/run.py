@@ -661,11 +661,13 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
 
     # -- rollouts (subprocess) ---------------------------------------------------
     proc = None
+    errf = None
     stderr_path = out / "rollouts.stderr.log"
     if rollouts is None and todo:
         cmd = [python or sys.executable, "-m", "ecredit_trl.rollouts", "--model", ref.given,
                "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
-               "--runtime", runtime if isinstance(runtime, str) else "podman",
+               "--runtime", runtime if isinstance(runtime, str) else (
+                   "local" if type(runtime).__name__ == "LocalRuntime" else "podman"),
                "--binding", binding]
         for k, flag in (("max_turns", "--max-turns"), ("max_new_tokens", "--max-new-tokens"),
                         ("temperature", "--temperature")):
@@ -829,6 +831,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
+        if errf is not None:
+            errf.close()
         if own_rt:
             rt.close()
 
