@@ -167,7 +167,15 @@ class PodmanRuntime:
     def _force_remove(self, endpoint: str, name: str) -> None:
         try:
             with self.client(endpoint) as client:
-                client.containers.get(name).remove(force=True, v=True)
+                container = client.containers.get(name)
+                if container.status == "running":
+                    # a force remove first sends SIGTERM and waits podman's 10 s stop
+                    # timeout; `sleep` as PID 1 ignores SIGTERM, so kill outright
+                    try:
+                        container.kill(signal="SIGKILL")
+                    except Exception:
+                        pass
+                container.remove(force=True, v=True)
         except Exception:
             pass
         self._live.pop(name, None)
