@@ -68,6 +68,7 @@ from ecredit_trl.trajectory import (
     replay,
     token_turns,
 )
+from eval.files import atomic_write_text
 from sandbox.snapshot import artifact as _artifact
 
 __all__ = [
@@ -82,7 +83,7 @@ __all__ = [
 EXCLUSIONS: tuple[str, ...] = ("format_error", "no_eligible_block", "no_original_utility")
 """Exclusion reasons, in the order they are applied (DESIGN.md §3)."""
 
-DEFAULT_CREDIT_LAMBDA = 1.0
+DEFAULT_CREDIT_LAMBDA = 0.5  # the trainer's defaults (ECreditConfig)
 DEFAULT_CREDIT_CAP = 1.0
 # Only a trial whose eval script ran to its end is graded: a timeout, an artifact that
 # does not apply or an OOM kill gives no utility (issue "Run records": none of them may
@@ -319,18 +320,7 @@ def render_markdown(table: dict, meta: dict | None = None) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder + fsync + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text)
 
 
 def _jsonl(rows: Iterable[dict]) -> str:
@@ -627,6 +617,16 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
 # ----------------------------------------------------------------------------
 
 
+def _run_credit_config(trajectories: Path) -> dict:
+    """λ and c of the training run that wrote ``trajectories`` (its ``config.json``), if any."""
+    cfg_path = trajectories.resolve().parent / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text()).get("ecredit", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: float(cfg[k]) for k in ("credit_lambda", "credit_cap") if k in cfg}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.pilot",
@@ -648,8 +648,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from eval.tasks import load_tasks
 
-    tasks = load_tasks(args.tasks)
-    trajs = load_trajectories(args.trajectories)
+    if not Path(args.trajectories).is_file():
+        print(f"error: --trajectories: no such file {args.trajectories}", file=sys.stderr)
+        return 2
+    run_cfg = _run_credit_config(Path(args.trajectories))
+    for key in ("credit_lambda", "credit_cap"):
+        given = getattr(args, key)
+        if key in run_cfg and abs(run_cfg[key] - given) > 1e-12:
+            print(f"warning: --{key.replace('_', '-')} {given} differs from the run's "
+                  f"{key} {run_cfg[key]} (config.json beside the trajectories); shrinkage and "
+                  "cap figures follow the command line", file=sys.stderr)
+    try:
+        tasks = load_tasks(args.tasks)
+        trajs = load_trajectories(args.trajectories)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     table = run_pilot(tasks, trajs, args.out, seed=args.seed, credit_lambda=args.credit_lambda,
                       credit_cap=args.credit_cap, concurrency=args.concurrency,
                       runtime=args.runtime, max_retries=args.max_retries,

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,14 +406,9 @@ def render_markdown(cmp: dict) -> str:
 
 
 def _save(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from eval.files import save_figure
+
+    save_figure(fig, path)
 
 
 def write_plots(cmp: dict, out_dir: str | Path) -> list[str]:
@@ -482,12 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     md = render_markdown(cmp)
     if args.out:
-        from eval.run import _atomic_write, _write_json
+        from eval.files import atomic_write_text, write_json
 
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_json(out / "compare.json", cmp)
-        _atomic_write(out / "compare.md", md)
+        write_json(out / "compare.json", cmp)
+        atomic_write_text(out / "compare.md", md)
         write_plots(cmp, out)
     print(md)
     return 0

@@ -79,7 +79,7 @@ def _slug(text: str, n: int = 40) -> str:
 
 
 def _write_json(path: Path, obj) -> None:
-    from eval.run import _write_json as wj
+    from eval.files import write_json as wj
 
     wj(path, obj)
 
@@ -280,7 +280,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
             for t, key, cp, fe, fg in futs:
                 re_, rg = fe.result(), fg.result()
                 for res in (re_, rg):
-                    from eval.run import _atomic_write
+                    from eval.files import atomic_write_text as _atomic_write
 
                     _atomic_write(out / "logs" / f"{res.trial_id}.log", res.log)
                 empty = _grade_control(t, re_, expected=False, control_log=None)
@@ -312,7 +312,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
                            for tid, r in sorted(per_task.items())},
               "manifest": str(out / "admission.json"), "wall_s": round(time.time() - t0, 3)}
     _write_json(out / "controls.json", result)
-    from eval.run import _atomic_write
+    from eval.files import atomic_write_text as _atomic_write
 
     _atomic_write(out / "controls.md", render_markdown(result))
     say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; manifest "

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instance", required=True, help="SWE-bench-style task row (JSON)")
     ap.add_argument("--log", required=True, help="verifier test log (test_output.txt)")
     ap.add_argument("--control-log", default=None, help="the task's empty-patch control log")
-    ap.add_argument("--harness-exit", default=None, help='harness exit status, e.g. "ok"')
+    ap.add_argument("--harness-exit", default=None,
+                    choices=("ok", "apply_failed", "timeout", "infra_error", "oom"),
+                    help="the trial's exit class (sandbox.trial.EXIT_CLASSES)")
     ap.add_argument("--expected-resolved", choices=("true", "false"), default=None,
                     help="expected outcome of this slot (default: resolved)")
     args = ap.parse_args(argv)
@@ -106,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     full = report.to_json()
     print(json.dumps({k: full[k] for k in OUTPUT_KEYS}, sort_keys=False))
+    if not report.complete:
+        listed = len(f2p) + len(p2p)
+        why = f"log rejected ({report.log_rejected})" if report.log_rejected else "log incomplete"
+        verdict = ("utility attributed via the control" if report.attributed
+                   else "utility unavailable")
+        print(f"note: {why}; {len(report.missing)}/{listed} listed tests not observed; "
+              f"{verdict}", file=sys.stderr)
     return 0
 
 

@@ -49,13 +49,13 @@ import random
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from eval.files import append_jsonl, atomic_write_text, read_jsonl, save_figure, write_json
 from eval.modelref import ModelRef, resolve_model
 
 __all__ = [
@@ -95,53 +95,12 @@ class EvalInputError(ValueError):
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via temp file in the same folder + fsync + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_json(path: Path, obj) -> None:
-    _atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def _append_jsonl(path: Path, rows: Iterable[dict]) -> None:
-    """Append rows, one JSON object a line, each flushed and fsync-ed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", errors="surrogateescape") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+    atomic_write_text(path, text)
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSONL file; a truncated last line (crash mid-write) is ignored.
-
-    Raises: EvalInputError naming the path and line of a corrupt line that is not the last.
-    """
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if i == len(lines):
-                break
-            raise EvalInputError(f"{path}:{i}: corrupt JSON line ({exc.msg})") from None
-    return rows
+    """Rows of a JSONL file; raises EvalInputError for a corrupt line that is not the last."""
+    return read_jsonl(path, error=EvalInputError)
 
 
 def _slug(text: str, n: int = 40) -> str:
@@ -461,14 +420,7 @@ def write_plots(results: dict, out_dir: str | Path) -> list[str]:
 
 
 def _save_fig(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------
@@ -635,7 +587,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
                 "another model or run are never reused: choose another --out")
     else:
         out.mkdir(parents=True, exist_ok=True)
-        _write_json(run_json, {**run_cfg, "created_at": time.time()})
+        write_json(run_json, {**run_cfg, "created_at": time.time()})
     for sub in ("logs", "controls", "artifacts"):
         (out / sub).mkdir(parents=True, exist_ok=True)
 
@@ -714,7 +666,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         c = {"key": _control_key(by_id[tid]), "trial_id": res.trial_id,
              "exit_class": res.exit_class, "log": res.log, "trial": _trial_row(res)}
         if res.exit_class == "ok":
-            _write_json(out / "controls" / f"{_slug(tid)}.json", c)
+            write_json(out / "controls" / f"{_slug(tid)}.json", c)
         controls[tid] = c
         return c
 
@@ -748,7 +700,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     def finish(key, row: dict) -> None:
         row.update(task_id=key[0], rollout_index=key[1], repo=by_id[key[0]].repo,
                    binding=binding, graded_at=time.time())
-        _append_jsonl(slots_path, [row])
+        append_jsonl(slots_path, [row])
         new_rows.append(row)
         final[key] = row
 
@@ -870,7 +822,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         "graded_this_call": len(new_rows), "wall_s": round(time.time() - t_start, 3),
         "updated_at": time.time(),
     }
-    _write_json(out / "results.json", results)
+    write_json(out / "results.json", results)
     write_plots(results, out)
     _atomic_write(out / "report.md", render_report(results))
     say(f"eval: success {summary['resolved']}/{summary['denominator']['slots']} = "
@@ -966,7 +918,7 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     rep = {"schema": SCHEMA, "results": str(rp), "binding": results.get("binding"),
            "slots_replayed": len(pairs), "sample": sample, "agreement": agreement,
            "slots": rows, "wall_s": round(time.time() - t0, 3)}
-    _write_json(out / "replay.json", rep)
+    write_json(out / "replay.json", rep)
     lines = ["# Replay check", "", f"- results: `{rp}`", f"- slots replayed: {len(pairs)}",
              f"- per-test label agreement: {agreement['agree']} / {agreement['tests']} "
              f"({_pct(agreement['rate'])})",

@@ -1,0 +1,93 @@
+"""Record files that a crash cannot leave half-written (shared by eval, the pilot and runs).
+
+Text and JSON go to a temporary file in the target's folder, are fsync-ed, then
+renamed over the target; JSONL is appended a line at a time with flush + fsync,
+and a reader ignores a truncated last line. Files are created 0644 (``mkstemp``
+alone would make them 0600, unreadable to the other users of a shared machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, surrogates kept) to ``path`` atomically.
+
+    Raises: OSError from the file system; the previous content of ``path`` is intact
+    and no temporary file is left behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, obj) -> Path:
+    """``obj`` as indented, key-sorted JSON, atomically (see :func:`atomic_write_text`)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Append ``rows``, one JSON object a line, each flushed and fsync-ed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="surrogateescape") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return path
+
+
+def read_jsonl(path: str | os.PathLike, error=ValueError) -> list[dict]:
+    """Rows of a JSONL file ([] when absent); a truncated last line is ignored.
+
+    Raises: ``error`` (default ValueError) naming the path and line of a corrupt line
+    that is not the last.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if i == len(lines):
+                break
+            raise error(f"{path}:{i}: corrupt JSON line ({exc.msg})") from None
+    return rows
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """Save a matplotlib figure as PNG atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
