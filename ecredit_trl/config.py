@@ -21,7 +21,8 @@ class ECreditConfig(GRPOConfig):
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
-    ``max_turns`` < 1 or ``verifier_concurrency`` < 1.
+    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1 or a
+    negative ``sandbox_retry_backoff_s``.
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -39,6 +40,11 @@ class ECreditConfig(GRPOConfig):
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
     trial_timeout_s: float = field(default=120.0, metadata={"help": "seconds per verifier trial"})
+    sandbox_retries: int = field(default=4, metadata={
+        "help": "health checks of the sandbox service before a clean stop (before each round, "
+                "and after a round with infra errors)"})
+    sandbox_retry_backoff_s: float = field(default=2.0, metadata={
+        "help": "seconds before the 2nd health check; doubles each time"})
     bash_timeout_s: float = field(default=30.0, metadata={"help": "seconds per agent bash call"})
     tasks: str = field(default="bundled:train", metadata={"help": "task source (bundled:train, official500, "
                                                             "a .jsonl path, ...)"})
@@ -62,6 +68,10 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"credit_cap: must be > 0, got {self.credit_cap}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns: must be >= 1, got {self.max_turns}")
+        if self.sandbox_retries < 1:
+            raise ValueError(f"sandbox_retries: must be >= 1, got {self.sandbox_retries}")
+        if not self.sandbox_retry_backoff_s >= 0:
+            raise ValueError(f"sandbox_retry_backoff_s: must be >= 0, got {self.sandbox_retry_backoff_s}")
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation

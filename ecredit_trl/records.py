@@ -2,7 +2,9 @@
 
 JSON files are written to a temporary file in the same directory, fsync-ed,
 then renamed over the target; JSONL files are appended one line at a time
-with flush + fsync, so the last good line survives a crash.
+with flush + fsync, so the last good line survives a crash. A line that
+cannot be written completely (disk full) is cut off again, so the file ends
+with the last complete line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,38 @@ from pathlib import Path
 
 
 class RecordWriteError(OSError):
-    """A record could not be written; the message names the path."""
+    """A record could not be written; the message names the path (``errno`` is kept)."""
+
+
+def _dumps(obj, indent: int | None = None) -> str:
+    return json.dumps(obj, indent=indent, sort_keys=True, default=str)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Atomically replace ``path`` by ``text`` (UTF-8; temp file + fsync + rename).
+
+    Raises: RecordWriteError naming the path (disk full, permissions...); the
+    previous content of ``path``, if any, is left intact and no temp file stays.
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; records are meant to be read by others
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise RecordWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return path
 
 
 def write_json(path: str | os.PathLike, obj, *, indent: int = 2) -> Path:
@@ -24,37 +57,55 @@ def write_json(path: str | os.PathLike, obj, *, indent: int = 2) -> Path:
     Raises: RecordWriteError naming the path (disk full, permissions...); the
     previous content of ``path``, if any, is left intact.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=indent, sort_keys=True, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise RecordWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
-    return path
+    return write_text_atomic(path, _dumps(obj, indent) + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Atomically replace ``path`` by ``rows`` as JSONL (used to rewrite a whole file).
+
+    Raises: RecordWriteError naming the path; the old file stays intact.
+    """
+    return write_text_atomic(path, "".join(_dumps(r) + "\n" for r in rows))
 
 
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
-    """Append ``rows`` to ``path``, one JSON object per line, each flushed and fsync-ed.
+    """Append ``rows`` to ``path``, one JSON object per line, each written and fsync-ed.
 
-    Raises: RecordWriteError naming the path; lines written before stay intact.
+    A line that fails half-way (``ENOSPC``...) is truncated away again, so the
+    file always ends with the last complete line.
+
+    Raises: RecordWriteError naming the path and the row that failed; lines
+    written before stay intact.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = None
+    i = -1
     try:
-        with open(path, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for n, row in enumerate(rows):
+            i = n
+            data = (_dumps(row) + "\n").encode("utf-8")
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
     except OSError as exc:
-        raise RecordWriteError(exc.errno, f"cannot append to {path}: {exc.strerror or exc}") from exc
+        where = f" (row {i} of this append)" if i >= 0 else ""
+        raise RecordWriteError(exc.errno, f"cannot append to {path}{where}: "
+                                          f"{exc.strerror or exc}") from exc
+    finally:
+        if fd is not None:
+            os.close(fd)
     return path
 
 
@@ -76,3 +127,17 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
                 break
             raise ValueError(f"{path}:{i}: corrupt JSON line: {exc}") from exc
     return rows
+
+
+def _fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename in it survives a power loss (best effort)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -16,22 +16,43 @@ Per generation batch (DESIGN.md §2):
    (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask`` with
    C from :func:`~ecredit_trl.credit.credit_coefficients_batch`, and writes
    the ledger row and the trajectories.
+
+Exact resume (DESIGN.md §5): every checkpoint also holds
+``ecredit_state[_<rank>].json`` (generation round, TRL's micro-step counter,
+ledger/trajectory row counts, the empty-patch control logs) and, when a
+checkpoint falls inside a ``steps_per_generation × num_iterations`` cycle,
+TRL's buffered generation batch; :meth:`ECreditGRPOTrainer.restore_state`
+reads them back. The sandbox service is checked before every generation round
+and after a round with infra errors (bounded retries with backoff); when it
+stays unreachable, every rank raises :class:`~ecredit_trl.faults.SandboxUnavailable`
+before anything of the round is recorded or applied, and
+:meth:`ECreditGRPOTrainer.emergency_checkpoint` saves the state of the last
+completed step (RNG states as they were at its end), so a resume continues
+exactly.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.agent import AgentContext, env_factory
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit import credit_stats
-from ecredit_trl.records import append_jsonl
+from ecredit_trl.faults import SandboxUnavailable
+from ecredit_trl.outcomes import TRIAL_OUTCOMES, trial_outcome
+from ecredit_trl.receipts import ECREDIT_STATE
+from ecredit_trl.records import append_jsonl, write_json
 from ecredit_trl.rollout_credit import (
     contrast,
     per_token_advantages,
@@ -69,6 +90,49 @@ class RolloutRecord:
     writes: list[dict] = field(default_factory=list)
     ablation: dict | None = None
     setup_error: str | None = None
+    factual_outcome: str | None = None
+    counterfactual_outcome: str | None = None
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose shuffle depends only on (seed, epoch).
+
+    TRL's sampler draws each epoch's permutation from one generator seeded once,
+    so a resumed process (a fresh sampler) would replay epoch 0's order in a
+    later epoch. Here epoch ``e`` shuffles with seed ``seed + 1000003 * e``
+    (epoch 0 is TRL's order); transformers/accelerate call :meth:`set_epoch`
+    before every epoch, so a resume in any epoch sees the same data order.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(int(self.seed) + 1000003 * self.epoch)
+        return super().__iter__()
+
+
+class _TrainerHooks(TrainerCallback):
+    """Step-end hook of :class:`ECreditGRPOTrainer`: snapshot for exact emergency checkpoints,
+    and the collective stop check of a signal-requested stop."""
+
+    def __init__(self, trainer: ECreditGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.trainer
+        t._take_snapshot()
+        stop = t.stop is not None and t.stop.requested
+        if t._any_rank(stop):
+            control.should_save = True
+            control.should_training_stop = True
+            t._checkpoint_reason = "signal"
+        return control
 
 
 class ECreditGRPOTrainer(GRPOTrainer):
@@ -101,10 +165,30 @@ class ECreditGRPOTrainer(GRPOTrainer):
         self._batch_trials: list = []
         self._generation_round = 0
         self.ledger_rows: list[dict] = []
+        self.ledger_rows_total = 0  # rows in ledger.jsonl (all sessions of the run)
+        self.trajectory_rows_total = 0  # rows in trajectories.jsonl (all sessions)
         self.verified_trial_ids: list[str] = []  # every trial this rank ran (for audits)
+        self.receipts = None  # ecredit_trl.receipts.RunReceipts (main process), set by train.py
+        self.stop = None  # ecredit_trl.faults.GracefulStop, set by train.py
+        self.checkpoints: list[str] = []  # checkpoints saved by this session
+        self.sandbox_retries = 0  # health-check retries this session (all rounds)
+        self._snapshot: dict | None = None
+        self._emergency = False
+        self._checkpoint_reason: str | None = None
+        self._round_infra = False
         super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
                          train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
                          **kwargs)
+        self.add_callback(_TrainerHooks(self))
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            return EpochSeededRepeatSampler(
+                data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
+                shuffle=sampler.shuffle, seed=sampler.seed)
+        return sampler
 
     # -- turn bookkeeping ------------------------------------------------------
     def _generate(self, prompts):
@@ -142,12 +226,9 @@ class ECreditGRPOTrainer(GRPOTrainer):
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
 
-    def _utility_of(self, task, res) -> tuple[float | None, bool | None]:
-        if res is None or res.exit_class != "ok":
-            return None, None
+    def _utility_of(self, task, res) -> tuple[float | None, bool | None, str]:
         control = self._control.get(task.instance_id)
-        rep = self._grade(task, res.log, control[1] if control else None)
-        return rep.utility, (rep.resolved if rep.utility is not None else None)
+        return trial_outcome(task, res, control[1] if control else None)
 
     def verifier_reward(self, prompts, completions, environments=None, **kwargs) -> list[float | None]:
         """TRL reward function: verify every rollout of this process (factual + counterfactual).
@@ -199,7 +280,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
             self._batch_trials.append(("factual", res))
             self.verified_trial_ids.append(res.trial_id)
             rec.factual = res.to_json()
-            rec.utility, rec.resolved = self._utility_of(task, res)
+            rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(task, res)
             if rec.utility is None:
                 rec.reward = None
             elif cfg.terminal_reward == "utility":
@@ -219,15 +300,23 @@ class ECreditGRPOTrainer(GRPOTrainer):
                 self._batch_trials.append(("counterfactual", res))
                 self.verified_trial_ids.append(res.trial_id)
                 rec.counterfactual = res.to_json()
-                rec.utility_ablated, _ = self._utility_of(self.tasks[rec.task_id], res)
+                rec.utility_ablated, _, rec.counterfactual_outcome = self._utility_of(
+                    self.tasks[rec.task_id], res)
                 rec.contrast = contrast(rec.utility, rec.utility_ablated)
         self._batch_records = records
+        self._round_infra = any(r.exit_class == "infra_error" for _, r in self._batch_trials)
         return [r.reward for r in records]
 
     # -- credit injection ------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         t0 = time.monotonic()
+        round_no = self._generation_round + 1
+        self._require_sandbox(f"before generation round {round_no}", check=True)
+        self._round_infra = False
         out = super()._generate_and_score_completions(inputs)
+        # trials that failed for infra reasons: is the service itself gone? (collective)
+        self._require_sandbox(f"after the verifier trials of generation round {round_no}",
+                              check=self._round_infra)
         cfg = self.ecfg
         records = self._batch_records
         A = out["advantages"]
@@ -272,7 +361,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
             traj_rows.append({
                 "task_id": rec.task_id, "rollout_index": rec.rollout_index,
                 "format_error": rec.format_error, "turns": turns_json,
-                "arm": cfg.arm, "step": self.state.global_step, "generated_tokens": L,
+                "arm": cfg.arm, "step": self.state.global_step + 1, "generated_tokens": L,
                 "reward": rec.reward, "resolved": rec.resolved, "utility": rec.utility,
                 "utility_ablated": rec.utility_ablated, "contrast": rec.contrast,
                 "advantage": float(A[i]), "selected_turn": rec.selected_turn,
@@ -281,7 +370,8 @@ class ECreditGRPOTrainer(GRPOTrainer):
                 "m": st.m, "L": st.L, "format_errors": rec.format_errors,
                 "tool_calls": rec.tool_calls, "factual": rec.factual,
                 "counterfactual": rec.counterfactual, "ablation": rec.ablation,
-                "setup_error": rec.setup_error})
+                "setup_error": rec.setup_error, "factual_outcome": rec.factual_outcome,
+                "counterfactual_outcome": rec.counterfactual_outcome})
         trials = self._batch_trials
         n = max(1, len(records))
         local = {
@@ -307,6 +397,10 @@ class ECreditGRPOTrainer(GRPOTrainer):
             "sel_abs_c": sum(s["sel_mean"] for s in stats),
             "other_abs_c": sum(s["other_mean"] for s in stats),
         }
+        for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
+            local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
+                                                                     r.counterfactual_outcome)
+                                        if x == o)
         keys = sorted(local)
         vec = torch.tensor([[float(local[k]) for k in keys]], device=self.accelerator.device)
         total = self.accelerator.gather(vec).sum(dim=0).tolist()
@@ -347,11 +441,157 @@ class ECreditGRPOTrainer(GRPOTrainer):
                "usable_contrasts": int(tot["usable_contrasts"]),
                "nonzero_contrasts": int(tot["nonzero_contrasts"]),
                "cap_active": int(tot["cap_active"]),
-               "format_error_rollouts": int(tot["format_error_rollouts"])}
+               "format_error_rollouts": int(tot["format_error_rollouts"]),
+               "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
+                                  if tot[f"outcome_{o}"]}}
         self.ledger_rows.append(row)
         if self.accelerator.is_main_process:
             append_jsonl(self.run_dir / "ledger.jsonl", [row])
             append_jsonl(self.run_dir / "trajectories.jsonl", all_traj)
+        self.ledger_rows_total += 1
+        self.trajectory_rows_total += len(all_traj)
+
+    # -- sandbox health ----------------------------------------------------------------
+    def _any_rank(self, flag: bool) -> bool:
+        """True when ``flag`` is True on any rank (a collective: every rank must call it)."""
+        if self.accelerator.num_processes <= 1:
+            return bool(flag)
+        t = torch.tensor([1.0 if flag else 0.0], device=self.accelerator.device)
+        return bool(self.accelerator.gather(t).max().item() > 0)
+
+    def _require_sandbox(self, where: str, *, check: bool) -> None:
+        """Health-check the runtime (when ``check``), then agree across ranks.
+
+        Raises: SandboxUnavailable on every rank when any rank's runtime stayed
+        unreachable after ``sandbox_retries`` attempts with backoff.
+        """
+        error = None
+        probe = getattr(self.runtime, "check_available", None)
+        if check and probe is not None:
+            try:
+                self.sandbox_retries += probe(attempts=self.ecfg.sandbox_retries,
+                                              backoff_s=self.ecfg.sandbox_retry_backoff_s)
+            except Exception as exc:  # PodmanUnavailable, or anything the client raised
+                error = f"{type(exc).__name__}: {exc}"
+        if self._any_rank(error is not None):
+            raise SandboxUnavailable(f"sandbox service unavailable {where} (step "
+                                     f"{self.state.global_step + 1}): "
+                                     f"{error or 'reported by another rank'}")
+
+    # -- exact resume ----------------------------------------------------------------------
+    def _state_file(self) -> str:
+        if self.accelerator.num_processes <= 1:
+            return ECREDIT_STATE
+        return ECREDIT_STATE.replace(".json", f"_{self.accelerator.process_index}.json")
+
+    def _buffer_needed(self) -> bool:
+        every = self.args.steps_per_generation * self.num_iterations
+        return self._step % every != 0 and self._buffered_inputs is not None
+
+    def _ecredit_state(self) -> dict:
+        """The trainer's own counters and caches, as saved in every checkpoint (JSON)."""
+        return {"generation_round": self._generation_round, "trl_step": self._step,
+                "global_step": self.state.global_step,
+                "ledger_rows_total": self.ledger_rows_total,
+                "trajectory_rows_total": self.trajectory_rows_total,
+                "controls": {tid: log for tid, (_, log) in sorted(self._control.items())},
+                "verified_trial_ids": list(self.verified_trial_ids),
+                "rank": self.accelerator.process_index,
+                "world_size": self.accelerator.num_processes}
+
+    def _take_snapshot(self) -> None:
+        """State at the end of a step (what a checkpoint at this step holds)."""
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(),
+               "cpu": torch.random.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.random.get_rng_state_all()
+        self._snapshot = {"rng": rng, "state": self._ecredit_state(),
+                          "buffer": self._buffered_inputs if self._buffer_needed() else None,
+                          "step": self.state.global_step}
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        if not (self._emergency and self._snapshot):
+            return super()._save_rng_state(output_dir)
+        rng = dict(self._snapshot["rng"])
+        if "cuda" in rng and self.args.parallel_mode.value != "distributed":
+            rng["cuda"] = rng["cuda"][torch.cuda.current_device()]
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        name = ("rng_state.pth" if self.args.world_size <= 1
+                else f"rng_state_{self.args.process_index}.pth")
+        torch.save(rng, Path(output_dir) / name)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        ck = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self._emergency and self._snapshot:
+            state, buffer = self._snapshot["state"], self._snapshot["buffer"]
+        else:
+            state = self._ecredit_state()
+            buffer = self._buffered_inputs if self._buffer_needed() else None
+        state = dict(state, buffered_inputs=buffer is not None)
+        write_json(ck / self._state_file(), state)
+        if buffer is not None:
+            torch.save(buffer, ck / self._state_file().replace(".json", "_buffer.pt"))
+        self.accelerator.wait_for_everyone()
+        reason = ("infra_stop" if self._emergency else self._checkpoint_reason or "save_steps")
+        self._checkpoint_reason = None
+        self.checkpoints.append(str(ck))
+        if self.accelerator.is_main_process and self.receipts is not None:
+            self.receipts.checkpoint(ck, step=self.state.global_step, reason=reason,
+                                     counters={k: v for k, v in state.items()
+                                               if k not in ("controls", "verified_trial_ids")})
+
+    def emergency_checkpoint(self) -> str | None:
+        """Save the state of the last completed step after an infra stop (every rank calls it).
+
+        Model and optimizer are untouched since that step ended (the failed round
+        never reached ``optimizer.step``); RNG states, TRL's step counter and our
+        counters come from the snapshot taken at its end. Returns the checkpoint
+        path, or None before the first completed step.
+        """
+        step = self.state.global_step
+        if step == 0 or self._snapshot is None or self._snapshot["step"] != step:
+            return None
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        ck = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        if str(ck) in self.checkpoints:  # saved at this very step already
+            return str(ck)
+        self._emergency = True
+        try:
+            self._save_checkpoint(self.model, trial=None)
+        finally:
+            self._emergency = False
+        return str(ck)
+
+    def restore_state(self, checkpoint: str | Path) -> dict:
+        """Read this rank's counters and caches back from ``checkpoint`` (before ``train``).
+
+        Raises: FileNotFoundError / ValueError naming the state file.
+        """
+        ck = Path(checkpoint)
+        path = ck / self._state_file()
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; the checkpoint cannot be resumed exactly")
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        self._generation_round = int(state["generation_round"])
+        self._step = int(state["trl_step"])
+        self.ledger_rows_total = int(state["ledger_rows_total"])
+        self.trajectory_rows_total = int(state["trajectory_rows_total"])
+        self.verified_trial_ids = list(state.get("verified_trial_ids", []))
+        self._control = {}
+        for tid, log in state.get("controls", {}).items():
+            if tid in self.tasks:
+                self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
+        if state.get("buffered_inputs"):
+            buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
+            self._buffered_inputs = torch.load(buf, weights_only=False)
+        return state
 
 
 def _format_errors(messages: list[dict], env) -> int:

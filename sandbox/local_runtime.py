@@ -35,6 +35,11 @@ class LocalRuntime:
         warnings.warn("LocalRuntime is not isolated: eval scripts run on the host "
                       "as the current user", RuntimeWarning, stacklevel=2)
 
+    def check_available(self, attempts: int = 1, backoff_s: float = 0.0,
+                        timeout_s: float = 0.0) -> int:
+        """Always available (host subprocesses); returns 0 retries (same signature as Podman's)."""
+        return 0
+
     def close(self) -> None:
         pass
 

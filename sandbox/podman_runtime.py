@@ -50,8 +50,30 @@ def podman_env() -> dict[str, str]:
     return env
 
 
+def _die_with_parent():
+    """A ``preexec_fn`` asking the kernel to SIGTERM the child when its parent thread dies
+    (``PR_SET_PDEATHSIG``), so a SIGKILLed trainer leaves no orphaned service; None
+    where prctl is not available."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_pdeathsig() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+    return set_pdeathsig
+
+
 class PodmanService:
     """A private ``podman system service`` on a unix socket, stopped on :meth:`stop`.
+
+    It is started in its own session (terminal signals do not reach it) and gets
+    SIGTERM from the kernel when the thread that started it dies, even by
+    SIGKILL, so no orphaned service outlives a killed trainer. Start it from a
+    thread that lives as long as the service should (the main thread).
 
     Raises:
         PodmanUnavailable: podman is missing or the socket did not come up in
@@ -70,7 +92,7 @@ class PodmanService:
             stdout=self._log, stderr=subprocess.STDOUT, env=podman_env(),
             # conmon drops an "oom" marker file in the service's working directory
             # when a container is OOM-killed: keep it out of the caller's tree
-            cwd=self._dir, start_new_session=True)
+            cwd=self._dir, start_new_session=True, preexec_fn=_die_with_parent())
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -137,14 +159,70 @@ class PodmanRuntime:
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
-        """Remove this runtime's containers still alive and stop its own service."""
+        """Remove this runtime's containers still alive and stop its own service.
+
+        When the API cannot remove them (the service is gone), local containers
+        are removed with the podman CLI by run label (:func:`gc`).
+        """
         if self._closed:
             return
         self._closed = True
-        for name, endpoint in list(self._live.items()):
-            self._force_remove(endpoint, name)
+        failed = [name for name, endpoint in list(self._live.items())
+                  if not self._force_remove(endpoint, name)]
+        if failed and all(e.startswith("unix://") for e in self.endpoints):
+            try:
+                gc(self.run_id)
+            except Exception:
+                pass
         if self._service is not None:
             self._service.stop()
+
+    def check_available(self, attempts: int = 4, backoff_s: float = 2.0,
+                        timeout_s: float = 10.0) -> int:
+        """Ping every endpoint; a failing one is retried with exponential backoff.
+
+        Args:
+            attempts: tries per endpoint (>= 1).
+            backoff_s: sleep before retry ``i`` is ``backoff_s * 2**(i-1)`` seconds, so
+                the longest wait is ``backoff_s * (2**(attempts-1) - 1)`` seconds.
+            timeout_s: bound of one ping, seconds.
+
+        Returns: the number of retries that were needed (0 when all answered at once).
+
+        Raises:
+            PodmanUnavailable: naming the endpoint, the attempts, the seconds waited
+                and the last error (for the private service also whether its process
+                exited).
+        """
+        from podman import PodmanClient
+
+        retries = 0
+        for url in self.endpoints:
+            waited = 0.0
+            error = "no answer"
+            for attempt in range(1, max(1, attempts) + 1):
+                try:
+                    kwargs = ({"identity": self.identity}
+                              if self.identity and url.startswith("ssh") else {})
+                    with PodmanClient(base_url=url, timeout=timeout_s, **kwargs) as client:
+                        if client.ping():
+                            break
+                except Exception as exc:  # connection refused, socket gone, timeout
+                    error = f"{type(exc).__name__}: {exc}"
+                if attempt == max(1, attempts):
+                    if self._service is not None and url == self._service.url \
+                            and self._service.proc.poll() is not None:
+                        error += (f"; the private podman system service (pid "
+                                  f"{self._service.proc.pid}) exited with code "
+                                  f"{self._service.proc.returncode}")
+                    raise PodmanUnavailable(
+                        f"Podman endpoint {url} unreachable after {attempts} attempts over "
+                        f"{waited:.1f} s: {error}")
+                pause = backoff_s * 2 ** (attempt - 1)
+                time.sleep(pause)
+                waited += pause
+                retries += 1
+        return retries
 
     def __enter__(self) -> PodmanRuntime:
         return self
@@ -164,7 +242,9 @@ class PodmanRuntime:
         with self._lock:
             return self.endpoints[next(self._next)]
 
-    def _force_remove(self, endpoint: str, name: str) -> None:
+    def _force_remove(self, endpoint: str, name: str) -> bool:
+        """Kill and remove container ``name``; False when the API could not (service gone)."""
+        ok = True
         try:
             with self.client(endpoint) as client:
                 container = client.containers.get(name)
@@ -176,13 +256,27 @@ class PodmanRuntime:
                     except Exception:
                         pass
                 container.remove(force=True, v=True)
-        except Exception:
-            pass
+        except Exception as exc:
+            from podman.errors import NotFound
+
+            ok = isinstance(exc, NotFound)  # already gone is fine
         self._live.pop(name, None)
+        return ok
 
     def container_args(self, *, image: str, name: str, labels: dict[str, str],
                        limits: Limits, command: list[str]) -> dict:
-        """podman-py ``containers.create`` keyword arguments for a locked-down sandbox."""
+        """podman-py ``containers.create`` keyword arguments for a locked-down sandbox.
+
+        No network, all capabilities dropped, no-new-privileges, memory (no extra
+        swap) / pids / CPU limits, nofile/nproc ulimits. Agent sessions add a
+        read-only root filesystem (:class:`~sandbox.session.PodmanSession`).
+        Verifier trials keep a writable root filesystem on purpose: SWE-bench
+        images hold the repository *and* its environment inside the image
+        (``/testbed``, ``/opt/miniconda3``), eval scripts check out test files and
+        some reinstall the package in place, and the repository is copied in
+        before start; each trial container is fresh from the image and removed
+        after the trial, so no write outlives it.
+        """
         return dict(
             image=image, name=name, command=command,
             labels={RUN_LABEL: self.run_id, **labels},

@@ -44,11 +44,18 @@ def _format(exit_code: int, output: str, timeout_s: float, max_output_chars: int
 class PodmanSession:
     """A container for one rollout, with ``host_dir`` mounted at ``workdir``.
 
+    Beyond the runtime's lock-down (no network, no capabilities,
+    no-new-privileges, limits) the image's root filesystem is mounted
+    read-only: the only writable places are the rollout's working tree and a
+    private tmpfs at ``/tmp`` (``tmp_size``, also ``HOME``). Nothing else of
+    the host is visible.
+
     Args:
         runtime: a :class:`~sandbox.podman_runtime.PodmanRuntime` (its endpoints and labels).
         image: fully-qualified image name.
         host_dir: the rollout's working tree on the host.
         limits: memory / pids / CPU limits.
+        tmp_size: size of the ``/tmp`` tmpfs (podman size string, e.g. ``"256m"``).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
     caller counts it as an infra error of that rollout.
@@ -56,7 +63,7 @@ class PodmanSession:
 
     def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
                  workdir: str = "/testbed", limits: Limits | None = None,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, tmp_size: str = "256m") -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         self.runtime = runtime
@@ -67,8 +74,14 @@ class PodmanSession:
                                       labels={ROLE_LABEL: "agent", **(labels or {})},
                                       limits=limits or Limits(),
                                       command=["sleep", "infinity"])
+        # Read-only image layers: the agent writes only its own working tree (bind mount)
+        # and a private tmpfs at /tmp (HOME points there, for tools that want a writable home).
         args["mounts"] = [{"type": "bind", "source": str(Path(host_dir).resolve()),
-                           "target": workdir, "read_only": False}]
+                           "target": workdir, "read_only": False},
+                          {"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
+                           "size": tmp_size, "options": ["rw", "nosuid", "nodev", "mode=1777"]}]
+        args["read_only"] = True
+        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
         self.container = self._client.containers.create(**args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from conftest import git
@@ -82,3 +83,45 @@ def test_unknown_task_is_refused(task, tmp_path):
     env = SWEAgentEnv(AgentContext(tasks={}, workroot=str(tmp_path)))
     with pytest.raises(KeyError, match="instance_id"):
         env.reset(instance_id="nope")
+
+
+@pytest.mark.podman
+def test_rollout_bash_is_confined_to_its_working_tree(task, tmp_path, podman_runtime):
+    """The agent's bash runs in its own container: it sees and writes only the rollout's
+    working tree (and a private /tmp), never the host's files, processes or network."""
+    import socket
+    import uuid
+
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("host only\n")
+    marker = f"ecredit-probe-{uuid.uuid4().hex[:8]}"
+    ctx = AgentContext(tasks={task.instance_id: task}, runtime=podman_runtime,
+                       workroot=str(tmp_path / "work"))
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=task.instance_id)
+    try:
+        ctx.turn = 1
+        sh = env.bash
+        # host files outside the working tree do not exist in there
+        assert "No such file" in sh(f"cat {secret}")
+        assert "No such file" in sh(f"ls {env.workdir}")  # not even its own host path
+        assert sh("cat /etc/hostname").strip() != socket.gethostname()
+        # writable: the working tree (seen on the host) and a private /tmp; nothing else
+        sh("echo inside > made_here.txt")
+        assert (env.workdir / "made_here.txt").read_text() == "inside\n"
+        for path in ("/etc/x", "/usr/x", "/root/x", "/x"):
+            assert "Read-only file system" in sh(f"touch {path}"), path
+        assert sh(f"touch /tmp/{marker} && echo ok").strip() == "ok"
+        assert not (Path("/tmp") / marker).exists()
+        # no capabilities, no privilege escalation, own process namespace
+        assert "CapEff:\t0000000000000000" in sh("grep CapEff /proc/self/status")
+        assert "NoNewPrivs:\t1" in sh("grep NoNewPrivs /proc/self/status")
+        assert sh("cat /proc/1/cmdline | tr '\\0' ' '").strip() == "sleep infinity"
+        assert "exit code" in sh("mount -t tmpfs none /mnt 2>&1")
+        # no network: only the loopback interface, outside addresses unreachable
+        assert sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").split() == ["lo"]
+        probe = ("python3 -c \"import socket\ntry:\n socket.create_connection(('1.1.1.1', 53), "
+                 "timeout=2); print('REACHED')\nexcept OSError as e: print('BLOCKED')\"")
+        assert sh(probe).strip() == "BLOCKED"
+    finally:
+        release(env)

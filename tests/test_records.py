@@ -32,3 +32,50 @@ def test_jsonl_append_and_truncated_last_line(tmp_path):
     p.write_text('{"step": 1}\nnot json\n{"step": 3}\n')
     with pytest.raises(ValueError, match="ledger.jsonl:2"):
         read_jsonl(p)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 KiB tmpfs (needs root and mount permission; skipped otherwise), unmounted after."""
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_disk_full_names_the_path_and_keeps_earlier_records(small_disk):
+    from ecredit_trl.receipts import RunReceipts
+
+    run = small_disk / "run"
+    write_json(run / "manifest.json", {"run": "r", "ok": True})
+    receipts = RunReceipts(run, 0)
+    receipts.start(note="small disk")
+    ledger = run / "ledger.jsonl"
+    row = {"step": 0, "pad": "x" * 1500}
+    written = 0
+    with pytest.raises(RecordWriteError) as err:
+        for step in range(1, 200):
+            append_jsonl(ledger, [dict(row, step=step)])
+            written = step
+    assert str(ledger) in str(err.value) and err.value.errno == 28  # ENOSPC
+    assert 0 < written < 199
+    # every earlier line intact, the failed one cut off again: the file ends on a full line
+    assert [r["step"] for r in read_jsonl(ledger)] == list(range(1, written + 1))
+    assert ledger.read_text().endswith("\n")
+    # atomic JSON on a full disk: error names the file, old content kept, no temp file left
+    with pytest.raises(RecordWriteError, match="manifest.json"):
+        write_json(run / "manifest.json", {"run": "r", "pad": "y" * 100_000})
+    assert json.loads((run / "manifest.json").read_text()) == {"run": "r", "ok": True}
+    with pytest.raises(RecordWriteError, match="s00-termination.json"):
+        receipts.termination("exception", step=written, traceback_text=None,
+                             note="z" * 100_000)
+    assert sorted(p.name for p in (run / "receipts").iterdir()) == ["s00-start.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["ledger.jsonl", "manifest.json", "receipts"]

@@ -26,6 +26,21 @@ BUG = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1
        " def add(a, b):\n-    return a + b\n+    return a - b\n")
 
 
+class _Task:
+    """The fixed test lists the trainer grades these trials against (ecredit_trl.outcomes)."""
+
+    instance_id = "calc-1"
+    FAIL_TO_PASS = ["test_calc.py::test_add"]
+    PASS_TO_PASS = ["test_calc.py::test_zero"]
+    log_parser = "parse_log_pytest"
+
+
+def outcome(result, control_log=None):
+    from ecredit_trl.outcomes import trial_outcome
+
+    return trial_outcome(_Task, result, control_log)
+
+
 def spec(trial_id, **kw):
     kw.setdefault("image", default_image())
     kw.setdefault("eval_script", EVAL)
@@ -49,6 +64,8 @@ def test_passing_and_failing_suites(podman_runtime):
     assert bad.test_exit_code == 0  # the eval script ends with the marker echo, as SWE-bench's do
     for r in (ok, bad):
         assert r.setup_s > 0 and r.test_s > 0 and r.cleanup_s >= 0
+    assert outcome(ok) == (1.0, True, "graded")  # U = 1/1 - 0
+    assert outcome(bad) == (0.0, False, "graded")
 
 
 def test_patch_fallback_chain_is_recorded(podman_runtime):
@@ -67,6 +84,7 @@ def test_artifact_that_does_not_apply(podman_runtime):
     assert r.exit_class == "apply_failed"
     assert ">>>>> Patch Apply Failed" in r.log
     assert r.test_exit_code is None
+    assert outcome(r) == (None, None, "apply_failed")  # unavailable, never a zero reward
 
 
 def test_timeout_kills_the_container(podman_runtime):
@@ -74,6 +92,21 @@ def test_timeout_kills_the_container(podman_runtime):
     r = podman_runtime.run_trial(spec("slow", eval_script="sleep 60\n", timeout_s=2))
     assert r.exit_class == "timeout"
     assert time.monotonic() - t0 < 20
+    assert outcome(r) == (None, None, "timeout")
+
+
+def test_truncated_test_log_is_not_a_result(podman_runtime):
+    """The test output stops between SWE-bench's markers (the eval shell died mid-run):
+    no utility, even though the control observed every listed test (no attribution)."""
+    control = podman_runtime.run_trial(spec("trunc-control"))
+    cut = ("echo '>>>>> Start Test Output'\n"
+           "python3 -m pytest -rA -p no:cacheprovider test_calc.py -k test_zero\n"
+           "kill -9 $$\n"
+           "echo '>>>>> End Test Output'\n")
+    r = podman_runtime.run_trial(spec("trunc", eval_script=cut, artifact=BUG))
+    assert r.exit_class == "ok" and "End Test Output" not in r.log
+    assert "PASSED test_calc.py::test_zero" in r.log
+    assert outcome(r, control.log) == (None, None, "truncated_log")
 
 
 def test_no_network_inside(podman_runtime):
@@ -126,6 +159,26 @@ def test_container_killed_mid_trial_is_infra_error_and_retried(podman_runtime):
     assert r2.attempts == 2 and r2.retries == 1 and len(r2.retried_errors) == 1
     assert pool.stats["retries"] == 1
 
+    # killed on every attempt: still infra_error after the retries, all counted, and the
+    # rollout's utility is unavailable (None), never 0
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_every, args=(podman_runtime.run_id, "always", stop))
+    killer.start()
+    with VerifierPool(podman_runtime, max_concurrency=1, max_retries=2,
+                      retry_backoff_s=0.0) as pool:
+        r3 = pool.map([spec("always", eval_script=slow, timeout_s=30)])[0]
+    stop.set()
+    killer.join()
+    assert r3.exit_class == "infra_error"
+    assert r3.attempts == 3 and len(r3.retried_errors) == 2
+    assert pool.stats == {"submitted": 1, "completed": 1, "retries": 2, "infra_errors": 1}
+    assert outcome(r3) == (None, None, "infra_error")
+
+
+def _kill_every(run_id, trial_label, stop):
+    while not stop.is_set():
+        _kill_when_running(run_id, trial_label, stop)
+
 
 def test_memory_limit_is_enforced(podman_runtime):
     hog = "python3 -c \"x = bytearray(400 * 1024 * 1024); print('ALLOCATED')\"\n"
@@ -159,3 +212,34 @@ def test_gc_removes_labelled_leftovers():
                     default_image(), "true"], check=True, capture_output=True, env=podman_env())
     assert gc("gc-test") == [name]
     assert gc("gc-test") == []
+
+
+def test_private_service_dies_with_a_killed_owner():
+    """A SIGKILLed trainer must not leave its private `podman system service` behind."""
+    import shutil
+    import signal
+    import sys
+
+    from conftest import REPO_ROOT
+
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1])\n"
+            "from sandbox.podman_runtime import PodmanService\n"
+            "s = PodmanService(); print(s.proc.pid, s._dir, flush=True); time.sleep(120)\n")
+    owner = subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT)],
+                             stdout=subprocess.PIPE, text=True)
+    pid, workdir = owner.stdout.readline().split()
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    def running() -> bool:
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and running():
+        time.sleep(0.1)
+    gone = not running()
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert gone, f"podman system service {pid} outlived its SIGKILLed owner"

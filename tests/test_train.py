@@ -75,6 +75,22 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
         assert t["counterfactual"] is None or isinstance(t["counterfactual"], dict)
     assert (run / "checkpoint-final" / "config.json").exists()
     assert (run / "metrics.jsonl").exists()
+    # run records (DESIGN.md §5): manifest, start / checkpoint / termination receipts
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["world_size"] == 1 and man["tasks"]["n"] == len(cfg["tasks"])
+    assert len(man["config_sha256"]) == 64 and len(man["code"]["sha256"]) == 64
+    assert man["images"] and all(d.startswith("sha256:") for d in man["images"].values())
+    assert man["packages"]["trl"] and man["sealed_holdouts"]
+    receipts = sorted(p.name for p in (run / "receipts").iterdir())
+    assert receipts == ["s00-checkpoint-000002.json", "s00-checkpoint-final.json",
+                        "s00-start.json", "s00-termination.json"]
+    term = json.loads((run / "receipts" / "s00-termination.json").read_text())
+    assert term["class"] == "completed" and term["step"] == 2
+    ck = json.loads((run / "receipts" / "s00-checkpoint-000002.json").read_text())
+    assert ck["state_present"]["optimizer"] and ck["state_present"]["rng"] == ["rng_state.pth"]
+    final = json.loads((run / "receipts" / "s00-checkpoint-final.json").read_text())
+    assert final["reason"] == "final" and not final["state_present"]["optimizer"]
+    assert final["weights"]["sha256"] == ck["weights"]["sha256"]  # same weights saved twice
 
 
 def test_two_cpu_ranks_verify_each_rollout_once_and_stay_in_sync(tmp_path, warm_policy):
@@ -90,3 +106,9 @@ def test_two_cpu_ranks_verify_each_rollout_once_and_stay_in_sync(tmp_path, warm_
     assert len(rollout_trials) == len(set(rollout_trials))
     expected = {f"f-{t['rollout_index']}" for t in trajs}
     assert set(rollout_trials) == expected
+    # per-rank resume state in the checkpoint, bound to a world size of 2
+    assert json.loads((run / "manifest.json").read_text())["world_size"] == 2
+    ck = json.loads((run / "receipts" / "s00-checkpoint-000001.json").read_text())
+    assert ck["state_present"]["rng"] == ["rng_state_0.pth", "rng_state_1.pth"]
+    assert ck["state_present"]["ecredit_state"] == ["ecredit_state_0.json",
+                                                    "ecredit_state_1.json"]
