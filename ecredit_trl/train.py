@@ -433,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
         model_path = ensure_default_policy(all_tasks, **kw)
     else:
         model_path = margs.model
+        looks_local = model_path.startswith(("/", ".", "~")) or Path(model_path).exists()
+        if looks_local and not Path(model_path).expanduser().is_dir():
+            raise FileNotFoundError(f"--model: no such model directory {model_path}")
     tasks = all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks
     by_id = {t.instance_id: t for t in tasks}
     config = {"ecredit": cfg.to_dict(), "model": vars(margs) | {"path": str(model_path)}}
@@ -666,5 +669,33 @@ def _model_identity(model_path) -> dict:
     return out
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``main`` for people: a bad argument, file or config value is one line on stderr
+    (exit 2), not a traceback. Errors after training started keep their traceback."""
+    from ecredit_trl.receipts import CheckpointError
+
+    try:
+        return main(argv)
+    except (RunRefused, CheckpointError, FileNotFoundError) as exc:
+        print(f"train.py: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        if getattr(exc, "__traceback__", None) is not None and _raised_during_setup(exc):
+            print(f"train.py: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _raised_during_setup(exc: BaseException) -> bool:
+    """True when ``exc`` came from argument/config parsing or validation, not training."""
+    tb = exc.__traceback__
+    names = set()
+    while tb is not None:
+        names.add(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return bool(names & {"parse_args", "__post_init__", "parse_args_into_dataclasses",
+                         "load_tasks", "_guard", "check_not_sealed"}) and "train" not in names
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())
