@@ -112,21 +112,15 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a JSONL file; a truncated last line (crash mid-write) is ignored.
 
-    Raises: ValueError naming the path and line for a corrupt line that is not the last.
+    Raises: FileNotFoundError for a missing file; ValueError naming the path and line
+    for a corrupt line that is not the last.
     """
+    from eval.files import read_jsonl as _read
+
     path = Path(path)
-    lines = path.read_text().splitlines()
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if i == len(lines):
-                break
-            raise ValueError(f"{path}:{i}: corrupt JSON line: {exc}") from exc
-    return rows
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    return _read(path)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -54,6 +54,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecredit_trl.trajectory import turn_writes
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -241,17 +243,9 @@ def cpu_threads() -> int:
     """Intra-op torch threads for CPU generation: ``$ECREDIT_ROLLOUT_THREADS``, else
     ``cpu_count - round(1-minute load)`` (at least 1). On the 2-core reference machine, two
     threads competing with other work generated ~3 tokens/s, one thread ~350 tokens/s."""
-    import math
+    from ecredit_trl.warmstart import torch_threads
 
-    env = os.environ.get("ECREDIT_ROLLOUT_THREADS")
-    if env:
-        return max(1, int(env))
-    cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(cpus, cpus - math.ceil(load - 0.5)))
+    return torch_threads("ECREDIT_ROLLOUT_THREADS")
 
 
 def load_rollout_policy(model: str | Path, *, device: str | None = None,
@@ -304,45 +298,6 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
 # ---------------------------------------------------------------------------
 # one rollout
 # ---------------------------------------------------------------------------
-
-
-def turn_writes(repo, snaps: Sequence[str]) -> list[dict]:
-    """Per turn k = 1..K, the replay-format writes from ``S_{k-1}`` to ``S_k``: path → UTF-8
-    text, ``None`` (deleted), ``{"base64": ...}`` for bytes that are not UTF-8, or
-    ``{"text"|"base64": ..., "executable": bool}`` when the mode changed to/from 100755.
-
-    Raises: SnapshotError for a tree unknown in ``repo``.
-    """
-    import base64
-    import subprocess
-
-    from sandbox.snapshot import changed_paths
-
-    out = []
-    for k in range(1, len(snaps)):
-        writes: dict = {}
-        if snaps[k] != snaps[k - 1]:
-            for ch in changed_paths(repo, snaps[k - 1], snaps[k]):
-                if ch.status == "D":
-                    writes[ch.path] = None
-                    continue
-                blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob",
-                                       f"{snaps[k]}:{ch.path}"], capture_output=True,
-                                      check=True).stdout
-                try:
-                    value: object = blob.decode("utf-8")
-                    key = "text"
-                except UnicodeDecodeError:
-                    value = base64.b64encode(blob).decode("ascii")
-                    key = "base64"
-                exe_old = ch.old_mode == "100755"
-                exe_new = ch.new_mode == "100755"
-                if exe_new or (ch.status != "A" and exe_old != exe_new):
-                    writes[ch.path] = {key: value, "executable": exe_new}
-                else:
-                    writes[ch.path] = value if key == "text" else {"base64": value}
-        out.append(writes)
-    return out
 
 
 def _format_errors(turns: list[dict], calls) -> int:

@@ -33,7 +33,6 @@ exactly.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import time
@@ -59,8 +58,8 @@ from ecredit_trl.rollout_credit import (
     plan_query,
     turn_snapshots,
 )
+from ecredit_trl.trajectory import turn_writes
 from sandbox import VerifierPool
-from sandbox.snapshot import changed_paths
 
 COUNTERFACTUAL_ARMS = ("B", "M")
 
@@ -257,7 +256,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
                                 tool_calls=[{"turn": c.turn, "name": c.name, "ok": c.ok,
                                              "seconds": round(c.seconds, 4), "error": c.error,
                                              "arguments": c.arguments} for c in calls])
-            rec.writes = _turn_writes(env.workdir, snaps)
+            rec.writes = turn_writes(env.workdir, snaps)
             plan = plan_query(env.workdir, snaps, task_id=rec.task_id,
                               rollout_index=rollout_index, run_seed=cfg.selection_seed,
                               test_patterns=cfg.test_path_patterns,
@@ -614,28 +613,6 @@ def _format_errors(messages: list[dict], env) -> int:
     errors += max(0, requested - reached)
     errors += sum(1 for c in env.calls if not c.ok)
     return errors
-
-
-def _turn_writes(repo, snaps: list[str]) -> list[dict]:
-    """Per turn, the replay-format writes: path → text, None (deleted) or {"base64": ...}."""
-    import subprocess
-
-    out = []
-    for k in range(1, len(snaps)):
-        writes = {}
-        if snaps[k] != snaps[k - 1]:
-            for ch in changed_paths(repo, snaps[k - 1], snaps[k]):
-                if ch.status == "D":
-                    writes[ch.path] = None
-                    continue
-                blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob",
-                                       f"{snaps[k]}:{ch.path}"], capture_output=True).stdout
-                try:
-                    writes[ch.path] = blob.decode("utf-8")
-                except UnicodeDecodeError:
-                    writes[ch.path] = {"base64": base64.b64encode(blob).decode()}
-        out.append(writes)
-    return out
 
 
 __all__ = ["ECreditGRPOTrainer", "RolloutRecord"]

@@ -41,7 +41,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -426,3 +426,42 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
 def remove_workdir(workdir: str | os.PathLike) -> None:
     """Remove a replay clone (ignores a missing directory)."""
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def turn_writes(repo, snaps: Sequence[str]) -> list[dict]:
+    """Per turn k = 1..K, the replay-format writes from ``S_{k-1}`` to ``S_k``: path → UTF-8
+    text, ``None`` (deleted), ``{"base64": ...}`` for bytes that are not UTF-8, or
+    ``{"text"|"base64": ..., "executable": bool}`` when the mode changed to/from 100755.
+
+    Raises: SnapshotError for a tree unknown in ``repo``.
+    """
+    import base64
+    import subprocess
+
+    from sandbox.snapshot import changed_paths
+
+    out = []
+    for k in range(1, len(snaps)):
+        writes: dict = {}
+        if snaps[k] != snaps[k - 1]:
+            for ch in changed_paths(repo, snaps[k - 1], snaps[k]):
+                if ch.status == "D":
+                    writes[ch.path] = None
+                    continue
+                blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob",
+                                       f"{snaps[k]}:{ch.path}"], capture_output=True,
+                                      check=True).stdout
+                try:
+                    value: object = blob.decode("utf-8")
+                    key = "text"
+                except UnicodeDecodeError:
+                    value = base64.b64encode(blob).decode("ascii")
+                    key = "base64"
+                exe_old = ch.old_mode == "100755"
+                exe_new = ch.new_mode == "100755"
+                if exe_new or (ch.status != "A" and exe_old != exe_new):
+                    writes[ch.path] = {key: value, "executable": exe_new}
+                else:
+                    writes[ch.path] = value if key == "text" else {"base64": value}
+        out.append(writes)
+    return out

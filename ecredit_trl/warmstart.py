@@ -570,17 +570,17 @@ def train_dir(job: str | Path, log=print) -> Path:
     return out
 
 
-def torch_threads() -> int:
+def torch_threads(env_var: str = "ECREDIT_WARMSTART_THREADS") -> int:
     """Intra-op threads for training: all CPUs on an idle machine, fewer when busy.
 
-    ``$ECREDIT_WARMSTART_THREADS`` overrides. Otherwise ``cpu_count - ceil(load)`` (at least
+    ``$<env_var>`` (default ``ECREDIT_WARMSTART_THREADS``) overrides. Otherwise ``cpu_count - ceil(load)`` (at least
     1), with ``load`` the 1-minute load average: on the 2-core reference machine two torch
     threads competing with other work ran a step 5x slower than one thread (0.42 s vs 2-3 s
     for batch 4 x 500 tokens).
     """
     import math
 
-    env = os.environ.get("ECREDIT_WARMSTART_THREADS")
+    env = os.environ.get(env_var)
     if env:
         return max(1, int(env))
     cpus = os.cpu_count() or 1
