@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from ecredit_trl.rollout_credit import per_token_advantages
-from ecredit_trl.tiny_model import build_model, build_tokenizer
+from ecredit_trl.credit.planning import per_token_advantages
+from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
 
 
 def frozen_batch(B: int, T: int, turns: int, vocab: int, seed: int = 0):

@@ -46,8 +46,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ecredit_trl.agent import TOOL_NAMES, AgentContext, SWEAgentEnv  # noqa: E402
-from ecredit_trl.prompts import policy_tools, task_prompt  # noqa: E402
+from ecredit_trl.agent.env import TOOL_NAMES, AgentContext, SWEAgentEnv  # noqa: E402
+from ecredit_trl.agent.prompts import policy_tools, task_prompt  # noqa: E402
 
 
 class Player:
@@ -170,7 +170,7 @@ class Player:
 
 
 def _close_env(env) -> None:
-    import ecredit_trl.agent as agent
+    import ecredit_trl.agent.env as agent
 
     if hasattr(agent, "release"):
         agent.release(env)
@@ -180,7 +180,7 @@ def _close_env(env) -> None:
 
 def gold_files(task, workroot: str) -> dict[str, str | None]:
     """path -> content after the gold patch (None: deleted), for every path it touches."""
-    from ecredit_trl.agent import _clone_at
+    from ecredit_trl.agent.env import _clone_at
 
     with tempfile.TemporaryDirectory(dir=workroot) as tmp:
         root = Path(tmp) / "g"
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from ecredit_trl.warmstart import ensure_default_policy, load_policy
+    from ecredit_trl.policy.warmstart import ensure_default_policy, load_policy
     from eval.tasks import load_tasks
 
     tasks = load_tasks(a.tasks, purpose="train")

@@ -40,9 +40,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# `accelerate launch ecredit_trl/train.py` puts ecredit_trl/ (not the repo root) on
-# sys.path; make the sibling packages importable without an install too.
-_ROOT = Path(__file__).resolve().parent.parent
+# `accelerate launch ecredit_trl/train.py` puts ecredit_trl/ (not the repo root) first on
+# sys.path. Its subpackages (agent, credit, policy, runs) would then shadow any top-level
+# module of those names, so that entry is replaced by the repo root, which also makes the
+# sibling packages importable without an install.
+_HERE = Path(__file__).resolve().parent
+_ROOT = _HERE.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
@@ -184,7 +188,7 @@ def _on_main(cfg, fn):
     Raises on every rank what ``fn`` raised on the main one (RunRefused,
     CheckpointError; other errors as RuntimeError with the same message).
     """
-    from ecredit_trl.receipts import CheckpointError
+    from ecredit_trl.runs.receipts import CheckpointError
 
     _ERRORS["CheckpointError"] = CheckpointError
     value, error = None, None
@@ -235,7 +239,7 @@ def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, 
             when ``allowed`` is given without a ``reason``.
     """
     allowed_before = list(allowed_before or [])
-    from ecredit_trl.manifest import (
+    from ecredit_trl.runs.manifest import (
         binding_differences,
         format_differences,
         informational_differences,
@@ -277,7 +281,7 @@ def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
     Raises: RunRefused when a file holds fewer complete rows than the checkpoint
     counted (records lost: resuming would leave a gap).
     """
-    from ecredit_trl.records import RecordWriteError, write_text_atomic
+    from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
 
     moved = {}
     for name, keep in (("ledger.jsonl", int(state.get("ledger_rows_total", 0))),
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint's) → report sessions of the runs directory that ended without
     receipt → verify the checkpoint → tasks and policy → manifest (new run) or
     manifest binding + superseding of later rows (resume) → start/resume receipt
-    → train under :class:`~ecredit_trl.faults.GracefulStop` → termination receipt.
+    → train under :class:`~ecredit_trl.runs.faults.GracefulStop` → termination receipt.
 
     Raises (before any receipt is written): RunRefused (existing run directory
     without ``--resume-from``, binding differences, a live session),
@@ -329,21 +333,21 @@ def main(argv: list[str] | None = None) -> int:
     """
     import torch
 
-    from ecredit_trl.faults import (
+    from ecredit_trl.runs.faults import (
         GracefulStop,
         SandboxUnavailable,
         exit_code,
         follow_launcher_signals,
         termination_class,
     )
-    from ecredit_trl.receipts import (
+    from ecredit_trl.runs.receipts import (
         RunReceipts,
         detect_unterminated,
         live_sessions,
         read_sessions,
         verify_checkpoint,
     )
-    from ecredit_trl.records import write_json, write_jsonl_atomic
+    from ecredit_trl.runs.records import write_json, write_jsonl_atomic
 
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args, run_argv = split_run_arguments(argv)
@@ -415,9 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from datasets import Dataset
-    from ecredit_trl.callbacks import ProgressLines
-    from ecredit_trl.manifest import build_manifest
-    from ecredit_trl.prompts import task_prompt
+    from ecredit_trl.runs.callbacks import ProgressLines
+    from ecredit_trl.runs.manifest import build_manifest
+    from ecredit_trl.agent.prompts import task_prompt
     from ecredit_trl.trainer import ECreditGRPOTrainer
     from eval.tasks import load_tasks
     from sandbox import make_runtime
@@ -426,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     if not all_tasks:
         raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
     if margs.model is None:
-        from ecredit_trl.warmstart import ensure_default_policy
+        from ecredit_trl.policy.warmstart import ensure_default_policy
 
         # warm-started on every training task, so --max_tasks reuses the cached policy
         kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
@@ -617,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
 def _remove_orphans(item: dict, runtime: str) -> list[str]:
     """Containers a dead session left running (its agent sandboxes keep ``sleep``-ing),
     removed by run label when no session of that run is alive. Local Podman only."""
-    from ecredit_trl.receipts import live_sessions
+    from ecredit_trl.runs.receipts import live_sessions
 
     if runtime != "podman" or item.get("session") is None:
         return []
@@ -638,7 +642,7 @@ def _remove_orphans(item: dict, runtime: str) -> list[str]:
 
 def _last_resumable(run_dir: Path) -> str | None:
     """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
-    from ecredit_trl.receipts import read_sessions
+    from ecredit_trl.runs.receipts import read_sessions
 
     best = None
     try:
@@ -655,7 +659,7 @@ def _last_resumable(run_dir: Path) -> str | None:
 
 def _model_identity(model_path) -> dict:
     """Path of the policy and the sha256 of its weight files (local directories up to 2 GB)."""
-    from ecredit_trl.receipts import sha256_file
+    from ecredit_trl.runs.receipts import sha256_file
 
     p = Path(str(model_path))
     out = {"path": str(model_path), "weights": None}
@@ -672,7 +676,7 @@ def _model_identity(model_path) -> dict:
 def cli(argv: list[str] | None = None) -> int:
     """``main`` for people: a bad argument, file or config value is one line on stderr
     (exit 2), not a traceback. Errors after training started keep their traceback."""
-    from ecredit_trl.receipts import CheckpointError
+    from ecredit_trl.runs.receipts import CheckpointError
 
     try:
         return main(argv)

@@ -2,7 +2,7 @@
 
 Per generation batch (DESIGN.md §2):
 
-1. TRL runs the multi-turn tool loop with :class:`~ecredit_trl.agent.SWEAgentEnv`
+1. TRL runs the multi-turn tool loop with :class:`~ecredit_trl.agent.env.SWEAgentEnv`
    (``environment_factory``); every tool call is snapshotted and tagged with
    the assistant turn that made it (the trainer advances the turn counter
    before each generation).
@@ -14,7 +14,7 @@ Per generation batch (DESIGN.md §2):
    gives ``None`` (TRL turns that advantage into 0) and is counted.
 3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the
    (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask`` with
-   C from :func:`~ecredit_trl.credit.credit_coefficients_batch`, and writes
+   C from :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes
    the ledger row and the trajectories.
 
 Exact resume (DESIGN.md §5): every checkpoint also holds
@@ -24,7 +24,7 @@ checkpoint falls inside a ``steps_per_generation × num_iterations`` cycle,
 TRL's buffered generation batch; :meth:`ECreditGRPOTrainer.restore_state`
 reads them back. The sandbox service is checked before every generation round
 and after a round with infra errors (bounded retries with backoff); when it
-stays unreachable, every rank raises :class:`~ecredit_trl.faults.SandboxUnavailable`
+stays unreachable, every rank raises :class:`~ecredit_trl.runs.faults.SandboxUnavailable`
 before anything of the round is recorded or applied, and
 :meth:`ECreditGRPOTrainer.emergency_checkpoint` saves the state of the last
 completed step (RNG states as they were at its end), so a resume continues
@@ -45,20 +45,20 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from ecredit_trl.agent import AgentContext, env_factory
+from ecredit_trl.agent.env import AgentContext, env_factory
 from ecredit_trl.config import ECreditConfig
-from ecredit_trl.credit import credit_stats
-from ecredit_trl.faults import SandboxUnavailable
-from ecredit_trl.outcomes import TRIAL_OUTCOMES, trial_outcome
-from ecredit_trl.receipts import ECREDIT_STATE
-from ecredit_trl.records import append_jsonl, write_json
-from ecredit_trl.rollout_credit import (
+from ecredit_trl.credit.coefficients import credit_stats
+from ecredit_trl.runs.faults import SandboxUnavailable
+from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES, trial_outcome
+from ecredit_trl.runs.receipts import ECREDIT_STATE
+from ecredit_trl.runs.records import append_jsonl, write_json
+from ecredit_trl.credit.planning import (
     contrast,
     per_token_advantages,
     plan_query,
     turn_snapshots,
 )
-from ecredit_trl.trajectory import turn_writes
+from ecredit_trl.credit.trajectory import turn_writes
 from sandbox import VerifierPool
 
 COUNTERFACTUAL_ARMS = ("B", "M")
@@ -167,8 +167,8 @@ class ECreditGRPOTrainer(GRPOTrainer):
         self.ledger_rows_total = 0  # rows in ledger.jsonl (all sessions of the run)
         self.trajectory_rows_total = 0  # rows in trajectories.jsonl (all sessions)
         self.verified_trial_ids: list[str] = []  # every trial this rank ran (for audits)
-        self.receipts = None  # ecredit_trl.receipts.RunReceipts (main process), set by train.py
-        self.stop = None  # ecredit_trl.faults.GracefulStop, set by train.py
+        self.receipts = None  # ecredit_trl.runs.receipts.RunReceipts (main process), set by train.py
+        self.stop = None  # ecredit_trl.runs.faults.GracefulStop, set by train.py
         self.checkpoints: list[str] = []  # checkpoints saved by this session
         self.sandbox_retries = 0  # health-check retries this session (all rounds)
         self._snapshot: dict | None = None

@@ -1,6 +1,6 @@
 """Which policy an evaluation ran: resolve a model path or run directory, fingerprint it.
 
-Shared by :mod:`eval.run` (binding of result slots) and ``ecredit_trl.rollouts`` (which
+Shared by :mod:`eval.run` (binding of result slots) and ``ecredit_trl.agent.rollouts`` (which
 loads the weights); stdlib only, so ``eval`` stays free of TRL / peft imports (DESIGN §1).
 
 Accepted paths:

@@ -8,7 +8,7 @@ bundled:holdout|FILE --n N --out DIR [--runtime podman|local --concurrency C --s
 
 Per slot (task, rollout index 0..n-1), DESIGN.md §4 and issue 6:
 
-1. **Rollout** — produced by ``python -m ecredit_trl.rollouts`` run as a *subprocess* (the
+1. **Rollout** — produced by ``python -m ecredit_trl.agent.rollouts`` run as a *subprocess* (the
    process boundary keeps ``eval`` free of TRL / peft imports), written to
    ``DIR/rollouts.jsonl``; or read from ``--rollouts FILE``. Trials start while the
    subprocess is still generating.
@@ -616,7 +616,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     errf = None
     stderr_path = out / "rollouts.stderr.log"
     if rollouts is None and todo:
-        cmd = [python or sys.executable, "-m", "ecredit_trl.rollouts", "--model", ref.given,
+        cmd = [python or sys.executable, "-m", "ecredit_trl.agent.rollouts", "--model", ref.given,
                "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
                "--runtime", runtime if isinstance(runtime, str) else (
                    "local" if type(runtime).__name__ == "LocalRuntime" else "podman"),

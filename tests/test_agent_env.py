@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from ecredit_trl.agent import AgentContext, SWEAgentEnv, release, tool_schemas
+from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, tool_schemas
 from sandbox.images import default_image
 
 

@@ -1,4 +1,4 @@
-"""``python -m ecredit_trl.audit``: full weights and LoRA adapters of a tiny real model."""
+"""``python -m ecredit_trl.runs.audit``: full weights and LoRA adapters of a tiny real model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from ecredit_trl.audit import AuditError, audit, main
+from ecredit_trl.runs.audit import AuditError, audit, main
 
 
 @pytest.fixture(scope="module")

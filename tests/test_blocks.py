@@ -1,4 +1,4 @@
-"""ecredit_trl.blocks on scripted local git repositories (no Podman)."""
+"""ecredit_trl.credit.blocks on scripted local git repositories (no Podman)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, git
 
-from ecredit_trl.blocks import (
+from ecredit_trl.credit.blocks import (
     DEFAULT_TEST_PATTERNS,
     EditBlock,
     SelectionRecord,
@@ -327,7 +327,7 @@ def test_selection_seed_is_stable_across_processes():
     want = int.from_bytes(hashlib.sha256(json.dumps([1, "a", 2], separators=(",", ":"))
                                          .encode()).digest()[:8], "big")
     assert selection_seed(1, "a", 2) == want
-    code = ("from ecredit_trl.blocks import select_block as s;"
+    code = ("from ecredit_trl.credit.blocks import select_block as s;"
             "print([s(range(1,9), run_seed=3, task_id='x', rollout_index=i) for i in range(20)])")
     outs = set()
     for hs in ("0", "1", "12345"):

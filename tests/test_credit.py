@@ -1,4 +1,4 @@
-"""Tests for ecredit_trl.credit (source: DESIGN.md §3 "Coefficients")."""
+"""Tests for ecredit_trl.credit.coefficients (source: DESIGN.md §3 "Coefficients")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ecredit_trl.credit import (
+from ecredit_trl.credit.coefficients import (
     ARMS,
     CreditStats,
     credit_coefficients,

@@ -1,9 +1,9 @@
-"""ecredit_trl.editor: str_replace_editor semantics on real files."""
+"""ecredit_trl.agent.editor: str_replace_editor semantics on real files."""
 
 import pytest
 
-from ecredit_trl import editor
-from ecredit_trl.editor import EditorError
+from ecredit_trl.agent import editor
+from ecredit_trl.agent.editor import EditorError
 
 
 @pytest.fixture

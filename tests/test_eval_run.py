@@ -13,7 +13,7 @@ pytestmark = pytest.mark.podman
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
     """A random tiny Llama + BPE with the qwen3 template: makes format errors, exercises all."""
-    from ecredit_trl.tiny_model import build_model, build_tokenizer
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
 
     out = tmp_path_factory.mktemp("policy")
     corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
@@ -38,7 +38,7 @@ def _lines(path):
 
 
 def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_runtime):
-    from ecredit_trl.trajectory import load_trajectories
+    from ecredit_trl.credit.trajectory import load_trajectories
     from eval.run import evaluate, main
 
     out = tmp_path / "ev"

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ecredit_trl.records import RecordWriteError, append_jsonl, read_jsonl, write_json
+from ecredit_trl.runs.records import RecordWriteError, append_jsonl, read_jsonl, write_json
 
 
 def test_write_json_is_atomic_and_keeps_old_content_on_failure(tmp_path, monkeypatch):
@@ -52,7 +52,7 @@ def small_disk(tmp_path):
 
 
 def test_disk_full_names_the_path_and_keeps_earlier_records(small_disk):
-    from ecredit_trl.receipts import RunReceipts
+    from ecredit_trl.runs.receipts import RunReceipts
 
     run = small_disk / "run"
     write_json(run / "manifest.json", {"run": "r", "ok": True})

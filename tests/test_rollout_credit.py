@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ecredit_trl.rollout_credit import contrast, token_turns, turn_snapshots
+from ecredit_trl.credit.planning import contrast, token_turns, turn_snapshots
 
 
 def test_token_turns_from_tool_mask_and_padding():
@@ -44,7 +44,7 @@ def _frozen_batch():
 
 
 def test_per_token_advantages_b_and_m_carry_equal_signed_mass():
-    from ecredit_trl.rollout_credit import per_token_advantages
+    from ecredit_trl.credit.planning import per_token_advantages
 
     A, cm, tm, D, sel = _frozen_batch()
     out = {}
@@ -66,7 +66,7 @@ def test_per_token_advantages_b_and_m_carry_equal_signed_mass():
     assert mass_b[0] > 0 and mass_b[1] < 0
     # E reads A, never D
     D2 = [9.0, 9.0, 9.0, 9.0, 9.0, 9.0]
-    from ecredit_trl.rollout_credit import per_token_advantages as pta
+    from ecredit_trl.credit.planning import per_token_advantages as pta
     e2 = pta("E", advantages=A, completion_mask=cm, tool_mask=tm, contrasts=D2,
              selected_turns=sel, credit_lambda=0.5, credit_cap=1.0)[0]
     assert torch.equal(e2, out["E"][0])

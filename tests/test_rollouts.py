@@ -1,4 +1,4 @@
-"""ecredit_trl.rollouts (scripted generations through TRL's parser and the real agent env) and
+"""ecredit_trl.agent.rollouts (scripted generations through TRL's parser and the real agent env) and
 eval.modelref (run dirs, adapters, fingerprints). No Podman: the agent has no bash sandbox."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import pytest
 from conftest import git
 
-from ecredit_trl.agent import AgentContext, SWEAgentEnv, release
-from ecredit_trl.rollouts import GenerationSettings, Policy, rollout_seed, run_rollout
-from ecredit_trl.trajectory import parse_trajectory
+from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+from ecredit_trl.agent.rollouts import GenerationSettings, Policy, rollout_seed, run_rollout
+from ecredit_trl.credit.trajectory import parse_trajectory
 from eval.modelref import resolve_model
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ecredit_trl.tiny_model import build_model, build_tokenizer
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
 
     out = tmp_path_factory.mktemp("tiny")
     tok = build_tokenizer(["def add(a, b):\n    return a + b\n"] * 5, vocab_size=300)
@@ -125,8 +125,8 @@ def test_bad_tool_arguments_go_back_to_the_model(tiny, task, tmp_path):
 
 
 def test_seed_is_order_independent_and_sampling_is_seeded(tiny, task, tmp_path):
-    from ecredit_trl.prompts import task_prompt
-    from ecredit_trl.rollouts import load_rollout_policy
+    from ecredit_trl.agent.prompts import task_prompt
+    from ecredit_trl.agent.rollouts import load_rollout_policy
 
     assert rollout_seed(0, "t", 1) == rollout_seed(0, "t", 1) != rollout_seed(0, "t", 2)
     p = load_rollout_policy(tiny, device="cpu")
@@ -168,7 +168,7 @@ def test_resolve_run_dir_and_adapter(tiny, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from ecredit_trl.rollouts import load_rollout_policy
+    from ecredit_trl.agent.rollouts import load_rollout_policy
 
     lora = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny),
                           LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))

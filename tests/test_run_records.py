@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ecredit_trl.manifest import (
+from ecredit_trl.runs.manifest import (
     binding_differences,
     bound_config,
     code_version,
     sha256_json,
     tasks_record,
 )
-from ecredit_trl.receipts import (
+from ecredit_trl.runs.receipts import (
     CheckpointError,
     RunReceipts,
     detect_unterminated,
@@ -32,7 +32,7 @@ from ecredit_trl.receipts import (
     read_sessions,
     verify_checkpoint,
 )
-from ecredit_trl.records import write_json
+from ecredit_trl.runs.records import write_json
 
 
 def _manifest(**over):
@@ -70,8 +70,7 @@ def test_binding_lists_each_differing_field_and_ignores_unbound_ones():
 
 
 def test_check_binding_refuses_unless_allowed_with_a_reason():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ecredit_trl"))
-    from train import RunRefused, check_binding
+    from ecredit_trl.train import RunRefused, check_binding
 
     old = _manifest()
     new = _manifest(config={"ecredit": {"learning_rate": 2e-4, "arm": "B",
@@ -207,8 +206,7 @@ def test_verify_checkpoint_refuses_corrupt_and_partial_checkpoints_naming_the_fi
 
 def test_train_cli_refuses_corrupt_checkpoint_and_silent_restart(tmp_path):
     """Through ``train.py``'s own entry point (refused before any model is loaded)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ecredit_trl"))
-    import train
+    import ecredit_trl.train as train
 
     ck = _fake_checkpoint(tmp_path / "runs" / "r1")
     with open(ck / "scheduler.pt", "ab") as f:
@@ -223,10 +221,9 @@ def test_train_cli_refuses_corrupt_checkpoint_and_silent_restart(tmp_path):
 
 
 def test_resume_moves_rows_past_the_checkpoint_aside(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ecredit_trl"))
-    from train import RunRefused, supersede_records
+    from ecredit_trl.train import RunRefused, supersede_records
 
-    from ecredit_trl.records import append_jsonl, read_jsonl
+    from ecredit_trl.runs.records import append_jsonl, read_jsonl
 
     append_jsonl(tmp_path / "ledger.jsonl", [{"step": 1}, {"step": 2}, {"step": 3}])
     with open(tmp_path / "ledger.jsonl", "a") as f:
@@ -245,7 +242,7 @@ def test_resume_moves_rows_past_the_checkpoint_aside(tmp_path):
 
 
 def test_graceful_stop_and_termination_classes():
-    from ecredit_trl.faults import (
+    from ecredit_trl.runs.faults import (
         GracefulStop,
         SandboxUnavailable,
         exit_code,
@@ -276,8 +273,7 @@ def test_graceful_stop_and_termination_classes():
 
 
 def test_changes_accepted_by_an_earlier_resume_stay_accepted():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ecredit_trl"))
-    from train import check_binding
+    from ecredit_trl.train import check_binding
 
     old = _manifest()
     new = _manifest(config={"ecredit": {"learning_rate": 2e-4, "arm": "B",

@@ -27,7 +27,7 @@ BUG = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1
 
 
 class _Task:
-    """The fixed test lists the trainer grades these trials against (ecredit_trl.outcomes)."""
+    """The fixed test lists the trainer grades these trials against (ecredit_trl.runs.outcomes)."""
 
     instance_id = "calc-1"
     FAIL_TO_PASS = ["test_calc.py::test_add"]
@@ -36,7 +36,7 @@ class _Task:
 
 
 def outcome(result, control_log=None):
-    from ecredit_trl.outcomes import trial_outcome
+    from ecredit_trl.runs.outcomes import trial_outcome
 
     return trial_outcome(_Task, result, control_log)
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ecredit_trl import editor
+from ecredit_trl.agent import editor
 
 SOURCE = "\n".join([
     '"""Tiny arithmetic helpers."""',
@@ -75,8 +75,8 @@ def test_tokenizer_round_trip_and_tool_template():
         supports_tool_calling,
     )
 
-    from ecredit_trl.prompts import policy_tools
-    from ecredit_trl.tiny_model import TAG_TOKENS, build_tokenizer, chat_template
+    from ecredit_trl.agent.prompts import policy_tools
+    from ecredit_trl.policy.tiny_model import TAG_TOKENS, build_tokenizer, chat_template
 
     tok = build_tokenizer([SOURCE] * 20, vocab_size=400)
     for s in (SOURCE, "  x\t= 1234 é 中文 <tool_call>\n{}\n</tool_call><|im_end|>"):
@@ -113,7 +113,7 @@ def test_tokenizer_round_trip_and_tool_template():
 def test_model_forward_shapes():
     import torch
 
-    from ecredit_trl.tiny_model import build_model, build_tokenizer
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
 
     tok = build_tokenizer([SOURCE] * 5, vocab_size=300)
     model = build_model(tok, seed=0)
@@ -130,17 +130,17 @@ def test_model_forward_shapes():
 
 
 def test_submit_output_matches_agent(tmp_path):
-    from ecredit_trl.agent import AgentContext, SWEAgentEnv
-    from ecredit_trl.warmstart import SUBMIT_OUTPUT
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv
+    from ecredit_trl.policy.warmstart import SUBMIT_OUTPUT
 
     env = SWEAgentEnv(AgentContext(tasks={}, workroot=str(tmp_path)))
     assert env.submit() == SUBMIT_OUTPUT
 
 
 def test_demo_conversation_has_exact_editor_outputs(task, tmp_path):
-    from ecredit_trl.agent import _clone_at
-    from ecredit_trl.prompts import policy_tools, task_prompt
-    from ecredit_trl.warmstart import SUBMIT_OUTPUT, demo_conversations
+    from ecredit_trl.agent.env import _clone_at
+    from ecredit_trl.agent.prompts import policy_tools, task_prompt
+    from ecredit_trl.policy.warmstart import SUBMIT_OUTPUT, demo_conversations
 
     (demo,) = demo_conversations([task], strict=True)
     assert demo["instance_id"] == task.instance_id
@@ -168,7 +168,7 @@ def test_demo_conversation_has_exact_editor_outputs(task, tmp_path):
 
 
 def test_gold_edits_widen_until_unique():
-    from ecredit_trl.warmstart import gold_edits
+    from ecredit_trl.policy.warmstart import gold_edits
 
     old = "x = 1\ny = 2\nx = 1\nz = 3\n"
     new = "x = 1\ny = 2\nx = 2\nz = 3\n"
@@ -186,7 +186,7 @@ def test_gold_edits_widen_until_unique():
 
 
 def test_ensure_default_policy_trains_once_and_reuses(task, tmp_path):
-    from ecredit_trl.warmstart import ensure_default_policy, load_policy
+    from ecredit_trl.policy.warmstart import ensure_default_policy, load_policy
 
     lines: list[str] = []
     path = ensure_default_policy([task], cache_dir=tmp_path, steps=2, log=lines.append,
@@ -220,8 +220,8 @@ def test_policy_tools_are_what_trl_renders_for_the_environment(tmp_path):
 
     from transformers.utils import get_json_schema
 
-    from ecredit_trl.agent import AgentContext, SWEAgentEnv
-    from ecredit_trl.prompts import policy_tools
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv
+    from ecredit_trl.agent.prompts import policy_tools
 
     env = SWEAgentEnv(AgentContext(tasks={}, workroot=str(tmp_path)))
     methods = [getattr(env, n) for n, _ in inspect.getmembers(SWEAgentEnv, inspect.isfunction)
@@ -230,7 +230,7 @@ def test_policy_tools_are_what_trl_renders_for_the_environment(tmp_path):
 
 
 def test_ensure_default_policy_refuses_sealed_tasks(tmp_path):
-    from ecredit_trl.warmstart import ensure_default_policy
+    from ecredit_trl.policy.warmstart import ensure_default_policy
     from eval.holdout import SealedTaskError, sealed_ids
 
     sealed = sorted(sealed_ids())

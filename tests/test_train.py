@@ -41,7 +41,7 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def warm_policy():
     """Build (or reuse) the embedded policy once, outside the timed launches."""
-    from ecredit_trl.warmstart import ensure_default_policy
+    from ecredit_trl.policy.warmstart import ensure_default_policy
     from eval.tasks import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))

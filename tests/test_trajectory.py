@@ -1,4 +1,4 @@
-"""ecredit_trl.trajectory: strict loader and replay into snapshot trees."""
+"""ecredit_trl.credit.trajectory: strict loader and replay into snapshot trees."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from conftest import git
 
-from ecredit_trl.blocks import edit_blocks
-from ecredit_trl.trajectory import (
+from ecredit_trl.credit.blocks import edit_blocks
+from ecredit_trl.credit.trajectory import (
     FileWrite,
     ReplayError,
     Trajectory,

@@ -9,12 +9,12 @@ taught the shape of an episode on the *training* tasks: for every task, a demons
                        →  assistant: "Done." (no tool call: ends the episode)
 
 built from the gold patch, where every tool output is what the environment really returns
-(``ecredit_trl.editor`` run on a checkout of the task repository at ``base_commit``; the
+(``ecredit_trl.agent.editor`` run on a checkout of the task repository at ``base_commit``; the
 submit text is ``SWEAgentEnv.submit``'s). The closing assistant message is there because
 TRL's tool loop asks the model for another turn after every tool result: without it the
 policy would never learn to stop after ``submit``.
 
-The tokenizer (byte-level BPE, ``ecredit_trl.tiny_model``) is trained on the rendered
+The tokenizer (byte-level BPE, ``ecredit_trl.policy.tiny_model``) is trained on the rendered
 demonstrations, a tiny Llama is initialised, and TRL's ``SFTTrainer`` trains it with
 ``assistant_only_loss=True`` (TRL swaps in ``qwen3_training.jinja``, the template GRPO uses
 with tools too). The result is cached under ``$ECREDIT_CACHE/policy/<key>`` (default
@@ -23,7 +23,7 @@ problem statements, the recipe (hyperparameters, prompt, tool schemas) and
 :data:`CODE_VERSION`. It is written under a temporary name and renamed when complete; a
 file lock makes concurrent callers (e.g. several ranks) train once.
 
-Training runs in a child process (``python -m ecredit_trl.warmstart train DIR``) with the
+Training runs in a child process (``python -m ecredit_trl.policy.warmstart train DIR``) with the
 distributed environment variables removed, so it never joins a launcher's process group.
 
 This policy only memorises the training tasks (the bundled problem statements name the
@@ -220,9 +220,9 @@ def demo_conversation(task, workroot: str | Path | None = None) -> dict:
         DemoError: no ``repo_dir``, the gold patch does not apply, creates/deletes/renames a
             file or is not text, or an editor call fails (message names the task).
     """
-    from ecredit_trl import editor
-    from ecredit_trl.agent import _clone_at
-    from ecredit_trl.prompts import policy_tools, task_prompt
+    from ecredit_trl.agent import editor
+    from ecredit_trl.agent.env import _clone_at
+    from ecredit_trl.agent.prompts import policy_tools, task_prompt
 
     iid = getattr(task, "instance_id", "?")
     try:
@@ -322,8 +322,8 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
 
     Raises: ValueError naming an unknown override or a non-positive ``steps``.
     """
-    from ecredit_trl.prompts import INSTRUCTION, policy_tools
-    from ecredit_trl.tiny_model import MODEL_SHAPE, chat_template
+    from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
+    from ecredit_trl.policy.tiny_model import MODEL_SHAPE, chat_template
 
     unknown = sorted(set(overrides) - set(DEFAULT_RECIPE))
     if unknown:
@@ -440,9 +440,9 @@ def _train_child(job: Path, log) -> None:
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen([sys.executable, "-m", "ecredit_trl.warmstart", "train", str(job)],
+    proc = subprocess.Popen([sys.executable, "-m", "ecredit_trl.policy.warmstart", "train", str(job)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=str(Path(__file__).resolve().parent.parent))
+                            cwd=str(Path(__file__).resolve().parents[2]))
     tail: list[str] = []
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -463,7 +463,7 @@ def render_corpus(demos: list[dict]) -> list[str]:
     training template (tool schemas included)."""
     from trl.chat_template_utils import qwen3_training_chat_template
 
-    from ecredit_trl.tiny_model import build_tokenizer
+    from ecredit_trl.policy.tiny_model import build_tokenizer
 
     bare = build_tokenizer([], vocab_size=265)
     return [bare.apply_chat_template(d["messages"], tools=json.loads(d["tools"]), tokenize=False,
@@ -473,8 +473,8 @@ def render_corpus(demos: list[dict]) -> list[str]:
 def train_dir(job: str | Path, log=print) -> Path:
     """Train on ``job/demos.jsonl`` with the recipe of ``job/job.json``; save ``job/model``.
 
-    Steps: tokenizer (:func:`~ecredit_trl.tiny_model.build_tokenizer`) on the rendered
-    demonstrations, model (:func:`~ecredit_trl.tiny_model.build_model`), TRL ``SFTTrainer``
+    Steps: tokenizer (:func:`~ecredit_trl.policy.tiny_model.build_tokenizer`) on the rendered
+    demonstrations, model (:func:`~ecredit_trl.policy.tiny_model.build_model`), TRL ``SFTTrainer``
     (fp32 CPU, ``assistant_only_loss=True``, no truncation, no checkpoints).
 
     Returns: ``job/model`` (weights, tokenizer, ``warmstart.json``).
@@ -486,7 +486,7 @@ def train_dir(job: str | Path, log=print) -> Path:
     from trl.chat_template_utils import supports_tool_calling
 
     from datasets import Dataset
-    from ecredit_trl.tiny_model import build_model, build_tokenizer, chat_template
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer, chat_template
 
     log = log or (lambda *_: None)
     job = Path(job)
@@ -608,7 +608,7 @@ def load_policy(path: str | Path):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ecredit_trl.tiny_model import chat_template
+    from ecredit_trl.policy.tiny_model import chat_template
 
     tok = AutoTokenizer.from_pretrained(path)
     if tok.chat_template != chat_template():
@@ -622,7 +622,7 @@ def _main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "train":
         train_dir(argv[1], log=print)
         return 0
-    print("usage: python -m ecredit_trl.warmstart train JOB_DIR", file=sys.stderr)
+    print("usage: python -m ecredit_trl.policy.warmstart train JOB_DIR", file=sys.stderr)
     return 2
 
 

@@ -1,6 +1,6 @@
 """Checkpoint audit: what is in a checkpoint, what changed against the base, anything non-finite.
 
-``python -m ecredit_trl.audit CHECKPOINT [--base MODEL] [--json-only]``
+``python -m ecredit_trl.runs.audit CHECKPOINT [--base MODEL] [--json-only]``
 
 Full weights (``model.safetensors``, sharded ``model-*.safetensors``): tensors,
 elements, non-finite values; with a base (``--base``, or the run's policy from
@@ -197,7 +197,7 @@ def summary_line(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.audit",
+    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.runs.audit",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("checkpoint", help="checkpoint directory or .safetensors file")
     ap.add_argument("--base", default=None,

@@ -1,7 +1,7 @@
 """The agent's prompt: one function shared by the warm start, the trainer and evaluation.
 
 Whatever the policy sees at the start of a rollout is built here, so that the SFT
-demonstrations (``ecredit_trl.warmstart``), GRPO rollouts (``ecredit_trl.train``) and
+demonstrations (``ecredit_trl.policy.warmstart``), GRPO rollouts (``ecredit_trl.train``) and
 evaluation render the same text.
 """
 
@@ -37,11 +37,11 @@ def policy_tools() -> list[dict]:
 
     TRL 1.16 lists an environment's public methods with ``inspect.getmembers`` (sorted by
     name) and renders them in that order, so the schemas of
-    ``ecredit_trl.agent.tool_schemas()`` are sorted by function name here; SFT
+    ``ecredit_trl.agent.env.tool_schemas()`` are sorted by function name here; SFT
     demonstrations rendered with this list see the same system text as GRPO rollouts.
 
     Returns: list of ``{"type": "function", "function": {...}}`` dicts.
     """
-    from ecredit_trl.agent import tool_schemas
+    from ecredit_trl.agent.env import tool_schemas
 
     return sorted(tool_schemas(), key=lambda t: t["function"]["name"])

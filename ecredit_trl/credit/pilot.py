@@ -1,6 +1,6 @@
 """The signal pilot: replay trajectories, verify each artifact and one ablation, tabulate D.
 
-``python -m ecredit_trl.pilot --tasks SOURCE --trajectories FILE --out DIR
+``python -m ecredit_trl.credit.pilot --tasks SOURCE --trajectories FILE --out DIR
 [--seed N --credit-lambda X --credit-cap X --concurrency N --runtime podman|local]``
 
 Per trajectory (DESIGN.md §3, issue 4), in file order:
@@ -9,7 +9,7 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    writes cannot be replayed onto its repository counts here too, with the
    replay error as ``exclusion_detail``).
 2. Replay → snapshots ``S_0..S_K`` → edit blocks → eligibility → verifier-blind
-   selection (:func:`ecredit_trl.blocks.select_block`). No eligible block →
+   selection (:func:`ecredit_trl.credit.blocks.select_block`). No eligible block →
    excluded (``no_eligible_block``). Otherwise the ablated artifact is built.
    **All selections are written to ``selections.jsonl`` before the first trial
    is submitted.**
@@ -19,7 +19,7 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    is cached in ``DIR/controls/``). No utility → excluded (``no_original_utility``).
 4. At most one counterfactual trial (the ablated artifact), then
    ``D = U(P) − U(P\\b)`` (None when either side is unavailable) and the shared
-   shrinkage ``s`` / cap flag / m / L of :func:`ecredit_trl.credit.credit_stats`
+   shrinkage ``s`` / cap flag / m / L of :func:`ecredit_trl.credit.coefficients.credit_stats`
    (arm M).
 
 A trial that ends in ``infra_error`` (after the pool's retries) has no utility; any
@@ -53,15 +53,15 @@ from concurrent.futures import as_completed
 from dataclasses import asdict
 from pathlib import Path
 
-from ecredit_trl.blocks import (
+from ecredit_trl.credit.blocks import (
     DEFAULT_TEST_PATTERNS,
     SelectionRecord,
     ablate,
     edit_blocks,
     eligibility,
 )
-from ecredit_trl.credit import credit_stats
-from ecredit_trl.trajectory import (
+from ecredit_trl.credit.coefficients import credit_stats
+from ecredit_trl.credit.trajectory import (
     ReplayError,
     Trajectory,
     load_trajectories,
@@ -364,7 +364,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
         tasks: :class:`eval.tasks.Task` list; every trajectory's ``task_id`` must
             be one of their ``instance_id`` s and those tasks need a ``repo_dir``
             (the local git repository the replay checks out).
-        trajectories: the rollouts (:func:`ecredit_trl.trajectory.load_trajectories`).
+        trajectories: the rollouts (:func:`ecredit_trl.credit.trajectory.load_trajectories`).
         out_dir: output folder (created; files in it are replaced).
         seed: run seed of the selection RNG.
         credit_lambda, credit_cap: λ >= 0 and c > 0 for s / cap flag (arm M).
@@ -629,7 +629,7 @@ def _run_credit_config(trajectories: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.pilot",
+    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D (DESIGN.md §3).")
     ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks "

@@ -31,7 +31,7 @@ from a resolving artifact; ``"0"`` a no-op (comment, new notes file); ``"?"``
 not knowable in advance (repair of a module the tests may not import, deleted
 docs, the two halves of a split fix).
 
-``python -m ecredit_trl.scripted --tasks bundled --out FILE [--max-tasks N]``
+``python -m ecredit_trl.credit.scripted --tasks bundled --out FILE [--max-tasks N]``
 writes them as JSONL.
 
 source: issue 4 "Tests"
@@ -49,8 +49,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from ecredit_trl.blocks import DEFAULT_TEST_PATTERNS, is_test_path, selection_seed
-from ecredit_trl.trajectory import (
+from ecredit_trl.credit.blocks import DEFAULT_TEST_PATTERNS, is_test_path, selection_seed
+from ecredit_trl.credit.trajectory import (
     FileWrite,
     ReplayError,
     Trajectory,
@@ -347,7 +347,7 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.scripted",
+    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
     ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks")
     ap.add_argument("--out", required=True, help="trajectory JSONL to write")

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ecredit_trl import editor
+from ecredit_trl.agent import editor
 from sandbox.session import open_session
 from sandbox.snapshot import Snapshotter
 

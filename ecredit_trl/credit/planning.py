@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ecredit_trl.blocks import SelectionRecord, ablate, edit_blocks, eligibility
-from ecredit_trl.credit import credit_coefficients_batch
+from ecredit_trl.credit.blocks import SelectionRecord, ablate, edit_blocks, eligibility
+from ecredit_trl.credit.coefficients import credit_coefficients_batch
 
 EXCLUSION_ORDER = ("format_error", "no_eligible_block", "no_original_utility")
 """Exclusion reasons, applied in this order (DESIGN.md §3, issue "Credit core")."""

@@ -1,14 +1,14 @@
 """Policy rollouts without updates, in the training agent environment.
 
-``python -m ecredit_trl.rollouts --model PATH_OR_RUN_DIR --tasks SOURCE --n N --out FILE.jsonl
+``python -m ecredit_trl.agent.rollouts --model PATH_OR_RUN_DIR --tasks SOURCE --n N --out FILE.jsonl
 [--seed S --runtime podman|local --max-turns K --max-new-tokens T --temperature X
  --task-id ID ... --binding HEX]``
 
 Runs ``n`` rollouts per task with what GRPO training uses (``ecredit_trl.train``):
 
-* environment: :class:`ecredit_trl.agent.SWEAgentEnv` (same tools, same per-rollout working
+* environment: :class:`ecredit_trl.agent.env.SWEAgentEnv` (same tools, same per-rollout working
   tree and Podman container, same per-call snapshots and turn numbers);
-* prompt: :func:`ecredit_trl.prompts.task_prompt`, rendered by the tokenizer's chat template
+* prompt: :func:`ecredit_trl.agent.prompts.task_prompt`, rendered by the tokenizer's chat template
   with ``tools=policy_tools()`` — or, like ``GRPOTrainer.__init__``, TRL's training template
   (``get_training_chat_template``) when the tokenizer's own one is not prefix-preserving;
 * parsing: TRL's ``add_response_schema`` + ``parse_response`` (the function GRPOTrainer's
@@ -26,7 +26,7 @@ episode's completion (generated + tool-result tokens), and a tool result that wo
 ``submit`` call (the environment refuses every later edit, so the artifact is final).
 
 Each rollout is one JSON line, a superset of the replay format of
-:mod:`ecredit_trl.trajectory` (``load_trajectories`` reads it)::
+:mod:`ecredit_trl.credit.trajectory` (``load_trajectories`` reads it)::
 
     {"task_id", "rollout_index", "format_error", "turns": [{"generated_tokens", "writes",
       "text", "tool_calls", "stop"}], "artifact", "artifact_sha256", "generated_tokens",
@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ecredit_trl.trajectory import turn_writes
+from ecredit_trl.credit.trajectory import turn_writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -139,7 +139,7 @@ class Policy:
         tokenizer: with a response template/schema (TRL's ``add_response_schema``).
         chat_template: ``None`` (the tokenizer's own) or TRL's training template, chosen as
             ``GRPOTrainer`` does (``is_chat_template_prefix_preserving``).
-        tools: tool schemas in TRL's order (:func:`ecredit_trl.prompts.policy_tools`).
+        tools: tool schemas in TRL's order (:func:`ecredit_trl.agent.prompts.policy_tools`).
         eos_token_ids: token ids that end an assistant turn.
         max_model_len: the model's context (``max_position_embeddings``), tokens.
         ref: the :class:`eval.modelref.ModelRef` it came from.
@@ -152,7 +152,7 @@ class Policy:
             is_chat_template_prefix_preserving,
         )
 
-        from ecredit_trl.prompts import policy_tools
+        from ecredit_trl.agent.prompts import policy_tools
 
         self.model = model
         self.tokenizer = tokenizer
@@ -243,7 +243,7 @@ def cpu_threads() -> int:
     """Intra-op torch threads for CPU generation: ``$ECREDIT_ROLLOUT_THREADS``, else
     ``cpu_count - round(1-minute load)`` (at least 1). On the 2-core reference machine, two
     threads competing with other work generated ~3 tokens/s, one thread ~350 tokens/s."""
-    from ecredit_trl.warmstart import torch_threads
+    from ecredit_trl.policy.warmstart import torch_threads
 
     return torch_threads("ECREDIT_ROLLOUT_THREADS")
 
@@ -327,8 +327,8 @@ def run_rollout(policy: Policy, env, task, *, rollout_index: int, seed: int,
     Raises: KeyError / ValueError from ``env.reset`` (unknown task, no ``repo_dir``); errors
         of the model. Tool errors never raise: they become ``{"error": ...}`` results, as in TRL.
     """
-    from ecredit_trl.prompts import task_prompt
-    from ecredit_trl.rollout_credit import turn_snapshots
+    from ecredit_trl.agent.prompts import task_prompt
+    from ecredit_trl.credit.planning import turn_snapshots
     from sandbox.snapshot import artifact
 
     t_start = time.monotonic()
@@ -449,7 +449,7 @@ def _existing(out: Path, binding: str) -> set[tuple[str, int]]:
 
     Raises: ValueError naming ``out`` when it holds rows of another binding.
     """
-    from ecredit_trl.records import read_jsonl
+    from ecredit_trl.runs.records import read_jsonl
 
     if not out.exists():
         return set()
@@ -481,8 +481,8 @@ def run_rollouts(policy: Policy, tasks: Sequence, out: str | Path, *, n: int, se
 
     Raises: ValueError for ``n < 1`` or a foreign binding in ``out``.
     """
-    from ecredit_trl.agent import AgentContext, SWEAgentEnv, release
-    from ecredit_trl.records import append_jsonl
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+    from ecredit_trl.runs.records import append_jsonl
 
     say = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if not isinstance(n, int) or n < 1:
@@ -536,7 +536,7 @@ def settings_for(ref, args) -> GenerationSettings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI (see the module docstring). Exit 0 on success, 2 on bad input."""
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.rollouts",
+    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.agent.rollouts",
                                  description="Policy rollouts (no updates) in the training "
                                              "agent environment.")
     ap.add_argument("--model", required=True, help="model dir or training run dir")

@@ -21,7 +21,7 @@ class ``unknown`` (``oom`` when the memory cgroup's OOM-kill counter rose) and
 ``"detected": true``; the process's own receipt never existed and none is
 pretended.
 
-All files are written atomically (:mod:`ecredit_trl.records`).
+All files are written atomically (:mod:`ecredit_trl.runs.records`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ecredit_trl.records import read_jsonl, write_json, write_text_atomic
+from ecredit_trl.runs.records import read_jsonl, write_json, write_text_atomic
 
 TERMINATION_CLASSES = ("completed", "sigterm", "sigint", "exception", "oom", "unknown")
 ECREDIT_STATE = "ecredit_state.json"

@@ -151,7 +151,7 @@ class Trajectory:
 
 
 def token_turns(traj: Trajectory):
-    """``token_turn`` of the rollout for :mod:`ecredit_trl.credit`: a ``(L,)``
+    """``token_turn`` of the rollout for :mod:`ecredit_trl.credit.coefficients`: a ``(L,)``
     int64 tensor holding the 1-based turn of every generated token, in order."""
     import torch
 
@@ -400,7 +400,7 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
         base_commit: commit-ish of the base state S_0.
         workdir: an absent or empty directory; it becomes the replay clone and
             holds every snapshot tree (pass it as ``repo`` to
-            :mod:`ecredit_trl.blocks`). The caller removes it.
+            :mod:`ecredit_trl.credit.blocks`). The caller removes it.
 
     Returns:
         ``[S_0, S_1, ..., S_K]`` tree ids (length K + 1).

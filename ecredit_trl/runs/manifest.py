@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 SCHEMA = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_PACKAGES = ("ecredit_trl", "sandbox", "eval")
 CODE_SUFFIXES = (".py", ".jinja", ".conf", "Containerfile")
 

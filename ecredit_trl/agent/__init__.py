@@ -1,0 +1,9 @@
+"""The agent environment: tools over a rollout's sandbox, the editor, prompts, rollouts.
+
+* :mod:`.env` — :class:`~.env.SWEAgentEnv`, TRL's ``environment_factory`` (bash + editor tools,
+  one snapshot per tool call).
+* :mod:`.editor` — SWE-agent ``str_replace_editor`` semantics on the host tree.
+* :mod:`.prompts` — the one prompt/tool-schema builder shared by warm start, training, eval.
+* :mod:`.rollouts` — policy rollouts without updates (``python -m ecredit_trl.agent.rollouts``),
+  used by evaluation.
+"""

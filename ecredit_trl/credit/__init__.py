@@ -1,0 +1,11 @@
+"""The method (DESIGN.md §3), pure where it can be.
+
+* :mod:`.blocks` — edit blocks from per-turn snapshots, eligibility, verifier-blind
+  selection, restore/ablation.
+* :mod:`.coefficients` — the per-token credit C_arm(t) of arms O/B/M/E.
+* :mod:`.planning` — from a finished rollout to its credit query (turn map, selection,
+  ablated artifact) and the per-token advantages.
+* :mod:`.trajectory` — the agent-agnostic trajectory format and its replay into snapshots.
+* :mod:`.scripted` — scripted trajectories with known answers (tests, pilot).
+* :mod:`.pilot` — the signal pilot (``python -m ecredit_trl.credit.pilot``).
+"""
