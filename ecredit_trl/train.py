@@ -419,9 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from datasets import Dataset
+    from ecredit_trl.agent.prompts import task_prompt
     from ecredit_trl.runs.callbacks import ProgressLines
     from ecredit_trl.runs.manifest import build_manifest
-    from ecredit_trl.agent.prompts import task_prompt
     from ecredit_trl.trainer import ECreditGRPOTrainer
     from eval.tasks import load_tasks
     from sandbox import make_runtime

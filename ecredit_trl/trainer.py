@@ -48,10 +48,6 @@ from trl.trainer.utils import RepeatSampler
 from ecredit_trl.agent.env import AgentContext, env_factory
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
-from ecredit_trl.runs.faults import SandboxUnavailable
-from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES, trial_outcome
-from ecredit_trl.runs.receipts import ECREDIT_STATE
-from ecredit_trl.runs.records import append_jsonl, write_json
 from ecredit_trl.credit.planning import (
     contrast,
     per_token_advantages,
@@ -59,6 +55,10 @@ from ecredit_trl.credit.planning import (
     turn_snapshots,
 )
 from ecredit_trl.credit.trajectory import turn_writes
+from ecredit_trl.runs.faults import SandboxUnavailable
+from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES, trial_outcome
+from ecredit_trl.runs.receipts import ECREDIT_STATE
+from ecredit_trl.runs.records import append_jsonl, write_json
 from sandbox import VerifierPool
 
 COUNTERFACTUAL_ARMS = ("B", "M")
