@@ -116,7 +116,7 @@ def test_rollout_bash_is_confined_to_its_working_tree(task, tmp_path, podman_run
         # no capabilities, no privilege escalation, own process namespace
         assert "CapEff:\t0000000000000000" in sh("grep CapEff /proc/self/status")
         assert "NoNewPrivs:\t1" in sh("grep NoNewPrivs /proc/self/status")
-        assert sh("cat /proc/1/cmdline | tr '\\0' ' '").strip() == "sleep infinity"
+        assert sh("cat /proc/1/cmdline | tr '\\0' ' '").split() == ["/run/podman-init", "--", "sleep", "infinity"]
         assert "exit code" in sh("mount -t tmpfs none /mnt 2>&1")
         # no network: only the loopback interface, outside addresses unreachable
         assert sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").split() == ["lo"]
