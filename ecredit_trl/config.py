@@ -21,8 +21,8 @@ class ECreditConfig(GRPOConfig):
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
-    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1 or a
-    negative ``sandbox_retry_backoff_s``.
+    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, a
+    negative ``sandbox_retry_backoff_s`` or an agent disk limit below 1 MiB.
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -46,6 +46,12 @@ class ECreditConfig(GRPOConfig):
     sandbox_retry_backoff_s: float = field(default=2.0, metadata={
         "help": "seconds before the 2nd health check; doubles each time"})
     bash_timeout_s: float = field(default=30.0, metadata={"help": "seconds per agent bash call"})
+    agent_max_file_mib: int = field(default=100, metadata={
+        "help": "largest file (MiB) an agent may write: fsize ulimit in its container and "
+                "the snapshot limit (GitHub refuses files over 100 MiB)"})
+    agent_tree_budget_mib: int = field(default=2048, metadata={
+        "help": "growth (MiB) of one rollout's working tree + snapshot store; past it the "
+                "episode ends and the rollout is excluded (disk_budget)"})
     tasks: str = field(default="bundled:train", metadata={"help": "task source (bundled:train, official500, "
                                                             "a .jsonl path, ...)"})
     max_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks"})
@@ -72,6 +78,9 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"sandbox_retries: must be >= 1, got {self.sandbox_retries}")
         if not self.sandbox_retry_backoff_s >= 0:
             raise ValueError(f"sandbox_retry_backoff_s: must be >= 0, got {self.sandbox_retry_backoff_s}")
+        for name in ("agent_max_file_mib", "agent_tree_budget_mib"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name}: must be >= 1 (MiB), got {getattr(self, name)}")
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation
