@@ -178,6 +178,21 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     # -- D, s, cap flag --------------------------------------------------------
     _contrasts(records, trajectories, credit_lambda=credit_lambda, credit_cap=credit_cap)
     table = pilot_table(records, trials.rows)
+    table["meta"] = _meta(records, trials, seed=seed, credit_lambda=credit_lambda,
+                          credit_cap=credit_cap, runtime=runtime, concurrency=concurrency,
+                          max_retries=max_retries, test_patterns=test_patterns,
+                          t_start=t_start, selections_written_at=selections_written_at)
+    _write_outputs(out, table, trials.rows, records)
+    say(f"pilot: usable {table['usable']}, D>0 {table['positive']}, D<0 {table['negative']}, "
+        f"D=0 {table['zero']}; query bound {'ok' if table['query_bound']['ok'] else 'VIOLATED'}")
+    return table
+
+
+def _meta(records: list[dict], trials: PilotTrials, *, seed, credit_lambda, credit_cap,
+          runtime, concurrency, max_retries, test_patterns, t_start: float,
+          selections_written_at: float) -> dict:
+    """The table's ``meta``: settings, wall seconds, and whether every selection was written
+    before the first trial was submitted."""
     meta = {"tasks": len({r["task_id"] for r in records}), "trajectories": len(records),
             "seed": seed, "credit_lambda": credit_lambda, "credit_cap": credit_cap,
             "runtime": runtime if isinstance(runtime, str) else type(runtime).__name__,
@@ -187,11 +202,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
             "first_trial_at": trials.first_trial_at,
             "selections_before_trials": (trials.first_trial_at is None
                                          or selections_written_at <= trials.first_trial_at)}
-    table["meta"] = meta
-    _write_outputs(out, table, trials.rows, records)
-    say(f"pilot: usable {table['usable']}, D>0 {table['positive']}, D<0 {table['negative']}, "
-        f"D=0 {table['zero']}; query bound {'ok' if table['query_bound']['ok'] else 'VIOLATED'}")
-    return table
+    return meta
 
 
 def _write_outputs(out: Path, table: dict, trial_rows: list[dict], records: list[dict]) -> None:
