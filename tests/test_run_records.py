@@ -221,8 +221,8 @@ def test_train_cli_refuses_corrupt_checkpoint_and_silent_restart(tmp_path):
 
 
 def test_resume_moves_rows_past_the_checkpoint_aside(tmp_path):
-    from ecredit_trl.runs.records import append_jsonl, read_jsonl
     from ecredit_trl.runs.binding import RunRefused, supersede_records
+    from ecredit_trl.runs.records import append_jsonl, read_jsonl
 
     append_jsonl(tmp_path / "ledger.jsonl", [{"step": 1}, {"step": 2}, {"step": 3}])
     with open(tmp_path / "ledger.jsonl", "a") as f:
