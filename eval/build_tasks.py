@@ -60,7 +60,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from eval.tasks import Task, datasets_dir, read_rows, tasks_from_rows
+from eval.files import datasets_dir
+from eval.tasks import Task, read_rows, tasks_from_rows
 
 #: Bump when the builder's output for the same recipe changes (it is part of the cache key).
 BUILDER_VERSION = 2

@@ -66,7 +66,7 @@ class AdmissionError(ValueError):
 
 
 def _ids_sha256(ids) -> str:
-    from eval.holdout import ids_sha256
+    from eval.sealed import ids_sha256
 
     return ids_sha256(list(ids))
 
@@ -215,7 +215,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     """Run gold + empty controls for every task of ``split`` and write the manifest.
 
     Args:
-        split: task source of :func:`eval.tasks.load_tasks`.
+        split: task source of :func:`eval.splits.load_tasks`.
         out: output folder (created; cached per-task results reused).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
             for digests is ``"podman"`` unless it is a ``LocalRuntime``).
@@ -226,7 +226,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
 
     Raises: ValueError naming ``task_ids`` entries not in the split or a bad concurrency.
     """
-    from eval.tasks import load_tasks, task_trial_spec
+    from eval.splits import load_tasks
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -383,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.controls",
                                  description="Gold and empty-patch controls per task; "
                                              "admission manifest.")
-    ap.add_argument("--split", required=True, help="task source (eval.tasks.load_tasks)")
+    ap.add_argument("--split", required=True, help="task source (eval.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
     ap.add_argument("--concurrency", type=int, default=2)

@@ -113,7 +113,7 @@ def _sha(text: str) -> str:
 
 
 def _ids_sha256(ids: Iterable[str]) -> str:
-    from eval.holdout import ids_sha256
+    from eval.sealed import ids_sha256
 
     return ids_sha256(list(ids))
 
@@ -505,7 +505,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     Args:
         model: model dir or run dir (:func:`eval.modelref.resolve_model`); may be None with
             ``rollouts`` (then the rows' ``model_sha256`` identifies the policy).
-        split: task source of :func:`eval.tasks.load_tasks`.
+        split: task source of :func:`eval.splits.load_tasks`.
         n: rollouts per task (>= 1).
         out: output folder (created; resumable).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here).
@@ -528,7 +528,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest.
     """
-    from eval.tasks import load_tasks, task_trial_spec
+    from eval.splits import load_tasks
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -854,7 +855,8 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
 
     Raises: FileNotFoundError / EvalInputError naming the results path or a missing artifact.
     """
-    from eval.tasks import load_tasks, task_trial_spec
+    from eval.splits import load_tasks
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -307,7 +307,7 @@ def test_bundled_is_deterministic(bundled, tmp_path):
 @pytest.mark.podman
 def test_bundled_controls_on_a_sample(bundled, podman_runtime):
     from eval.grading import grade
-    from eval.tasks import task_trial_spec
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool
 
     sample = []
@@ -335,8 +335,8 @@ def test_bundled_controls_on_a_sample(bundled, podman_runtime):
 
 @pytest.mark.podman
 def test_bundled_holdout_is_sealed_and_binding(bundled):
-    from eval.holdout import SealedTaskError, ids_sha256, read_manifest
-    from eval.tasks import load_tasks
+    from eval.sealed import SealedTaskError, ids_sha256, read_manifest
+    from eval.splits import load_tasks
 
     man = read_manifest(REPO_ROOT / "datasets" / "bundled_holdout.json")
     ids = [t.instance_id for t in bundled]
