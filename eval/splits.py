@@ -13,7 +13,7 @@ Sources accepted by :func:`load_tasks`:
     The sealed manifest ``datasets/holdout100.json`` (written by ``python -m eval.holdout
     seal``): its ids are looked up in the manifest's pool source and the sha256 checked.
 ``bundled`` / ``bundled:train`` / ``bundled:holdout``
-    Tasks built from real PyPI projects by :mod:`eval.build_tasks` (built on first use,
+    Tasks built from real PyPI projects by :mod:`eval.bundled` (built on first use,
     then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
     ``datasets/bundled_holdout.json``.
 any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
@@ -142,7 +142,7 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
             raise ValueError(f"source: holdout100 takes no argument, got {source!r}")
         tasks = _load_manifest_tasks(datasets_dir() / "holdout100.json", "holdout100")
     elif name == "bundled":
-        from eval.build_tasks import ensure_built
+        from eval.bundled.build import ensure_built
 
         tasks = ensure_built(log=log)
         if arg in ("train", "holdout"):
