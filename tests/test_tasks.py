@@ -1,4 +1,5 @@
-"""Task schema, loaders, sealed holdouts (eval.tasks, eval.splits, eval.sealed, eval.holdout). No hub access, no Podman.
+"""Task schema, split loaders, sealed holdouts (eval.tasks, eval.splits, eval.sealed,
+eval.holdout). No hub access, no Podman.
 
 Fixtures in the SWE-bench format are written by the tests themselves (issue 3).
 """
