@@ -268,7 +268,7 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     Raises: ValueError (no training tasks), FileNotFoundError (a local ``--model`` path
     that is no directory).
     """
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:

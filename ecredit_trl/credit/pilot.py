@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D (DESIGN.md §3).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks "
+    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
     ap.add_argument("--trajectories", required=True, help="trajectory JSONL (replay format)")
     ap.add_argument("--out", required=True, help="output folder")
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test-pattern", action="append", default=None,
                     help="test-path pattern (repeatable; default: DESIGN §3 defaults)")
     args = ap.parse_args(argv)
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     if not Path(args.trajectories).is_file():
         print(f"error: --trajectories: no such file {args.trajectories}", file=sys.stderr)

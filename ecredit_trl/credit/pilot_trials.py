@@ -66,7 +66,7 @@ class PilotTrials:
 
     def submit_controls(self, pool, admitted: list[dict]) -> None:
         """Read each admitted task's control from the cache (same key, exit ok) or submit it."""
-        from eval.tasks import task_trial_spec
+        from eval.trialspec import task_trial_spec
 
         for task_id in sorted({r["task_id"] for r in admitted}):
             task = self.by_id[task_id]
@@ -91,7 +91,7 @@ class PilotTrials:
 
     def submit_factual(self, pool, records: list[dict]) -> dict:
         """One factual trial per admitted record; returns future → record index."""
-        from eval.tasks import task_trial_spec
+        from eval.trialspec import task_trial_spec
 
         fact_fut = {}
         for i, r in enumerate(records):
@@ -133,7 +133,7 @@ class PilotTrials:
         """Grade the factual trials as they finish; a record without an original utility is
         excluded, every other one gets its counterfactual trial submitted (returned as
         future → record index)."""
-        from eval.tasks import task_trial_spec
+        from eval.trialspec import task_trial_spec
 
         cf_fut = {}
         done_f = 0
