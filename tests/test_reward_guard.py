@@ -78,6 +78,13 @@ def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch,
     assert ledger["reward_unavailable"] >= 2
     for key in ("calls_not_run", "calls_after_submit"):
         assert ledger[key] == sum(t[key] for t in trajs.values())
+    # tokens after an accepted submit get no credit: L counts the turns up to the submit
+    for t in trajs.values():
+        sub = t["submit_turn"]
+        gens = [turn["generated_tokens"] for turn in t["turns"]]
+        assert t["L"] == (sum(gens[:sub]) if sub else sum(gens))
+        assert [bool(turn.get("after_submit")) for turn in t["turns"]] == \
+            [sub is not None and k > sub for k in range(1, len(gens) + 1)]
     # the disk limits of the run are on record in its manifest
     man = json.loads((run / "manifest.json").read_text())
     assert man["config"]["ecredit"]["agent_max_file_mib"] == 100
