@@ -258,3 +258,19 @@ def test_gc_removes_temp_dirs_of_dead_processes_only(tmp_path):
     assert not d_dead.exists() and not d_old.exists()
     assert d_live.exists() and d_fresh.exists() and other.exists()
     assert gc_temp_dirs(tmp_path) == []
+
+
+def test_container_that_cannot_start_ends_the_episode_as_infra(task, tmp_path, monkeypatch):
+    import ecredit_trl.agent.env as env_mod
+
+    def no_container(*a, **kw):
+        raise RuntimeError("OCI runtime error: cannot start")
+
+    monkeypatch.setattr(env_mod, "open_session", no_container)
+    env, ctx = _env(task, tmp_path, object())
+    try:
+        assert env.failure == ("sandbox_setup", "RuntimeError: OCI runtime error: cannot start")
+        assert env.view("calc.py").startswith("ERROR: The episode has ended (sandbox_setup")
+        assert [c.status for c in env.calls] == ["ended"]
+    finally:
+        release(env)

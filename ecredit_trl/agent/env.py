@@ -202,7 +202,7 @@ class SWEAgentEnv:
 
     def _fail(self, reason: str, detail: str) -> None:
         """End the episode on an infra failure or the disk budget (first reason wins)."""
-        if self.failure is None or self.failure[0] == "sandbox_setup":
+        if self.failure is None:
             self.failure = (reason, detail)
         self._close_session()
 
@@ -260,7 +260,7 @@ class SWEAgentEnv:
         """Run one tool call, then snapshot and record it, whatever it raised."""
         t0 = time.monotonic()
         turn = max(1, self.ctx.turn)
-        if self.failure is not None and self.failure[0] != "sandbox_setup":
+        if self.failure is not None:  # ended: setup failed, sandbox error, disk budget
             reason, detail = self.failure
             msg = f"The episode has ended ({reason}: {detail}); no more actions are taken."
             self.calls.append(ToolCall(name, arguments, False, 0.0, self._last_tree(), turn,
