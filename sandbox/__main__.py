@@ -1,9 +1,9 @@
 """``python -m sandbox gc [--run-id ID]``: remove leftover ecredit containers and temp trees.
 
 Containers are removed by run label (all runs, or one). Temp directories
-(``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` snapshot indexes) are removed
-when the process that made them is gone (:func:`sandbox.disk.gc_temp_dirs`); a live
-run's directories are kept.
+(``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` snapshot indexes,
+``ecredit-podman-*`` service sockets) are removed when the process that made them is
+gone (:func:`sandbox.disk.gc_temp_dirs`); a live run's directories are kept.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def main(argv=None) -> int:
                                   "directories of dead ecredit processes")
     g.add_argument("--run-id", default=None, help="only this run's containers")
     g.add_argument("--temp-root", default=None,
-                   help="where to look for ecredit-rollouts-* / ecredit-snap-* (default: the "
-                        "system temp directory)")
+                   help="where to look for ecredit-rollouts-* / ecredit-snap-* / "
+                        "ecredit-podman-* (default: the system temp directory)")
     g.add_argument("--no-temp", action="store_true", help="leave temp directories alone")
     args = ap.parse_args(argv)
     if args.cmd == "gc":

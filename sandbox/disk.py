@@ -6,7 +6,7 @@ agent environment therefore measures the tree (and the snapshot store) at every
 snapshot (:func:`tree_usage`) and ends the episode when it grows past its budget.
 
 Temp directories (``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` private
-snapshot indexes) carry an owner marker (:func:`mark_owner`: pid + process start
+snapshot indexes, ``ecredit-podman-*`` private service sockets and logs) carry an owner marker (:func:`mark_owner`: pid + process start
 time); :func:`gc_temp_dirs` removes those whose owner is gone, which is how
 ``python -m sandbox gc`` cleans up after a killed run without touching a live one.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-TEMP_PREFIXES = ("ecredit-rollouts-", "ecredit-snap-")
+TEMP_PREFIXES = ("ecredit-rollouts-", "ecredit-snap-", "ecredit-podman-")
 OWNER_FILE = ".ecredit-owner.json"
 
 
@@ -130,7 +130,8 @@ def _idle_s(directory: Path) -> float:
 
 def gc_temp_dirs(root: str | os.PathLike | None = None, *,
                  unmarked_idle_s: float = 6 * 3600) -> list[str]:
-    """Remove ``ecredit-rollouts-*`` / ``ecredit-snap-*`` directories left by dead processes.
+    """Remove ``ecredit-rollouts-*`` / ``ecredit-snap-*`` / ``ecredit-podman-*`` directories
+    left by dead processes.
 
     Args:
         root: the temp directory to scan (default: :func:`tempfile.gettempdir`).

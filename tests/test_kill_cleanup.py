@@ -107,8 +107,7 @@ def test_killed_run_leaves_nothing_after_next_start_and_gc(tmp_path, warm_policy
                               cwd=REPO_ROOT, capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
         assert proc.returncode == 0, proc.stderr
-        assert [d.name for d in tmp.iterdir() if d.name.startswith(("ecredit-rollouts-",
-                                                                      "ecredit-snap-"))] == []
+        assert [d.name for d in tmp.iterdir() if d.name.startswith("ecredit-")] == []
     finally:
         for p in (first,):
             if p.poll() is None:
