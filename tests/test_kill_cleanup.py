@@ -39,7 +39,7 @@ def _containers(run: str, *filters: str) -> list[str]:
 @pytest.fixture(scope="module")
 def warm_policy():
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
 
