@@ -138,7 +138,13 @@ class GradeReport:
         unobserved), the raw view; grading uses swebench's map.
     missing: listed ids (F2P then P2P, each once) with no observed status.
     duplicates: parser test id -> its statuses in log order, for ids observed more than once.
-    classification: per-slot views (DESIGN §4), see :func:`grade`.
+    classification: per-slot views (DESIGN §4), each a bool, with ``expected`` the slot's
+        expected outcome (``expected_resolved``; ``None`` means True, a rollout):
+        ``raw``: the harness exit status matches ``expected`` (``"ok"`` when expected
+        resolved, a known non-"ok" status when not); ``report_binary``: ``resolved ==
+        expected``; ``strict``: ``complete``, every listed test observed exactly as PASSED or
+        FAILED (no MISSING/SKIPPED/ERROR/XFAIL, no conflicting observations) and (all listed
+        PASSED) == expected; ``unknown``: not complete and not attributed (utility None).
     f2p_passed: F2P tests passing under swebench semantics (PASSED or XFAIL).
     p2p_all_passing: every P2P test passing under swebench semantics (PASSED, XFAIL, SKIPPED).
     swebench_report: swebench ``get_eval_tests_report`` output (success/failure lists).
@@ -395,40 +401,19 @@ def grade(
 ) -> GradeReport:
     """Grade one verifier log against the task's fixed FAIL_TO_PASS / PASS_TO_PASS lists.
 
-    Rules and their sources:
-
-    * statuses: :func:`eval.log_parsing.read_log` over the marker region (pytest: report lines
-      only, listed ids exact; else the swebench parser); a listed id not read exactly is
-      matched like swebench's ``_resolve_case`` (see :func:`_listed_statuses`). ``MISSING``
-      when unobserved.
-    * resolved (swebench ``get_eval_tests_report`` + ``get_resolution_status``, PASS_AND_FAIL):
-      missing = failed, XFAIL passes, SKIPPED fails F2P but keeps P2P; every F2P and P2P must
-      pass; a log ``get_logs_eval`` rejects is never resolved. With an empty F2P list swebench
-      counts the F2P rate as 1, so all P2P passing resolves.
-    * utility (DESIGN §3): ``f2p_passed / |F2P| - 1[any P2P test not passing]`` with passing as
-      in that report. When ``|F2P| == 0`` the F2P term is 0 (such a task scores 0 or -1).
-      Available when ``complete``; otherwise only when ``control_log`` (the same task's
-      empty-patch control) is itself complete: then missing tests count as failures and
-      ``attributed`` is True. Else ``None``.
-    * classification (DESIGN §4), each a bool, with ``expected = expected_resolved`` (``None``
-      means True: a rollout slot is expected to resolve):
-        - ``raw``: the harness exit status matches ``expected``: ``harness_exit == "ok"`` when
-          expected resolved, a known non-"ok" status when not. ``harness_exit=None`` is read
-          from the log (swebench failure marker, or ``>>>>> Test Exit Code: N``: 0 -> "ok").
-        - ``report_binary``: ``resolved == expected`` (SWE-bench resolved).
-        - ``strict``: ``complete``, every listed test observed exactly as PASSED or FAILED (no
-          MISSING/SKIPPED/ERROR/XFAIL, no conflicting observations), and
-          (all listed PASSED) == expected.
-        - ``unknown``: not complete and not attributed (needs attribution; utility is None).
-    * parser agreement: ``resolved_swebench_parser`` and ``parser_disagreements`` (swebench's
-      own parser on the same log; see :class:`ParserDisagreement`).
+    Steps (rules and sources: module docstring, :class:`GradeReport`): read the listed tests'
+    statuses (:func:`_observe`) -> swebench's report on them (:func:`_swebench_report`; a
+    rejected log never resolves) -> utility (:func:`_utility`; when not ``complete``, only if
+    the ``control_log`` is complete: ``attributed``) -> DESIGN §4 views (:func:`_classify`)
+    -> swebench's own parser on the same log (:func:`_parser_agreement`).
 
     Args:
         log_text: verifier test log.
         f2p, p2p: FAIL_TO_PASS / PASS_TO_PASS test ids (lists of str).
         parser: see :func:`resolve_parser`.
         control_log: the same task's empty-patch control log, or None.
-        harness_exit: harness exit status of this trial ("ok" = test run succeeded), or None.
+        harness_exit: harness exit status of this trial ("ok" = test run succeeded), or None
+            (then read from the log: swebench failure marker, or ``>>>>> Test Exit Code: N``).
         expected_resolved: expected outcome of this slot (gold control True, empty control
             False, rollout None/True).
 
@@ -436,8 +421,7 @@ def grade(
         GradeReport.
 
     Raises:
-        ValueError: naming the field (``log_text``, ``f2p``, ``p2p``, ``parser``,
-            ``control_log``, ``harness_exit``, ``expected_resolved``) for bad input.
+        ValueError: naming the field (``log_text``, ``f2p``, ``p2p``, ``parser``, ...).
     """
     f2p, p2p = _check_args(f2p, p2p, control_log, harness_exit, expected_resolved)
     name, fn = resolve_parser(parser)
@@ -449,13 +433,14 @@ def grade(
     # get_eval_report stops before grading a rejected log: resolved False, status NO.
     resolution = (get_resolution_status(report) if parsed.rejected is None
                   else ResolvedStatus.NO.value)
+    resolved = resolution == ResolvedStatus.FULL.value
     control_complete = None if control_log is None else _observe(control_log, fn, spec, listed)[3]
     attributed = (not complete) and bool(control_complete)
     exit_status = harness_exit if harness_exit is not None else _derive_harness_exit(parsed)
     disagreements, sw_resolved = _parser_agreement(log_text, fn, spec, parsed, status, obs_of,
                                                    f2p, p2p)
     return GradeReport(
-        resolved=resolution == ResolvedStatus.FULL.value,
+        resolved=resolved,
         resolution_status=resolution,
         complete=complete,
         truncated=parsed.truncated,
@@ -468,8 +453,8 @@ def grade(
         duplicates=_duplicates(parsed.observations),
         classification=_classify(
             expected=True if expected_resolved is None else expected_resolved,
-            exit_status=exit_status, resolved=resolution == ResolvedStatus.FULL.value,
-            complete=complete, attributed=attributed, status=status, obs_of=obs_of),
+            exit_status=exit_status, resolved=resolved, complete=complete,
+            attributed=attributed, status=status, obs_of=obs_of),
         f2p_passed=len(report[FAIL_TO_PASS]["success"]),
         p2p_all_passing=len(report[PASS_TO_PASS]["success"]) == len(p2p),
         swebench_report=report,

@@ -8,7 +8,8 @@ in its captured stdout) counts as a status. This reader instead
 * splits the log into pytest's own sections (``=== title ===`` headers, pytest
   ``terminal.py``): statuses are read only in the per-test progress lines of a session
   (``-v``: ``<id> STATUS [ nn%]``, xdist ``[gw0] [ 50%] STATUS <id>``) and in the
-  ``short test summary info`` section (``-rA``: ``STATUS <id>`` or ``STATUS <id> - message``);
+  session's last ``short test summary info`` section (``-rA``: ``STATUS <id>`` or
+  ``STATUS <id> - message``; pytest prints it after every captured section);
   the FAILURES / ERRORS / PASSES / XFAILURES / XPASSES / warnings bodies (tracebacks,
   ``Captured stdout call``, ``Captured log call``) and ``live log`` blocks are never read;
   a log without any ``test session starts`` header (a snippet, ``pytest -q``) is read
@@ -89,24 +90,39 @@ def clean_line(line: str) -> str:
     return _ANSI.sub("", line).rstrip()
 
 
+def _last_summary_headers(lines: list[str], structured: bool) -> set[int]:
+    """Indexes of the last ``short test summary info`` header of each session: pytest prints
+    the genuine one after every captured section, so an earlier one was printed by a test."""
+    last: dict[int, int] = {}
+    session = -1 if structured else 0
+    for i, line in enumerate(lines):
+        m = _SEP.match(line)
+        if m and m.group(1).startswith("test session starts"):
+            session += 1
+        elif m and m.group(1) == "short test summary info":
+            last[session] = i
+    return set(last.values())
+
+
 def line_zones(lines: list[str]) -> list[tuple[str, int]]:
     """Per line: (zone, session). Lines are already :func:`clean_line`-ed.
 
     Zones: ``progress`` (after ``test session starts`` up to the next section header),
-    ``summary`` (after ``short test summary info``), ``report`` (a log without any session
-    header: everything that is not a captured section), ``skip`` (section headers, the
-    bodies of every other section, ``live log`` blocks up to the next bare status line, text
-    before the first session and after a session's final statistics line).
-    Source: pytest ``terminal.py`` section layout (``sep("=", title)``).
+    ``summary`` (after the session's last ``short test summary info`` header), ``report`` (a
+    log without any session header: everything that is not a captured section), ``skip``
+    (section headers, the bodies of every other section, ``live log`` blocks up to the next
+    bare status line, text before the first session and after a session's final statistics
+    line). Source: pytest ``terminal.py`` section layout (``sep("=", title)``).
     """
     structured = any(
         (m := _SEP.match(ln)) is not None and m.group(1).startswith("test session starts")
         for ln in lines
     )
+    summaries = _last_summary_headers(lines, structured)
     zone = _SKIP if structured else _REPORT
     session = -1 if structured else 0
     out: list[tuple[str, int]] = []
-    for line in lines:
+    for i, line in enumerate(lines):
         m = _SEP.match(line)
         if m:
             title = m.group(1)
@@ -114,7 +130,7 @@ def line_zones(lines: list[str]) -> list[tuple[str, int]]:
                 session += 1
                 zone = _PROGRESS
             elif title == "short test summary info":
-                zone = _SUMMARY_ZONE
+                zone = _SUMMARY_ZONE if i in summaries else _SKIP
             elif _STATS.search(title):
                 zone = _SKIP if structured else _REPORT
             else:

@@ -801,7 +801,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 CLI_KEYS = ["resolved", "complete", "utility", "attributed", "f2p", "p2p", "missing",
-            "duplicates", "classification"]
+            "duplicates", "classification", "resolved_swebench_parser", "parser_disagreements"]
 
 
 def test_cli_django(tmp_path):
