@@ -11,7 +11,8 @@ in its captured stdout) counts as a status. This reader instead
   session's last ``short test summary info`` section (``-rA``: ``STATUS <id>`` or
   ``STATUS <id> - message``; pytest prints it after every captured section);
   the FAILURES / ERRORS / PASSES / XFAILURES / XPASSES / warnings bodies (tracebacks,
-  ``Captured stdout call``, ``Captured log call``) and ``live log`` blocks are never read;
+  ``Captured stdout call``, ``Captured log call``) and ``live log`` blocks are never read
+  (the bare ``PASSED [ 50%]`` ending a live log block is the status of the id line above it);
   a log without any ``test session starts`` header (a snippet, ``pytest -q``) is read
   everywhere outside those captured sections, as swebench reads it;
 * recognises a *listed* id exactly, whatever characters it holds (spaces, ``::``, brackets,
@@ -47,13 +48,14 @@ _SEP = re.compile(r"^=+ (.+?) =+$")
 _SUB_LIVE_LOG = re.compile(r"^-+ live log .* -+$")
 _STATS = re.compile(
     r"\b(passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)\b"
-    r".* in [\d.]+s"
+    r".* in [\d.]+ ?s"
 )
 _ALT = "|".join(STATUSES)
 _XDIST = r"\[gw\d+\]\s+(?:\[\s*\d+%\]\s+)?"
 _SUMMARY = re.compile(rf"^((?:{_XDIST})?)({_ALT}) (.+)$")
-_VERBOSE_AT = re.compile(rf" ({_ALT})(?=\s|$)")
-_VERBOSE_TAIL = re.compile(r"^(?:|\s+\[\s*\d+%\]|\s+\(.*|\s+\[\d+\]\s.*)$")
+# a long id leaves no room to pad: older pytest then writes "PASSED[ 50%]" (rjust, no space)
+_VERBOSE_AT = re.compile(rf" ({_ALT})(?=\s|$|\[\s*\d+%\])")
+_VERBOSE_TAIL = re.compile(r"^(?:|\s*\[\s*\d+%\]|\s+\(.*|\s+\[\d+\]\s.*)$")
 _BARE_STATUS = re.compile(rf"^(?:{_ALT})(?:\s+\[\s*\d+%\])?$")
 _SKIP_SUMMARY = re.compile(r"^\[\d+\](?:\s|$)")
 
@@ -62,6 +64,7 @@ _REPORT = "report"  # no session structure: both line forms, outside captured se
 _PROGRESS = "progress"  # per-test lines of a session (verbose form, xdist summary form)
 _SUMMARY_ZONE = "summary"  # short test summary info (summary form)
 _SKIP = "skip"  # captured output, tracebacks, live logs, text outside a session
+_LIVE_STATUS = "live_status"  # "PASSED [ 50%]" ending a live log block (log_cli)
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def line_zones(lines: list[str]) -> list[tuple[str, int]]:
             zone = "live_log"
         elif zone == "live_log" and _BARE_STATUS.match(line):
             zone = _PROGRESS
-            out.append((_SKIP, session))  # the status of a test whose id is lines above
+            out.append((_LIVE_STATUS, session))  # the status of the id above the live log
             continue
         out.append((_SKIP if zone == "live_log" else zone, max(session, 0)))
     return out
@@ -224,13 +227,19 @@ def read_report(text: str, listed: Collection[str] = ()) -> list[ReportLine]:
     lines = [clean_line(ln) for ln in text.split("\n")]
     listed = frozenset(listed)
     out: list[ReportLine] = []
+    pending: str | None = None  # a -v id line whose status follows a live log block
     for i, (line, (zone, session)) in enumerate(zip(lines, line_zones(lines), strict=True)):
-        if zone == _SKIP or not line:
+        if zone == _LIVE_STATUS and pending is not None:
+            out.append(ReportLine(i, line.split()[0], pending, "verbose", session, line))
+            pending = None
+        if zone in (_SKIP, _LIVE_STATUS) or not line:
             continue
         parsed = parse_report_line(line, zone, listed)
         if parsed is not None:
             status, test_id, style = parsed
             out.append(ReportLine(i, status, test_id, style, session, line))
+        elif zone == _PROGRESS:
+            pending = line if "::" in line else None
     return out
 
 

@@ -186,6 +186,42 @@ def test_longest_listed_id_and_verbose_tail():
     assert [o.test_id for o in r.observations] == listed[1:]
 
 
+def test_old_pytest_and_quiet_formats():
+    long_id = "t.py::test_a[" + "x" * 70 + " y]"
+    log = ("============ test session starts ============\n"
+           f"{long_id} PASSED[ 50%]\n"  # no room to pad the progress
+           "t.py::test_b FAILED\n"  # no progress column at all
+           "=== FAILURES ===\nPASSED t.py::test_b\nPASSED t.py::test_d\n"
+           "=== short test summary info ===\nFAILED t.py::test_b\nXFAIL t.py::test_c\n"
+           "  reason: known\n"
+           "==== 1 failed, 1 passed, 1 xfailed in 0.12 seconds ====\n"
+           "PASSED t.py::test_d\n")  # after the session: not pytest's
+    ids = [long_id, "t.py::test_b", "t.py::test_c", "t.py::test_d"]
+    r = grade(log, f2p=ids, p2p=[], parser="pytest")
+    assert r.f2p == dict(zip(ids, ["PASSED", "FAILED", "XFAIL", MISSING], strict=True))
+    # pytest -q: no session header; still nothing read from the FAILURES section
+    quiet = ("..F  [100%]\n=== FAILURES ===\n___ test_b ___\nPASSED t.py::test_c\n"
+             "=== short test summary info ===\nPASSED t.py::test_a\nFAILED t.py::test_b - x\n"
+             "1 failed, 1 passed in 0.1s\n")
+    r = grade(quiet, f2p=["t.py::test_a", "t.py::test_b", "t.py::test_c"], p2p=[],
+              parser="pytest")
+    assert r.f2p == {"t.py::test_a": "PASSED", "t.py::test_b": "FAILED", "t.py::test_c": MISSING}
+
+
+def test_live_log_block_is_not_read():
+    """pytest -v -o log_cli=true, as pytest 9 writes it (a test logs a forged line)."""
+    log = ("=== test session starts ===\n"
+           "test_live.py::test_a \n"
+           "-------------------------------- live log call ---------------------------------\n"
+           "WARNING  x:test_live.py:3 test_live.py::test_b PASSED [ 50%]\n"
+           "PASSED                                                                   [ 50%]\n"
+           "test_live.py::test_b FAILED                                              [100%]\n")
+    r = grade(log, f2p=["test_live.py::test_a", "test_live.py::test_b"], p2p=[],
+              parser="pytest")
+    assert r.f2p == {"test_live.py::test_a": "PASSED", "test_live.py::test_b": "FAILED"}
+    assert [o.line_no for o in r.observations] == [5, 6]
+
+
 def test_xdist_and_ansi_lines():
     log = ("=== test session starts ===\n"
            "[gw0] [ 50%] PASSED t.py::test_a[p q]\n"
