@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["FLAKY_RULE", "FlakyTests", "find_flaky", "flaky_rule", "varying_statuses"]
+__all__ = ["FLAKY_RULE", "FlakyTests", "drop_flaky_p2p", "find_flaky", "flaky_rule",
+           "flaky_slot_counts", "varying_statuses"]
 
 #: Recorded in every admission manifest.
 FLAKY_RULE = (
@@ -113,3 +114,43 @@ def flaky_rule(flaky: FlakyTests, p2p: Sequence[str], *, keep_flaky: bool = Fals
     reasons = [f"flaky FAIL_TO_PASS: {', '.join(flaky.f2p[:5])}"] if flaky.f2p else []
     dropped = [t for t in p2p if t in set(flaky.p2p)]
     return reasons, [t for t in p2p if t not in set(dropped)], dropped
+
+
+def drop_flaky_p2p(tasks: Sequence[Any], p2p_dropped: Mapping[str, Sequence[str]]) -> list[Any]:
+    """The tasks with each one's dropped flaky P2P tests removed from ``PASS_TO_PASS``
+    (an admission manifest's ``p2p_dropped``); tasks without drops are returned as they are.
+    ``tasks``: dataclasses with ``instance_id`` and ``PASS_TO_PASS``."""
+    from dataclasses import replace
+
+    out = []
+    for t in tasks:
+        gone = set(p2p_dropped.get(t.instance_id) or ())
+        out.append(replace(t, PASS_TO_PASS=[x for x in t.PASS_TO_PASS if x not in gone])
+                   if gone else t)
+    return out
+
+
+def flaky_slot_counts(slot_task_ids: Sequence[str], admission: Mapping[str, Any] | None
+                      ) -> dict[str, Any]:
+    """How many evaluation slots depended on a flaky test (per split: one ``eval.run``).
+
+    Args:
+        slot_task_ids: the task id of every graded slot.
+        admission: :func:`eval.controls.check_admission`'s record, or None (no manifest).
+
+    Returns:
+        ``{"repeats", "tasks_with_flaky", "slots_of_flaky_tasks", "slots_depending_on_flaky"
+        (graded on a flaky test still in its lists: a flaky F2P test of an admitted task, or
+        a flaky P2P test kept by --keep-flaky), "p2p_tests_dropped"}``; ``repeats`` is None
+        without a manifest (flakiness was not measured).
+    """
+    adm = admission or {}
+    flaky = adm.get("flaky") or {}
+    dropped = adm.get("p2p_dropped") or {}
+    depends = {t for t, f in flaky.items()
+               if f.get("f2p") or set(f.get("p2p") or ()) - set(dropped.get(t) or ())}
+    return {"repeats": adm.get("repeats", 1) if admission else None,
+            "tasks_with_flaky": len(flaky),
+            "slots_of_flaky_tasks": sum(t in flaky for t in slot_task_ids),
+            "slots_depending_on_flaky": sum(t in depends for t in slot_task_ids),
+            "p2p_tests_dropped": sum(len(v) for v in dropped.values())}

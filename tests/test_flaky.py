@@ -45,3 +45,26 @@ def test_flaky_rule():
     none = find_flaky({"gold": [_rep(), _rep()]}, F2P, P2P)
     assert flaky_rule(none, P2P) == ([], P2P, [])
     assert "not admitted" in FLAKY_RULE and "--keep-flaky" in FLAKY_RULE
+
+
+def test_drop_flaky_p2p_and_slot_counts():
+    from dataclasses import dataclass
+
+    from eval.flaky import drop_flaky_p2p, flaky_slot_counts
+
+    @dataclass
+    class T:
+        instance_id: str
+        PASS_TO_PASS: list
+
+    tasks = [T("a", ["p1", "p2"]), T("b", ["p3"])]
+    out = drop_flaky_p2p(tasks, {"a": ["p2"]})
+    assert out == [T("a", ["p1"]), T("b", ["p3"])] and out[1] is tasks[1]
+    assert tasks[0].PASS_TO_PASS == ["p1", "p2"]  # inputs untouched
+    adm = {"repeats": 3, "flaky": {"a": {"f2p": [], "p2p": ["p2"]}, "b": {"f2p": ["f"], "p2p": []}},
+           "p2p_dropped": {"a": ["p2"]}}
+    slots = ["a", "a", "b", "b", "c"]
+    assert flaky_slot_counts(slots, adm) == {
+        "repeats": 3, "tasks_with_flaky": 2, "slots_of_flaky_tasks": 4,
+        "slots_depending_on_flaky": 2, "p2p_tests_dropped": 1}  # b's flaky F2P (kept)
+    assert flaky_slot_counts(slots, None)["repeats"] is None
