@@ -222,18 +222,21 @@ def _listed_statuses(
 ) -> tuple[dict[str, str], dict[str, list[Observation]]]:
     """listed id -> status (``MISSING`` when unobserved), listed id -> its observations.
 
-    Lookup order: the id exactly as read; else swebench's key for the same report lines
-    (``_resolve_case``: the ids SWE-bench stores cut at a space, truncated mid-parameter, or
-    path-shortened by ``parse_log_pytest_options``); else ``_resolve_case`` over the ids as
-    read (truncated listed ids against full ids).
+    Lookup order: the id exactly as read; else swebench's key for the report lines that name
+    no listed id exactly (``_resolve_case``: the ids SWE-bench stores cut at a space,
+    truncated mid-parameter, or path-shortened by ``parse_log_pytest_options``); else
+    ``_resolve_case`` over the ids as read (truncated listed ids against full ids).
     """
     by_id: dict[str, list[Observation]] = {}
     for o in parsed.observations:
         by_id.setdefault(o.test_id, []).append(o)
     sw_obs: dict[str, list[Observation]] = {}
     entries = []
+    named = set(listed)
     for o, keys in zip(parsed.observations, _swebench_keys(parsed, log_text, fn, spec),
                        strict=True):
+        if o.test_id in named:
+            continue  # the line names a listed id exactly: it speaks of that test only
         for k, s in keys.items():
             entries.append((k, s, o.session))
             sw_obs.setdefault(k, []).append(o)

@@ -186,6 +186,15 @@ def test_longest_listed_id_and_verbose_tail():
     assert [o.test_id for o in r.observations] == listed[1:]
 
 
+def test_a_line_naming_a_listed_id_is_not_reused_for_a_cut_id():
+    """Found by the property test: "t.py::test_p[:] ]" cut at its space is "t.py::test_p[:]",
+    another listed test that never ran; swebench would call it PASSED."""
+    log = ("=== test session starts ===\n=== short test summary info ===\n"
+           "PASSED t.py::test_p[:] ]\nSKIPPED [1] t.py:3: nope\n=== 1 passed in 0.01s ===\n")
+    r = grade(log, f2p=["t.py::test_p[:] ]", "t.py::test_p[:]"], p2p=[], parser="pytest")
+    assert r.f2p == {"t.py::test_p[:] ]": "PASSED", "t.py::test_p[:]": MISSING}
+
+
 def test_old_pytest_and_quiet_formats():
     long_id = "t.py::test_a[" + "x" * 70 + " y]"
     log = ("============ test session starts ============\n"
