@@ -50,6 +50,7 @@ from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.planning import (
     contrast,
+    generated_by_turn,
     per_token_advantages,
     plan_query,
     turn_snapshots,
@@ -76,6 +77,7 @@ class RolloutRecord:
     selected_turn: int | None = None
     selected_paths: list[str] = field(default_factory=list)
     eligible_turns: list[int] = field(default_factory=list)
+    generated_only: list[dict] = field(default_factory=list)  # turns whose only files were generated
     exclusion: str | None = None
     reward: float | None = None
     resolved: bool | None = None
@@ -156,7 +158,8 @@ class ECreditGRPOTrainer(GRPOTrainer):
         self.runtime = runtime
         self.run_dir = Path(run_dir)
         self.agent_ctx = AgentContext(tasks=tasks, runtime=runtime,
-                                      bash_timeout_s=args.bash_timeout_s)
+                                      bash_timeout_s=args.bash_timeout_s,
+                                      snapshot_ignore=tuple(args.snapshot_ignore))
         self.pool = VerifierPool(runtime, max_concurrency=args.verifier_concurrency,
                                  max_retries=args.verifier_retries)
         self._control = {}  # task id -> (GradeReport, log) of the empty-patch control
@@ -256,15 +259,18 @@ class ECreditGRPOTrainer(GRPOTrainer):
                                 tool_calls=[{"turn": c.turn, "name": c.name, "ok": c.ok,
                                              "seconds": round(c.seconds, 4), "error": c.error,
                                              "arguments": c.arguments} for c in calls])
-            rec.writes = turn_writes(env.workdir, snaps)
-            plan = plan_query(env.workdir, snaps, task_id=rec.task_id,
+            rec.writes = turn_writes(env.snapshot_repo, snaps)
+            plan = plan_query(env.snapshot_repo, snaps, task_id=rec.task_id,
                               rollout_index=rollout_index, run_seed=cfg.selection_seed,
                               test_patterns=cfg.test_path_patterns,
-                              format_error=rec.format_error)
+                              format_error=rec.format_error,
+                              generated=generated_by_turn(turns, [c.generated for c in calls],
+                                                          n_turns))
             # the choice is on record before any trial runs
             rec.selected_turn = plan.selection.selected_turn
             rec.selected_paths = plan.selection.selected_paths
             rec.eligible_turns = plan.selection.eligible_turns
+            rec.generated_only = plan.selection.generated_only
             rec.exclusion = plan.exclusion
             rec.ablation = plan.ablation
             records.append(rec)

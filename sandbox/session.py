@@ -56,6 +56,11 @@ class PodmanSession:
         host_dir: the rollout's working tree on the host.
         limits: memory / pids / CPU limits.
         tmp_size: size of the ``/tmp`` tmpfs (podman size string, e.g. ``"256m"``).
+        ro_mounts: host directories bind-mounted **read-only** at the same path inside
+            (the donor object stores the clone's ``objects/info/alternates`` name, so
+            ``git status``/``diff``/``stash`` work and the agent cannot write the donor).
+
+    The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
     caller counts it as an infra error of that rollout.
@@ -63,7 +68,8 @@ class PodmanSession:
 
     def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
                  workdir: str = "/testbed", limits: Limits | None = None,
-                 labels: dict[str, str] | None = None, tmp_size: str = "256m") -> None:
+                 labels: dict[str, str] | None = None, tmp_size: str = "256m",
+                 ro_mounts: list[str] | tuple[str, ...] = ()) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         self.runtime = runtime
@@ -80,8 +86,13 @@ class PodmanSession:
                            "target": workdir, "read_only": False},
                           {"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                            "size": tmp_size, "options": ["rw", "nosuid", "nodev", "mode=1777"]}]
+        for src in ro_mounts:
+            path = str(Path(src).resolve())
+            args["mounts"].append({"type": "bind", "source": path, "target": path,
+                                   "read_only": True})
         args["read_only"] = True
-        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp"}
+        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
+                               "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
         self.container = self._client.containers.create(**args)

@@ -8,14 +8,20 @@ Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 
 Each rollout gets its own working tree (a shared clone of the task repository
 at ``base_commit``) and, with the Podman runtime, its own container with that
-tree mounted at ``/testbed``. After every tool call the tree is snapshotted
-(``sandbox.snapshot``); the trainer groups those snapshots into turns with the
-assistant messages of the completion (one turn = one assistant message).
+tree mounted at ``/testbed`` and the task repository's object store mounted
+read-only at the path the clone's alternates name, so git works inside (status,
+diff, stash, checkout) and the agent cannot write the donor. After every tool call
+the tree is snapshotted through a private git directory outside the agent's mount
+(``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
+git. The trainer groups those snapshots into turns with the assistant messages of
+the completion (one turn = one assistant message); trees live in
+:attr:`SWEAgentEnv.snapshot_repo`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -26,14 +32,15 @@ from pathlib import Path
 
 from ecredit_trl.agent import editor
 from sandbox.session import open_session
-from sandbox.snapshot import Snapshotter
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
 
 
 @dataclass
 class ToolCall:
-    """One executed tool call: name, arguments, whether it was valid, seconds, tree after."""
+    """One executed tool call: name, arguments, whether it was valid, seconds, tree after,
+    and the generated files (not recorded, see ``sandbox.snapshot``) that appeared."""
 
     name: str
     arguments: dict
@@ -42,6 +49,7 @@ class ToolCall:
     tree: str
     turn: int
     error: str | None = None
+    generated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +65,8 @@ class AgentContext:
         workroot: where rollout working trees are made (temporary by default).
         turn: the assistant generation now running (1-based), advanced by the
             trainer before each generation; tool calls record it as their turn.
+        snapshot_ignore: generated-file patterns never recorded in snapshots
+            (``ECreditConfig.snapshot_ignore``; not agent-writable).
     """
 
     tasks: dict
@@ -65,6 +75,7 @@ class AgentContext:
     max_output_chars: int = 2000
     workroot: str | None = None
     turn: int = 0
+    snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -114,14 +125,18 @@ class SWEAgentEnv:
             raise ValueError(f"repo_dir: task {iid} has no local repository; agent sessions "
                              "need one (SWE-bench image tasks: extract /testbed first)")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
-        _clone_at(self.task.repo_dir, self.task.base_commit, self.workdir)
-        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit)
+        object_dirs = _clone_at(self.task.repo_dir, self.task.base_commit, self.workdir)
+        # before the agent runs: the private store borrows the donor's objects, never the clone's
+        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
+                                       objects_from=self.task.repo_dir,
+                                       ignore=self.ctx.snapshot_ignore)
         self.base_tree = self.snapshotter.base_tree
         if self.ctx.runtime is not None:
             try:
                 self.session = open_session(self.ctx.runtime, self.task.image, self.workdir,
                                             workdir=getattr(self.task, "workdir", "/testbed"),
-                                            labels={"ecredit.task": iid})
+                                            labels={"ecredit.task": iid},
+                                            ro_mounts=object_dirs)
             except Exception as exc:  # counted by the trainer as an infra error
                 self.session = None
                 self.setup_error = f"{type(exc).__name__}: {exc}"
@@ -150,8 +165,9 @@ class SWEAgentEnv:
         except editor.EditorError as exc:
             ok, error, out = False, str(exc), f"ERROR: {exc}"
         tree = self.snapshotter.snapshot() if self.snapshotter else ""
+        generated = list(self.snapshotter.generated_new) if self.snapshotter else []
         self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree,
-                                   max(1, self.ctx.turn), error))
+                                   max(1, self.ctx.turn), error, generated))
         return out
 
     # -- tools (public methods are exposed to the model by TRL) ---------------
@@ -226,6 +242,13 @@ class SWEAgentEnv:
         return [c.tree for c in self.calls]
 
     @property
+    def snapshot_repo(self) -> Path | None:
+        """The private git directory holding every snapshot tree of this rollout (the
+        ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
+        before ``reset`` and after release."""
+        return self.snapshotter.git_dir if self.snapshotter else None
+
+    @property
     def final_tree(self) -> str:
         """S_K: the tree after the last call (the base tree when no call ran)."""
         return self.calls[-1].tree if self.calls else self.base_tree
@@ -248,13 +271,40 @@ def env_factory(context: AgentContext):
     return make
 
 
-def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:
-    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest``."""
+def _clone_at(repo_dir: str, commit: str, dest: Path) -> list[str]:
+    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest``.
+
+    Returns: the object directories the clone borrows (its alternates, followed
+    recursively; absolute host paths). The agent's container mounts them read-only at
+    the same paths, so git works inside it and cannot write the donor.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
     env_cmd = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*env_cmd, "clone", "-q", "--shared", "--no-checkout", str(repo_dir),
-                    str(dest)], check=True, capture_output=True)
+                    str(dest)], check=True, capture_output=True, env=env)
     subprocess.run([*env_cmd, "-C", str(dest), "checkout", "-q", commit], check=True,
-                   capture_output=True)
+                   capture_output=True, env=env)
+    return alternates_chain(dest / ".git" / "objects")
+
+
+def alternates_chain(objects_dir: Path, depth: int = 5) -> list[str]:
+    """Object directories named by ``objects_dir/info/alternates``, recursively (git's
+    own limit: 5 levels), as resolved absolute paths; relative entries are relative to
+    ``objects_dir``."""
+    out: list[str] = []
+    alt = Path(objects_dir) / "info" / "alternates"
+    if depth <= 0 or not alt.is_file():
+        return out
+    for line in alt.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        p = (Path(objects_dir) / line).resolve()
+        if str(p) not in out:
+            out.append(str(p))
+            out += [q for q in alternates_chain(p, depth - 1) if q not in out]
+    return out
 
 
 def tool_schemas() -> list[dict]:

@@ -413,13 +413,13 @@ def run_rollout(policy: Policy, env, task, *, rollout_index: int, seed: int,
     env_calls = list(env.calls)
     snaps = turn_snapshots(env.base_tree, [min(c.turn, n_turns) for c in env_calls],
                            [c.tree for c in env_calls], n_turns)
-    writes = turn_writes(env.workdir, snaps)
+    writes = turn_writes(env.snapshot_repo, snaps)
     for t, w in zip(turns, writes, strict=False):
         t["writes"] = w
     if not turns:  # keep K >= 1 so the replay format has S_0..S_K
         turns.append({"generated_tokens": 0, "writes": writes[0] if writes else {},
                       "text": "", "tool_calls": [], "executed": False, "stop": stop})
-    patch = artifact(env.workdir, env.base_tree, env.final_tree)
+    patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
     artifact_s = time.monotonic() - t0
     return {
         "task_id": task.instance_id, "rollout_index": rollout_index,
