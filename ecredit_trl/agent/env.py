@@ -6,11 +6,12 @@ exposes every public method as a tool (schema from signature + docstring).
 Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 ``str_replace``, ``insert``) and ``submit``.
 
-Each rollout gets its own working tree (a shared clone of the task repository
-at ``base_commit``) and, with the Podman runtime, its own container with that
-tree mounted at ``/testbed`` and the task repository's object store mounted
-read-only at the path the clone's alternates name, so git works inside (status,
-diff, stash, checkout) and the agent cannot write the donor. After every tool call
+Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
+root commit holding the base tree, objects in a per-task base store) and, with
+the Podman runtime, its own container with that tree mounted at ``/testbed`` and
+the base store's objects mounted read-only at the path the clone's alternates
+name, so git works inside (status, diff, stash, checkout) and the agent can
+neither see history beyond the base nor write what other rollouts share. After every tool call
 the tree is snapshotted through a private git directory outside the agent's mount
 (``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
 git. The trainer groups those snapshots into turns with the assistant messages of
@@ -21,7 +22,6 @@ the completion (one turn = one assistant message); trees live in
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecredit_trl.agent import editor
+from sandbox.agent_repo import agent_clone
 from sandbox.session import open_session
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
@@ -125,7 +126,9 @@ class SWEAgentEnv:
             raise ValueError(f"repo_dir: task {iid} has no local repository; agent sessions "
                              "need one (SWE-bench image tasks: extract /testbed first)")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
-        object_dirs = _clone_at(self.task.repo_dir, self.task.base_commit, self.workdir)
+        with self.ctx._lock:  # one base store per task, made by the first rollout
+            object_dirs = agent_clone(self.task.repo_dir, self.task.base_commit, self.workdir,
+                                      Path(self.ctx.workroot) / ".bases")
         # before the agent runs: the private store borrows the donor's objects, never the clone's
         self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
                                        objects_from=self.task.repo_dir,
@@ -271,40 +274,14 @@ def env_factory(context: AgentContext):
     return make
 
 
-def _clone_at(repo_dir: str, commit: str, dest: Path) -> list[str]:
-    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest``.
-
-    Returns: the object directories the clone borrows (its alternates, followed
-    recursively; absolute host paths). The agent's container mounts them read-only at
-    the same paths, so git works inside it and cannot write the donor.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:
+    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest`` (host-side
+    reading only; agent sessions use ``sandbox.agent_repo.agent_clone``)."""
     env_cmd = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*env_cmd, "clone", "-q", "--shared", "--no-checkout", str(repo_dir),
-                    str(dest)], check=True, capture_output=True, env=env)
+                    str(dest)], check=True, capture_output=True)
     subprocess.run([*env_cmd, "-C", str(dest), "checkout", "-q", commit], check=True,
-                   capture_output=True, env=env)
-    return alternates_chain(dest / ".git" / "objects")
-
-
-def alternates_chain(objects_dir: Path, depth: int = 5) -> list[str]:
-    """Object directories named by ``objects_dir/info/alternates``, recursively (git's
-    own limit: 5 levels), as resolved absolute paths; relative entries are relative to
-    ``objects_dir``."""
-    out: list[str] = []
-    alt = Path(objects_dir) / "info" / "alternates"
-    if depth <= 0 or not alt.is_file():
-        return out
-    for line in alt.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        p = (Path(objects_dir) / line).resolve()
-        if str(p) not in out:
-            out.append(str(p))
-            out += [q for q in alternates_chain(p, depth - 1) if q not in out]
-    return out
+                   capture_output=True)
 
 
 def tool_schemas() -> list[dict]:
