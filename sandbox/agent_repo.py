@@ -9,9 +9,10 @@ SWE-bench checkout (``git status``, ``diff``, ``stash``, ``checkout -- f``, comm
   clone of it would hand the agent ``HEAD^`` and every other ref);
 * it cannot corrupt what other rollouts share: the objects live in a **base store** (a
   bare repository per (task repository, base commit), made once, packed, with no
-  alternates), which the container mounts **read-only** at the path the clone's
-  ``objects/info/alternates`` names. Root in the container cannot write a read-only
-  bind mount (capabilities are dropped), unlike a hardlinked object store.
+  alternates), which the container mounts **read-only** at :data:`CONTAINER_OBJECTS`,
+  the path the clone's ``objects/info/alternates`` names (no host path is visible
+  inside). Root in the container cannot write a read-only bind mount (capabilities are
+  dropped), unlike a hardlinked object store.
 
 Host-side snapshots never use this repository (see :mod:`sandbox.snapshot`).
 """
@@ -33,6 +34,9 @@ BASE_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "ecredit@sandbox", "GIT_COMMITTER_DATE": "1700000000 +0000",
 }
 """Fixed identity and date of the base commit (its SHA depends only on the base tree)."""
+
+CONTAINER_OBJECTS = "/ecredit-base/objects"
+"""Where the agent's container sees the base store's objects (read-only)."""
 
 
 def _run(args: list[str], *, env: dict | None = None, what: str) -> str:
@@ -87,14 +91,15 @@ def base_store(repo_dir: str | os.PathLike, commit: str, cache_dir: str | os.Pat
 
 
 def agent_clone(repo_dir: str | os.PathLike, commit: str, dest: str | os.PathLike,
-                cache_dir: str | os.PathLike) -> list[str]:
+                cache_dir: str | os.PathLike) -> list[tuple[str, str]]:
     """Make ``dest`` the agent's working tree: a ``--shared`` clone of the base store.
 
     The clone's ``main`` is checked out (one commit, tree = ``commit``'s tree) and has a
     local ``user.name``/``user.email`` so ``git stash`` and ``git commit`` work inside.
+    Its alternates then name :data:`CONTAINER_OBJECTS` (git inside the container works;
+    host-side git never uses this repository).
 
-    Returns: the object directories to mount read-only at the same path in the
-    agent's container (the base store's ``objects``).
+    Returns: ``[(host objects dir, container path)]`` to mount read-only.
     Raises: SnapshotError when git fails (the message names the step).
     """
     store = base_store(repo_dir, commit, cache_dir)
@@ -104,4 +109,5 @@ def agent_clone(repo_dir: str | os.PathLike, commit: str, dest: str | os.PathLik
     _run([*g, "checkout", "-q", "main"], what=f"checkout of the base in {dest}")
     _run([*g, "config", "user.name", "agent"], what="config")
     _run([*g, "config", "user.email", "agent@sandbox"], what="config")
-    return [str((store / "objects").resolve())]
+    (Path(dest) / ".git" / "objects" / "info" / "alternates").write_text(CONTAINER_OBJECTS + "\n")
+    return [(str((store / "objects").resolve()), CONTAINER_OBJECTS)]

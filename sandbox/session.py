@@ -56,9 +56,9 @@ class PodmanSession:
         host_dir: the rollout's working tree on the host.
         limits: memory / pids / CPU limits.
         tmp_size: size of the ``/tmp`` tmpfs (podman size string, e.g. ``"256m"``).
-        ro_mounts: host directories bind-mounted **read-only** at the same path inside
-            (the donor object stores the clone's ``objects/info/alternates`` name, so
-            ``git status``/``diff``/``stash`` work and the agent cannot write the donor).
+        ro_mounts: ``(host dir, container path)`` pairs bind-mounted **read-only** (the
+            base store's objects, which the clone's ``objects/info/alternates`` names, so
+            ``git status``/``diff``/``stash`` work and the agent cannot write them).
 
     The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
@@ -69,7 +69,7 @@ class PodmanSession:
     def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
                  workdir: str = "/testbed", limits: Limits | None = None,
                  labels: dict[str, str] | None = None, tmp_size: str = "256m",
-                 ro_mounts: list[str] | tuple[str, ...] = ()) -> None:
+                 ro_mounts: list[tuple[str, str]] | tuple = ()) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         self.runtime = runtime
@@ -86,10 +86,9 @@ class PodmanSession:
                            "target": workdir, "read_only": False},
                           {"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                            "size": tmp_size, "options": ["rw", "nosuid", "nodev", "mode=1777"]}]
-        for src in ro_mounts:
-            path = str(Path(src).resolve())
-            args["mounts"].append({"type": "bind", "source": path, "target": path,
-                                   "read_only": True})
+        for src, target in ro_mounts:
+            args["mounts"].append({"type": "bind", "source": str(Path(src).resolve()),
+                                   "target": target, "read_only": True})
         args["read_only"] = True
         args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
                                "PYTHONDONTWRITEBYTECODE": "1"}

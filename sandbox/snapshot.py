@@ -209,6 +209,27 @@ class Snapshotter:
             found += [f"{rel}/{f}" for f in files if f != ".git"]
         return found
 
+    def _update_tracked_one_by_one(self) -> None:
+        """Slow path when ``git add -u`` refuses a tracked path (a FIFO, socket or device
+        where a file was): such paths, and paths under a symlinked directory, are
+        recorded as deleted; regular files and symlinks are updated."""
+        out = self._run(["ls-files", "-z", "-m", "-d"]).stdout
+        keep, drop = [], []
+        for raw in sorted(set(out.split(b"\0")) - {b""}):
+            path = raw.decode("utf-8", errors="surrogateescape")
+            parents = [self.workdir / q for q in PurePosixPath(path).parents if str(q) != "."]
+            try:
+                mode = os.lstat(self.workdir / path).st_mode
+            except OSError:
+                mode = 0
+            ok = (stat.S_ISREG(mode) or stat.S_ISLNK(mode)) and not any(
+                q.is_symlink() for q in parents)
+            (keep if ok else drop).append(path)
+        for flags, paths in ((["--add", "--remove"], keep), (["--force-remove"], drop)):
+            if paths:
+                data = ("\0".join(paths) + "\0").encode("utf-8", errors="surrogateescape")
+                self._run(["update-index", *flags, "-z", "--stdin"], input=data)
+
     def snapshot(self) -> str:
         """Record the working tree as a tree object and return its id (40 hex).
 
@@ -221,7 +242,8 @@ class Snapshotter:
         Raises:
             SnapshotError: git could not read the working tree.
         """
-        self._run(["add", "-u", "--", "."])
+        if self._run(["add", "-u", "--", "."], check=False).returncode != 0:
+            self._update_tracked_one_by_one()
         out = self._run(["ls-files", "-z", "--others",
                          f"--exclude-from={self.exclude_file}"]).stdout
         new: list[str] = []

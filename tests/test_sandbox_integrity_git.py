@@ -42,6 +42,8 @@ def task(tmp_path):
     (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     (repo / "run.sh").write_text("echo run\n")
     (repo / ".gitignore").write_text("*.log\n")
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "m.py").write_text("M = 1\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "pristine")
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
@@ -108,9 +110,11 @@ def test_agent_git_config_never_runs_on_the_host(kind, task, tmp_path, podman_ru
         assert "return a + b" in plan.final_artifact and patch == plan.final_artifact
         # control: the same repository makes naive host-side git run the agent's command
         # (proof that the setup above was armed)
+        objects = next(Path(task.repo_dir).parent.glob("work/.bases/*.git/objects"))
         host = subprocess.run(["git", "-C", str(env.workdir), "diff", "HEAD"],
                               capture_output=True,
-                              env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull})
+                              env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull,
+                                   "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(objects)})
         assert host.returncode in (0, 1)
         assert marker.exists(), f"{kind}: the control did not fire"
     finally:
@@ -146,7 +150,7 @@ def test_agent_config_without_code_cannot_change_the_record(task, tmp_path, podm
         # the artifact rebuilds exactly those bytes and modes on a fresh base checkout
         patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
         clone = _apply_in_fresh_base(task, patch, tmp_path)
-        for p, (mode, data) in got.items():
+        for p, (_mode, data) in got.items():
             assert (clone / p).read_bytes() == data, p
         assert os.access(clone / "run.sh", os.X_OK)
     finally:
@@ -239,3 +243,105 @@ def test_generated_files_are_not_edits_and_are_reported(task, tmp_path, podman_r
             "demo.egg-info/PKG-INFO", "htmlcov/index.html", "pkg/__pycache__/m.cpython-311.pyc"]}]
     finally:
         release(env)
+
+
+# -- the same guarantees without Podman (the agent's writes done from the host side) -------
+
+@pytest.fixture
+def agent_tree(task, tmp_path):
+    """An agent working tree made as SWEAgentEnv makes it, and its snapshotter."""
+    from sandbox.agent_repo import agent_clone
+    from sandbox.snapshot import Snapshotter
+
+    work = tmp_path / "agent"
+    agent_clone(task.repo_dir, task.base_commit, work, tmp_path / "bases")
+    snap = Snapshotter(work, base=task.base_commit, objects_from=task.repo_dir)
+    yield work, snap
+    snap.close()
+
+
+def test_private_store_reads_no_agent_config_hooks_or_objects(agent_tree, tmp_path):
+    work, snap = agent_tree
+    marker = tmp_path / "marker"
+    cfg = work / ".git" / "config"
+    cfg.write_text(cfg.read_text() + (
+        f"[core]\n\tfsmonitor = touch {marker}; false\n\tfileMode = false\n\tautocrlf = true\n"
+        f"[filter \"evil\"]\n\tclean = touch {marker}; cat\n"
+        f"[diff \"evil\"]\n\ttextconv = touch {marker}; cat\n"
+        f"[include]\n\tpath = {tmp_path / 'more'}\n"))
+    (work / ".gitattributes").write_text("* filter=evil diff=evil eol=crlf ident\n")
+    hooks = work / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for h in ("pre-commit", "post-index-change", "reference-transaction"):
+        (hooks / h).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        os.chmod(hooks / h, 0o755)
+    # forged objects / alternates in the agent's store are never consulted
+    (work / ".git" / "objects" / "info" / "alternates").write_text("/nonexistent\n")
+    (work / "calc.py").write_bytes(b"def add(a, b):\r\n    return a + b  # $Id$\r\n")
+    os.chmod(work / "run.sh", 0o755)
+    s1 = snap.snapshot()
+    patch = artifact(snap.git_dir, snap.base_tree, s1)
+    assert not marker.exists()
+    assert read_blob(snap.git_dir, s1, "calc.py") == (
+        "100644", b"def add(a, b):\r\n    return a + b  # $Id$\r\n")
+    assert read_blob(snap.git_dir, s1, "run.sh")[0] == "100755"
+    assert "old mode 100644\nnew mode 100755" in patch
+    # the agent may even delete its .git entirely
+    subprocess.run(["rm", "-rf", str(work / ".git")], check=True)
+    (work / "x.py").write_text("X = 1\n")
+    s2 = snap.snapshot()
+    assert {c.path for c in changed_paths(snap.git_dir, s1, s2)} == {"x.py"}
+
+
+def test_special_files_and_nested_repos_never_crash_a_snapshot(agent_tree):
+    work, snap = agent_tree
+    os.mkfifo(work / "fifo")
+    (work / "sub").mkdir()
+    subprocess.run(["git", "init", "-q", str(work / "sub")], check=True)
+    (work / "sub" / "a.py").write_text("A = 1\n")
+    (work / "sub" / "pkg").mkdir()
+    (work / "sub" / "pkg" / "b.py").write_text("B = 1\n")
+    os.symlink("a.py", work / "sub" / "link")
+    s1 = snap.snapshot()
+    got = {c.path: c.new_mode for c in changed_paths(snap.git_dir, snap.base_tree, s1)}
+    assert got == {"sub/a.py": "100644", "sub/pkg/b.py": "100644", "sub/link": "120000"}
+    # a tracked file replaced by a FIFO is recorded as deleted, not a crash
+    (work / "run.sh").unlink()
+    os.mkfifo(work / "run.sh")
+    s2 = snap.snapshot()
+    assert [(c.path, c.status) for c in changed_paths(snap.git_dir, s1, s2)] == [("run.sh", "D")]
+
+
+def test_translate_ignore_and_generated_patterns():
+    from sandbox.snapshot import is_generated, translate_ignore
+
+    assert translate_ignore("# c\n\n*.log\n/build\n!keep.log\ndocs/out/\n", "") == [
+        "*.log", "/build", "!keep.log", "docs/out/"]
+    assert translate_ignore("*.tmp\n/only\n!x.tmp\na/b\nd/\n", "sub/dir") == [
+        "sub/dir/**/*.tmp", "sub/dir/only", "!sub/dir/**/x.tmp", "sub/dir/a/b",
+        "sub/dir/**/d/"]
+    for p in ("a/__pycache__/m.pyc", "m.pyc", ".pytest_cache/v/x", "x.egg-info/PKG-INFO",
+              ".coverage", ".coverage.host.1", "htmlcov/i.html", "deep/.tox/x"):
+        assert is_generated(p), p
+    for p in ("__pycache__", "pyc.py", "src/egg-info.py", "coverage.py", "a/.coveragerc"):
+        assert not is_generated(p), p
+    assert is_generated("out/gen.txt", ["out/*.txt"]) and not is_generated("a/out/gen.txt",
+                                                                          ["out/*.txt"])
+
+
+def test_symlinked_directories_are_never_followed_on_the_host(agent_tree, tmp_path):
+    """In the container a symlink to /etc is the container's /etc; on the host it would be
+    the host's. Snapshots record the link itself, never what it points to on the host."""
+    work, snap = agent_tree
+    host_dir = tmp_path / "host-only"
+    host_dir.mkdir()
+    (host_dir / "m.py").write_text("HOST SECRET\n")
+    (host_dir / "new.py").write_text("HOST SECRET\n")
+    subprocess.run(["rm", "-rf", str(work / "pkg")], check=True)
+    os.symlink(host_dir, work / "pkg")
+    os.mkfifo(work / "run.sh.fifo")
+    s1 = snap.snapshot()
+    got = {c.path: (c.status, c.new_mode) for c in changed_paths(snap.git_dir, snap.base_tree, s1)}
+    assert got == {"pkg": ("A", "120000"), "pkg/m.py": ("D", "000000")}
+    assert read_blob(snap.git_dir, s1, "pkg") == ("120000", str(host_dir).encode())
+    assert "HOST SECRET" not in artifact(snap.git_dir, snap.base_tree, s1)

@@ -9,8 +9,8 @@ Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
 root commit holding the base tree, objects in a per-task base store) and, with
 the Podman runtime, its own container with that tree mounted at ``/testbed`` and
-the base store's objects mounted read-only at the path the clone's alternates
-name, so git works inside (status, diff, stash, checkout) and the agent can
+the base store's objects mounted read-only at the (container) path the clone's
+alternates name, so git works inside (status, diff, stash, checkout) and the agent can
 neither see history beyond the base nor write what other rollouts share. After every tool call
 the tree is snapshotted through a private git directory outside the agent's mount
 (``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
