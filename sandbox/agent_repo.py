@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from sandbox.gitsafe import SnapshotError, _git_env
+from sandbox.gitsafe import SnapshotError, git_env
 
 BASE_IDENTITY = {
     "GIT_AUTHOR_NAME": "ecredit", "GIT_AUTHOR_EMAIL": "ecredit@sandbox",
@@ -40,7 +40,7 @@ CONTAINER_OBJECTS = "/ecredit-base/objects"
 
 
 def _run(args: list[str], *, env: dict | None = None, what: str) -> str:
-    proc = subprocess.run(["git", *args], capture_output=True, env={**_git_env(), **(env or {})})
+    proc = subprocess.run(["git", *args], capture_output=True, env={**git_env(), **(env or {})})
     if proc.returncode != 0:
         raise SnapshotError(f"{what} failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc.stdout.decode().strip()

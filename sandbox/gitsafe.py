@@ -67,7 +67,10 @@ class SnapshotError(RuntimeError):
     """A git operation on snapshot trees failed; the message names the repo and step."""
 
 
-def _git_env(index_file: str | os.PathLike | None = None) -> dict[str, str]:
+def git_env(index_file: str | os.PathLike | None = None) -> dict[str, str]:
+    """Our process environment minus every ``GIT_*`` variable, plus no system/global
+    config or attributes, no prompts, no optional locks, no replace refs; with
+    ``GIT_INDEX_FILE`` when ``index_file`` is given."""
     # No GIT_* from our caller (GIT_DIR, GIT_OBJECT_DIRECTORY, GIT_CONFIG_PARAMETERS, ...),
     # no system/global config or attributes: only what we pass decides what git does.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -79,14 +82,17 @@ def _git_env(index_file: str | os.PathLike | None = None) -> dict[str, str]:
     return env
 
 
-def _git(git_dir: Path, args: list[str], *, work_tree: Path | None = None, index_file=None,
+def run_git(git_dir: Path, args: list[str], *, work_tree: Path | None = None, index_file=None,
          input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run git on ``git_dir`` (and ``work_tree``, also the cwd) with our config only."""
+    """Run git on ``git_dir`` (and ``work_tree``, also the cwd) with our config only.
+
+    Raises: SnapshotError naming the command and directory when ``check`` and git fails.
+    """
     cmd = ["git", f"--git-dir={git_dir}"]
     if work_tree is not None:
         cmd.append(f"--work-tree={work_tree}")
     proc = subprocess.run([*cmd, *_SAFE_C, *args], input=input, capture_output=True,
-                          cwd=work_tree or git_dir, env=_git_env(index_file))
+                          cwd=work_tree or git_dir, env=git_env(index_file))
     if check and proc.returncode != 0:
         raise SnapshotError(
             f"git {' '.join(args[:3])} failed in {work_tree or git_dir}: "
@@ -112,19 +118,20 @@ def store_of(repo: str | os.PathLike) -> Path:
                         "directory")
 
 
-def _trusted_git_dir(repo: Path) -> Path:
+def trusted_git_dir(repo: Path) -> Path:
     """Git dir of a repository we made (read once, before any agent runs in it)."""
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise SnapshotError(f"{repo} is not a git working tree (no .git)")
     proc = subprocess.run(["git", "-C", str(repo), *_SAFE_C, "rev-parse", "--absolute-git-dir"],
-                          capture_output=True, env=_git_env())
+                          capture_output=True, env=git_env())
     if proc.returncode != 0:
         raise SnapshotError(f"{repo} is not a git repository: "
                             f"{proc.stderr.decode(errors='replace').strip()}")
     return Path(proc.stdout.decode().strip())
 
 
-def _write_private_config(git_dir: Path) -> None:
+def write_private_config(git_dir: Path) -> None:
+    """Replace ``git_dir``'s config, ``info/attributes``, ``info/exclude`` and hooks by ours."""
     (git_dir / "config").write_text(_CONFIG)
     info = git_dir / "info"
     info.mkdir(exist_ok=True)
@@ -133,14 +140,14 @@ def _write_private_config(git_dir: Path) -> None:
     shutil.rmtree(git_dir / "hooks", ignore_errors=True)
 
 
-def _init_store(git_dir: Path, alternates: Sequence[Path]) -> None:
+def init_store(git_dir: Path, alternates: Sequence[Path]) -> None:
     """A new private git directory whose objects fall back on ``alternates``."""
     proc = subprocess.run(["git", "init", "-q", "--bare", "--template=", str(git_dir)],
-                          capture_output=True, env=_git_env())
+                          capture_output=True, env=git_env())
     if proc.returncode != 0:
         raise SnapshotError(f"git init of the private store {git_dir} failed: "
                             f"{proc.stderr.decode(errors='replace').strip()}")
-    _write_private_config(git_dir)
+    write_private_config(git_dir)
     info = git_dir / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text("".join(f"{a}\n" for a in alternates))
@@ -189,7 +196,8 @@ def is_generated(path: str, patterns: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -
     return False
 
 
-def _check_patterns(patterns) -> tuple[str, ...]:
+def check_patterns(patterns) -> tuple[str, ...]:
+    """``patterns`` as a tuple; ValueError naming ``snapshot_ignore`` unless non-empty strings."""
     if isinstance(patterns, str) or not all(isinstance(p, str) and p.strip() for p in patterns):
         raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
                          f"got {patterns!r}")

@@ -25,7 +25,11 @@ So host-side git never reads the agent's ``.git`` after construction:
   nothing); generated files (``__pycache__/``, ``*.pyc``, caches, see
   :data:`DEFAULT_SNAPSHOT_IGNORE`) are never recorded and are reported per snapshot;
 * files under a nested repository (a directory with its own ``.git``, committed or
-  not) are recorded as ordinary files, never as a gitlink.
+  not) are recorded as ordinary files, never as a gitlink (git does not descend into a
+  new nested repository, so its files are listed here and only the generated-file
+  patterns apply to them, not the base's ``.gitignore``);
+* a symlink is recorded as a link (mode 120000, its target as text) and never followed:
+  paths under a symlinked directory, FIFOs, sockets and devices are not recorded.
 
 The private index (``GIT_INDEX_FILE``) is kept between snapshots of one rollout, so
 unchanged files are only ``stat``-ed. It is seeded at construction (before the agent
@@ -51,14 +55,14 @@ from sandbox.gitsafe import (
     ATTRIBUTE_RESETS,
     DEFAULT_SNAPSHOT_IGNORE,
     SnapshotError,
-    _check_patterns,
-    _git,
-    _init_store,
-    _trusted_git_dir,
-    _write_private_config,
+    check_patterns,
+    init_store,
     is_generated,
+    run_git,
     store_of,
     translate_ignore,
+    trusted_git_dir,
+    write_private_config,
 )
 
 __all__ = [
@@ -104,27 +108,27 @@ class Snapshotter:
                  store: str | os.PathLike | None = None,
                  ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -> None:
         self.workdir = Path(workdir).resolve()
-        self.ignore = _check_patterns(ignore)
+        self.ignore = check_patterns(ignore)
         if not self.workdir.is_dir():
             raise SnapshotError(f"{self.workdir} is not a git working tree (no such directory)")
-        src_git = _trusted_git_dir(Path(objects_from).resolve() if objects_from
+        src_git = trusted_git_dir(Path(objects_from).resolve() if objects_from
                                    else self.workdir)
-        base_tree = _git(src_git, ["rev-parse", "--verify", "-q", f"{base}^{{tree}}"],
+        base_tree = run_git(src_git, ["rev-parse", "--verify", "-q", f"{base}^{{tree}}"],
                          check=False).stdout.decode().strip()
         if not base_tree:
             raise SnapshotError(f"unknown tree-ish {base!r} in {objects_from or self.workdir}")
-        own_git = _trusted_git_dir(self.workdir) if (self.workdir / ".git").exists() else None
+        own_git = trusted_git_dir(self.workdir) if (self.workdir / ".git").exists() else None
         self._tmp = Path(tempfile.mkdtemp(prefix="ecredit-snap-"))
         self._own_store = store is None
         try:
             if store is None:
                 self.git_dir = self._tmp / "git"
-                objects = _git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
+                objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
                 objects_dir = (src_git / objects.decode().strip()).resolve()
-                _init_store(self.git_dir, [objects_dir])
+                init_store(self.git_dir, [objects_dir])
             else:
                 self.git_dir = Path(store).resolve()
-                _write_private_config(self.git_dir)
+                write_private_config(self.git_dir)
             self.index_file = self._tmp / "index"
             self.exclude_file = self._tmp / "exclude"
             self.base_tree = self.tree_of(base_tree)
@@ -135,6 +139,7 @@ class Snapshotter:
             raise
         self.generated: set[str] = set()
         self.generated_new: list[str] = []
+        self._is_gen: dict[str, bool] = {}  # memo: untracked paths repeat across snapshots
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -149,11 +154,11 @@ class Snapshotter:
 
     # -- core ----------------------------------------------------------------
     def _run(self, args: list[str], **kw) -> subprocess.CompletedProcess:
-        return _git(self.git_dir, args, work_tree=self.workdir, index_file=self.index_file, **kw)
+        return run_git(self.git_dir, args, work_tree=self.workdir, index_file=self.index_file, **kw)
 
     def tree_of(self, treeish: str) -> str:
         """Tree id (40 hex) of ``treeish`` in the private store. Raises SnapshotError."""
-        out = _git(self.git_dir, ["rev-parse", "--verify", "-q", f"{treeish}^{{tree}}"],
+        out = run_git(self.git_dir, ["rev-parse", "--verify", "-q", f"{treeish}^{{tree}}"],
                    check=False).stdout.decode().strip()
         if not out:
             raise SnapshotError(f"unknown tree-ish {treeish!r} in {self.workdir}")
@@ -161,7 +166,7 @@ class Snapshotter:
 
     def _write_excludes(self) -> None:
         """Our ignore rules: the base commit's ``.gitignore`` files, read once."""
-        listing = _git(self.git_dir, ["ls-tree", "-r", "-z", "--full-tree",
+        listing = run_git(self.git_dir, ["ls-tree", "-r", "-z", "--full-tree",
                                       self.base_tree]).stdout
         lines: list[str] = []
         for rec in listing.split(b"\0"):
@@ -171,7 +176,7 @@ class Snapshotter:
             mode, kind, sha = meta.decode().split()
             if kind != "blob" or mode == "120000":
                 continue
-            text = _git(self.git_dir, ["cat-file", "blob", sha]).stdout.decode(
+            text = run_git(self.git_dir, ["cat-file", "blob", sha]).stdout.decode(
                 "utf-8", errors="surrogateescape")
             parent = str(PurePosixPath(path.decode("utf-8", errors="surrogateescape")).parent)
             lines += translate_ignore(text, "" if parent == "." else parent)
@@ -182,13 +187,13 @@ class Snapshotter:
         own_index = own_git / "index" if own_git else None
         if own_index is not None and own_index.is_file():
             shutil.copyfile(own_index, self.index_file)
-            probe = _git(self.git_dir, ["write-tree"], index_file=self.index_file, check=False)
+            probe = run_git(self.git_dir, ["write-tree"], index_file=self.index_file, check=False)
             if probe.returncode == 0 and probe.stdout.decode().strip() == self.base_tree:
                 return
         # The tree's index does not describe the base: start from the base tree (one
         # re-hash on the first snapshot; only when the clone was not fresh at base).
         self.index_file.unlink(missing_ok=True)
-        _git(self.git_dir, ["read-tree", self.base_tree], index_file=self.index_file)
+        run_git(self.git_dir, ["read-tree", self.base_tree], index_file=self.index_file)
         self._run(["update-index", "-q", "--refresh"], check=False)
 
     def _expand(self, directory: str) -> list[str]:
@@ -253,7 +258,10 @@ class Snapshotter:
                 continue
             path = raw.decode("utf-8", errors="surrogateescape")
             for p in self._expand(path.rstrip("/")) if path.endswith("/") else [path]:
-                if is_generated(p, self.ignore):
+                gen = self._is_gen.get(p)
+                if gen is None:
+                    gen = self._is_gen[p] = is_generated(p, self.ignore)
+                if gen:
                     generated.add(p)
                     continue
                 try:
@@ -273,7 +281,7 @@ class Snapshotter:
 # -- tree helpers ------------------------------------------------------------
 
 def _tree_git(repo, args: list[str], **kw) -> subprocess.CompletedProcess:
-    return _git(store_of(repo), args, **kw)
+    return run_git(store_of(repo), args, **kw)
 
 
 @dataclass(frozen=True)
