@@ -91,13 +91,15 @@ def base_store(repo_dir: str | os.PathLike, commit: str, cache_dir: str | os.Pat
 
 
 def agent_clone(repo_dir: str | os.PathLike, commit: str, dest: str | os.PathLike,
-                cache_dir: str | os.PathLike) -> list[tuple[str, str]]:
+                cache_dir: str | os.PathLike, *,
+                alternates: str | None = CONTAINER_OBJECTS) -> list[tuple[str, str]]:
     """Make ``dest`` the agent's working tree: a ``--shared`` clone of the base store.
 
     The clone's ``main`` is checked out (one commit, tree = ``commit``'s tree) and has a
     local ``user.name``/``user.email`` so ``git stash`` and ``git commit`` work inside.
-    Its alternates then name :data:`CONTAINER_OBJECTS` (git inside the container works;
-    host-side git never uses this repository).
+    Its alternates then name ``alternates`` (default :data:`CONTAINER_OBJECTS`, where the
+    container mounts the store; ``None``: the store's host path, for a local session that
+    runs commands on the host). Host-side snapshots never use this repository.
 
     Returns: ``[(host objects dir, container path)]`` to mount read-only.
     Raises: SnapshotError when git fails (the message names the step).
@@ -109,5 +111,7 @@ def agent_clone(repo_dir: str | os.PathLike, commit: str, dest: str | os.PathLik
     _run([*g, "checkout", "-q", "main"], what=f"checkout of the base in {dest}")
     _run([*g, "config", "user.name", "agent"], what="config")
     _run([*g, "config", "user.email", "agent@sandbox"], what="config")
-    (Path(dest) / ".git" / "objects" / "info" / "alternates").write_text(CONTAINER_OBJECTS + "\n")
-    return [(str((store / "objects").resolve()), CONTAINER_OBJECTS)]
+    host_objects = str((store / "objects").resolve())
+    target = alternates or host_objects
+    (Path(dest) / ".git" / "objects" / "info" / "alternates").write_text(target + "\n")
+    return [(host_objects, target)]

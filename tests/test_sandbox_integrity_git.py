@@ -345,3 +345,18 @@ def test_symlinked_directories_are_never_followed_on_the_host(agent_tree, tmp_pa
     assert got == {"pkg": ("A", "120000"), "pkg/m.py": ("D", "000000")}
     assert read_blob(snap.git_dir, s1, "pkg") == ("120000", str(host_dir).encode())
     assert "HOST SECRET" not in artifact(snap.git_dir, snap.base_tree, s1)
+
+
+def test_local_runtime_tree_has_a_working_git_too(task, tmp_path):
+    """With the (explicitly chosen, not isolated) local runtime the clone's alternates name
+    the base store's host path, so git works there as well."""
+    from sandbox.local_runtime import LocalRuntime
+
+    with pytest.warns(RuntimeWarning, match="not isolated"):
+        runtime = LocalRuntime(run_id="t")
+    env, _ctx = _env(task, tmp_path, runtime)
+    try:
+        assert env.bash("git status --short; git log --oneline | wc -l").strip() == "1"
+        assert env.bash("git show HEAD:calc.py").endswith("return a - b\n")
+    finally:
+        release(env)

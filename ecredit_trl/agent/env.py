@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ecredit_trl.agent import editor
 from sandbox.agent_repo import agent_clone
+from sandbox.local_runtime import LocalRuntime
 from sandbox.session import open_session
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
@@ -127,8 +128,10 @@ class SWEAgentEnv:
                              "need one (SWE-bench image tasks: extract /testbed first)")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
         with self.ctx._lock:  # one base store per task, made by the first rollout
+            on_host = self.ctx.runtime is None or isinstance(self.ctx.runtime, LocalRuntime)
             object_dirs = agent_clone(self.task.repo_dir, self.task.base_commit, self.workdir,
-                                      Path(self.ctx.workroot) / ".bases")
+                                      Path(self.ctx.workroot) / ".bases",
+                                      **({"alternates": None} if on_host else {}))
         # before the agent runs: the private store borrows the donor's objects, never the clone's
         self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
                                        objects_from=self.task.repo_dir,
