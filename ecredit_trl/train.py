@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     from ecredit_trl.runs.callbacks import ProgressLines
     from ecredit_trl.runs.manifest import build_manifest
     from ecredit_trl.trainer import ECreditGRPOTrainer
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
     from sandbox import make_runtime
 
     all_tasks = load_tasks(cfg.tasks, purpose="train")

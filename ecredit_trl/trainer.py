@@ -209,7 +209,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
                      control_log=control_log)
 
     def _spec(self, task, artifact: str, trial_id: str):
-        from eval.tasks import task_trial_spec
+        from eval.trialspec import task_trial_spec
 
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
                                labels={"ecredit.arm": self.ecfg.arm})

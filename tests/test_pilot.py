@@ -445,7 +445,7 @@ def test_cli_local(tmp_path, monkeypatch):
 
 @pytest.mark.podman
 def test_pilot_podman_bundled(tmp_path, podman_runtime):
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     tasks = load_tasks("bundled")
     trajs = scripted_trajectories(tasks, max_tasks=5)

@@ -540,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="Policy rollouts (no updates) in the training "
                                              "agent environment.")
     ap.add_argument("--model", required=True, help="model dir or training run dir")
-    ap.add_argument("--tasks", required=True, help="task source (eval.tasks.load_tasks)")
+    ap.add_argument("--tasks", required=True, help="task source (eval.splits.load_tasks)")
     ap.add_argument("--n", type=int, required=True, help="rollouts per task")
     ap.add_argument("--out", required=True, help="output JSONL (appended; resumable)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (per-rollout derived)")
@@ -559,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args(argv)
 
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
     from sandbox import make_runtime
 
     try:

@@ -386,7 +386,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     source: DESIGN.md §3; issue 4
     """
     from eval.grading import grade
-    from eval.tasks import task_trial_spec
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -632,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D (DESIGN.md §3).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks "
+    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
     ap.add_argument("--trajectories", required=True, help="trajectory JSONL (replay format)")
     ap.add_argument("--out", required=True, help="output folder")
@@ -646,7 +646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test-pattern", action="append", default=None,
                     help="test-path pattern (repeatable; default: DESIGN §3 defaults)")
     args = ap.parse_args(argv)
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     if not Path(args.trajectories).is_file():
         print(f"error: --trajectories: no such file {args.trajectories}", file=sys.stderr)

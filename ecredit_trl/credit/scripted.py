@@ -349,13 +349,13 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks")
+    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks")
     ap.add_argument("--out", required=True, help="trajectory JSONL to write")
     ap.add_argument("--max-tasks", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {KINDS}")
     args = ap.parse_args(argv)
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     trajs = scripted_trajectories(load_tasks(args.tasks), kinds=args.kinds.split(","),
                                   seed=args.seed, max_tasks=args.max_tasks)

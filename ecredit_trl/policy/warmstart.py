@@ -374,9 +374,9 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         DemoError: no task yields a demonstration.
         RuntimeError: training failed (with the child's last output lines).
         ValueError: bad recipe values, no tasks.
-        eval.holdout.SealedTaskError: a task is in a sealed holdout manifest.
+        eval.sealed.SealedTaskError: a task is in a sealed holdout manifest.
     """
-    from eval.holdout import check_not_sealed
+    from eval.sealed import check_not_sealed
 
     log = log or (lambda *_: None)
     tasks = list(tasks)
