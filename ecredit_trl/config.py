@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
+
 ARMS = ("O", "B", "M", "E")
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
 
@@ -32,6 +34,10 @@ class ECreditConfig(GRPOConfig):
     test_path_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_TEST_PATTERNS),
         metadata={"help": "edit blocks touching only these paths are not eligible"})
+    snapshot_ignore: list[str] = field(
+        default_factory=lambda: list(DEFAULT_SNAPSHOT_IGNORE),
+        metadata={"help": "generated files never recorded in snapshots (dir/ = a directory "
+                          "at any depth, name = a file name, a/b = a path; fnmatch globs)"})
     selection_seed: int = field(default=0, metadata={"help": "run seed of block selection"})
     runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
@@ -81,6 +87,10 @@ class ECreditConfig(GRPOConfig):
         for name in ("agent_max_file_mib", "agent_tree_budget_mib"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"{name}: must be >= 1 (MiB), got {getattr(self, name)}")
+        if isinstance(self.snapshot_ignore, str) or not all(
+                isinstance(p, str) and p.strip() for p in self.snapshot_ignore):
+            raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
+                             f"got {self.snapshot_ignore!r}")
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation

@@ -48,6 +48,7 @@ from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.planning import (
     contrast,
+    generated_by_turn,
     per_token_advantages,
     plan_query,
     token_turns,
@@ -86,6 +87,7 @@ class RolloutRecord:
     selected_turn: int | None = None
     selected_paths: list[str] = field(default_factory=list)
     eligible_turns: list[int] = field(default_factory=list)
+    generated_only: list[dict] = field(default_factory=list)  # turns whose only files were generated
     exclusion: str | None = None
     reward: float | None = None
     resolved: bool | None = None
@@ -132,7 +134,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         self.agent_ctx = AgentContext(tasks=tasks, runtime=runtime,
                                       bash_timeout_s=args.bash_timeout_s,
                                       max_file_bytes=args.agent_max_file_mib * 2**20,
-                                      tree_budget_bytes=args.agent_tree_budget_mib * 2**20)
+                                      tree_budget_bytes=args.agent_tree_budget_mib * 2**20,
+                                      snapshot_ignore=tuple(args.snapshot_ignore))
         self.pool = VerifierPool(runtime, max_concurrency=args.verifier_concurrency,
                                  max_retries=args.verifier_retries)
         self._control = {}  # task id -> (GradeReport, log) of the empty-patch control
@@ -232,14 +235,16 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             if env.failure is not None:
                 rec.exclusion, rec.failure = env.failure[0], list(env.failure)
                 return rec, None
-            snaps = turn_snapshots(env.base_tree, [min(c.turn, n_turns) for c in calls],
-                                   [c.tree for c in calls], n_turns)
+            turns = [min(c.turn, n_turns) for c in calls]
+            snaps = turn_snapshots(env.base_tree, turns, [c.tree for c in calls], n_turns)
             rec.snapshots = snaps
-            rec.writes = turn_writes(env.workdir, snaps)
-            plan = plan_query(env.workdir, snaps, task_id=rec.task_id,
+            rec.writes = turn_writes(env.snapshot_repo, snaps)
+            plan = plan_query(env.snapshot_repo, snaps, task_id=rec.task_id,
                               rollout_index=rollout_index, run_seed=cfg.selection_seed,
                               test_patterns=cfg.test_path_patterns,
-                              format_error=rec.format_error)
+                              format_error=rec.format_error,
+                              generated=generated_by_turn(turns, [c.generated for c in calls],
+                                                          n_turns))
         except Exception:  # noqa: BLE001 - one rollout's records never stop the run
             rec.exclusion, rec.record_error = "record_error", traceback.format_exc()
             return rec, None
@@ -247,6 +252,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         rec.selected_turn = plan.selection.selected_turn
         rec.selected_paths = plan.selection.selected_paths
         rec.eligible_turns = plan.selection.eligible_turns
+        rec.generated_only = plan.selection.generated_only
         rec.exclusion = plan.exclusion
         rec.ablation = plan.ablation
         return rec, plan

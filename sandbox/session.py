@@ -78,6 +78,11 @@ class PodmanSession:
         limits: memory / pids / CPU limits.
         tmp_size: size of the ``/tmp`` tmpfs (podman size string, e.g. ``"256m"``).
         max_file_bytes: ``fsize`` ulimit of every process in the container (bytes, > 0).
+        ro_mounts: ``(host dir, container path)`` pairs bind-mounted **read-only** (the
+            base store's objects, which the clone's ``objects/info/alternates`` names, so
+            ``git status``/``diff``/``stash`` work and the agent cannot write them).
+
+    The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
     caller counts it as an infra error of that rollout.
@@ -86,7 +91,8 @@ class PodmanSession:
     def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
                  workdir: str = "/testbed", limits: Limits | None = None,
                  labels: dict[str, str] | None = None, tmp_size: str = "256m",
-                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 ro_mounts: list[tuple[str, str]] | tuple = ()) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
@@ -106,12 +112,16 @@ class PodmanSession:
                            "target": workdir, "read_only": False},
                           {"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                            "size": tmp_size, "options": ["rw", "nosuid", "nodev", "mode=1777"]}]
+        for src, target in ro_mounts:
+            args["mounts"].append({"type": "bind", "source": str(Path(src).resolve()),
+                                   "target": target, "read_only": True})
         args["read_only"] = True
         # an init as PID 1 reaps what timed-out commands orphan (no zombie pile-up)
         args["init"] = True
         args["ulimits"] = [*args["ulimits"], {"Name": "fsize", "Soft": max_file_bytes,
                                               "Hard": max_file_bytes}]
-        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp"}
+        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
+                               "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
         self.container = self._client.containers.create(**args)

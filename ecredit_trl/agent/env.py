@@ -6,11 +6,17 @@ exposes every public method as a tool (schema from signature + docstring).
 Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 ``str_replace``, ``insert``) and ``submit``.
 
-Each rollout gets its own working tree (a shared clone of the task repository
-at ``base_commit``) and, with the Podman runtime, its own container with that
-tree mounted at ``/testbed``. After every tool call the tree is snapshotted
-(``sandbox.snapshot``); the trainer groups those snapshots into turns with the
-assistant messages of the completion (one turn = one assistant message).
+Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
+root commit holding the base tree, objects in a per-task base store) and, with
+the Podman runtime, its own container with that tree mounted at ``/testbed`` and
+the base store's objects mounted read-only at the (container) path the clone's
+alternates name, so git works inside (status, diff, stash, checkout) and the agent can
+neither see history beyond the base nor write what other rollouts share. After every tool call
+the tree is snapshotted through a private git directory outside the agent's mount
+(``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
+git. The trainer groups those snapshots into turns with the assistant messages of
+the completion (one turn = one assistant message); trees live in
+:attr:`SWEAgentEnv.snapshot_repo`.
 
 Every tool call is recorded and followed by a snapshot, whatever it raised
 (issue 11 §2): an editor error is the policy's (``status="error"``); anything else
@@ -34,9 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecredit_trl.agent import editor
+from sandbox.agent_repo import agent_clone
 from sandbox.disk import mark_owner, tree_usage
+from sandbox.local_runtime import LocalRuntime
 from sandbox.session import DEFAULT_MAX_FILE_BYTES, open_session
-from sandbox.snapshot import Snapshotter
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
 DEFAULT_TREE_BUDGET_BYTES = 2 * 2**30
@@ -55,8 +63,9 @@ FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_bud
 @dataclass
 class ToolCall:
     """One tool call that reached the environment: name, arguments, whether it was valid
-    (``ok``), seconds, the tree after it, the turn that made it, its error text and its
-    ``status`` (one of :data:`CALL_STATUSES`)."""
+    (``ok``), seconds, the tree after it, the turn that made it, its error text, its
+    ``status`` (one of :data:`CALL_STATUSES`) and the generated files (not recorded,
+    see ``sandbox.snapshot``) that appeared."""
 
     name: str
     arguments: dict
@@ -66,6 +75,7 @@ class ToolCall:
     turn: int
     error: str | None = None
     status: str = "ok"
+    generated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +98,9 @@ class AgentContext:
         tree_budget_bytes: growth of one rollout's tree + snapshot store over its size
             at reset (bytes) before the episode ends with ``disk_budget``.
 
+        snapshot_ignore: generated-file patterns never recorded in snapshots
+            (``ECreditConfig.snapshot_ignore``; not agent-writable).
+
     Raises: ValueError naming the field for a non-positive limit.
     """
 
@@ -99,6 +112,7 @@ class AgentContext:
     turn: int = 0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     tree_budget_bytes: int = DEFAULT_TREE_BUDGET_BYTES
+    snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _owns_workroot: bool = False
 
@@ -163,8 +177,15 @@ class SWEAgentEnv:
             raise ValueError(f"repo_dir: task {iid} has no local repository; agent sessions "
                              "need one (SWE-bench image tasks: extract /testbed first)")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
-        _clone_at(self.task.repo_dir, self.task.base_commit, self.workdir)
-        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit)
+        with self.ctx._lock:  # one base store per task, made by the first rollout
+            on_host = self.ctx.runtime is None or isinstance(self.ctx.runtime, LocalRuntime)
+            object_dirs = agent_clone(self.task.repo_dir, self.task.base_commit, self.workdir,
+                                      Path(self.ctx.workroot) / ".bases",
+                                      **({"alternates": None} if on_host else {}))
+        # before the agent runs: the private store borrows the donor's objects, never the clone's
+        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
+                                       objects_from=self.task.repo_dir,
+                                       ignore=self.ctx.snapshot_ignore)
         self.base_tree = self.snapshotter.base_tree
         store = getattr(self.snapshotter, "_tmp", None)
         if store is not None:
@@ -177,7 +198,8 @@ class SWEAgentEnv:
             try:
                 self.session = open_session(self.ctx.runtime, self.task.image, self.workdir,
                                             workdir=getattr(self.task, "workdir", "/testbed"),
-                                            labels={"ecredit.task": iid}, **kw)
+                                            labels={"ecredit.task": iid},
+                                            ro_mounts=object_dirs, **kw)
             except Exception as exc:  # an infra failure of this rollout, not the policy's
                 self.session = None
                 self.setup_error = f"{type(exc).__name__}: {exc}"
@@ -282,8 +304,9 @@ class SWEAgentEnv:
             out = f"ERROR: the sandbox failed ({error}); the episode has ended."
             self._fail("sandbox_error", error)
         tree = self._snapshot_after()
+        generated = list(self.snapshotter.generated_new) if self.snapshotter else []
         self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree, turn,
-                                   error, status))
+                                   error, status, generated))
         if self.failure is not None and status == "ok":
             out = f"{out}\nERROR: the episode has ended ({self.failure[0]}: {self.failure[1]})."
         return out
@@ -362,6 +385,13 @@ class SWEAgentEnv:
         return [c.tree for c in self.calls]
 
     @property
+    def snapshot_repo(self) -> Path | None:
+        """The private git directory holding every snapshot tree of this rollout (the
+        ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
+        before ``reset`` and after release."""
+        return self.snapshotter.git_dir if self.snapshotter else None
+
+    @property
     def final_tree(self) -> str:
         """S_K: the tree after the last call (the base tree when no call ran)."""
         return self.calls[-1].tree if self.calls else self.base_tree
@@ -400,7 +430,8 @@ def env_factory(context: AgentContext):
 
 
 def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:
-    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest``."""
+    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest`` (host-side
+    reading only; agent sessions use ``sandbox.agent_repo.agent_clone``)."""
     env_cmd = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*env_cmd, "clone", "-q", "--shared", "--no-checkout", str(repo_dir),
                     str(dest)], check=True, capture_output=True)

@@ -136,7 +136,7 @@ def run_rollout(policy: Policy, env, task, *, rollout_index: int, seed: int,
             t["writes"] = {}
     else:
         env_calls, snaps = _record_turn_writes(env, ep.turns, ep.stop)
-        patch = artifact(env.workdir, env.base_tree, env.final_tree)
+        patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
     artifact_s = time.monotonic() - t0
     turns = ep.turns
     return {
@@ -267,7 +267,7 @@ def _record_turn_writes(env, turns: list[dict], stop: str) -> tuple[list, list[s
     env_calls = list(env.calls)
     snaps = turn_snapshots(env.base_tree, [min(c.turn, n_turns) for c in env_calls],
                            [c.tree for c in env_calls], n_turns)
-    writes = turn_writes(env.workdir, snaps)
+    writes = turn_writes(env.snapshot_repo, snaps)
     for t, w in zip(turns, writes, strict=False):
         t["writes"] = w
     if not turns:  # keep K >= 1 so the replay format has S_0..S_K

@@ -7,7 +7,7 @@ verifier-blind and recorded before any trial runs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -128,6 +128,18 @@ def turn_snapshots(base_tree: str, call_turns: Sequence[int], call_trees: Sequen
     return snaps
 
 
+def generated_by_turn(call_turns: Sequence[int], call_generated: Sequence[Sequence[str]],
+                      num_turns: int) -> dict[int, list[str]]:
+    """Turn (1-based, clipped to ``num_turns``) → generated files that appeared in its
+    calls (``ToolCall.generated``), for ``SelectionRecord.generated_only``; turns
+    without any are left out."""
+    out: dict[int, list[str]] = {}
+    for t, paths in zip(call_turns, call_generated, strict=True):
+        if paths:
+            out.setdefault(min(max(1, t), num_turns), []).extend(paths)
+    return out
+
+
 def contrast(u_factual: float | None, u_ablated: float | None) -> float | None:
     """D = U(P) − U(P\\b); None when either utility is unavailable (DESIGN.md §3)."""
     if u_factual is None or u_ablated is None:
@@ -157,13 +169,16 @@ class QueryPlan:
 
 
 def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: int,
-               run_seed: int, test_patterns: Sequence[str], format_error: bool) -> QueryPlan:
+               run_seed: int, test_patterns: Sequence[str], format_error: bool,
+               generated: Mapping[int, Sequence[str]] | None = None) -> QueryPlan:
     """Blocks, eligibility, selection and ablation for one rollout (no verifier input).
 
     Args:
         repo: git repository holding the snapshot trees.
         snapshots: ``[S_0, ..., S_K]``.
         format_error: the trajectory never produced a valid tool call.
+        generated: turn → generated files that appeared in it (not recorded; reported
+            in ``selection.generated_only`` when the turn made no block).
 
     Returns: :class:`QueryPlan`. Raises SnapshotError for unknown trees.
     """
@@ -172,7 +187,8 @@ def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: i
     blocks = edit_blocks(repo, snapshots)
     judged = eligibility(repo, snapshots, blocks, test_patterns=test_patterns)
     sel = SelectionRecord.build(task_id=task_id, rollout_index=rollout_index, run_seed=run_seed,
-                                blocks=blocks, judged=judged, test_patterns=test_patterns)
+                                blocks=blocks, judged=judged, test_patterns=test_patterns,
+                                generated=generated)
     final = artifact(repo, snapshots[0], snapshots[-1])
     exclusion = None
     if format_error:
