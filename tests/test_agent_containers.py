@@ -51,8 +51,16 @@ def _env(task, tmp_path, runtime, **kw) -> tuple[SWEAgentEnv, AgentContext]:
     return env, ctx
 
 
+def _tree_git(env, *args: str) -> str:
+    """git on the rollout's private snapshot store (where the trees live)."""
+    import subprocess
+
+    return subprocess.run(["git", "--git-dir", str(env.snapshot_repo), *args], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def _show(env, tree: str, path: str) -> str:
-    return git(env.workdir, "show", f"{tree}:{path}")
+    return _tree_git(env, "show", f"{tree}:{path}")
 
 
 @pytest.mark.podman
@@ -179,7 +187,7 @@ def test_disk_limits_per_file_and_per_rollout(task, tmp_path, podman_runtime):
         assert out.strip().endswith(str(40 * MiB))
         first = env.calls[-1]
         assert first.status == "ok" and env.failure is None
-        size = git(workdir, "cat-file", "-s", f"{first.tree}:big.bin")
+        size = _tree_git(env, "cat-file", "-s", f"{first.tree}:big.bin")
         assert int(size) == 40 * MiB  # stored, at the limit, not above
         # 40 MiB file + 40 MiB in the snapshot store + 30 MiB more > 100 MiB budget
         out = env.bash("head -c 30M /dev/urandom > more.bin; echo done")
