@@ -137,6 +137,9 @@ def parse_args(argv: list[str] | None = None):
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments))
+    # argparse prints the whole usage (hundreds of fields) before an error: keep only the
+    # one line that names the field (`--help` still lists them all)
+    parser.print_usage = lambda file=None: None
     pre, _ = parser.parse_known_args(argv)
     values = embedded_defaults(torch.cuda.is_available())
     if pre.config:

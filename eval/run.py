@@ -459,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     still written), 2 on bad input (the message names the flag, field or path)."""
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
-    ap.add_argument("--split", help="official500 | holdout100 | bundled | bundled:holdout | FILE")
+    ap.add_argument("--split", help="official500 | holdout100 | bundled | bundled:train | bundled:holdout | FILE")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")

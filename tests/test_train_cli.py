@@ -14,6 +14,8 @@ from conftest import REPO_ROOT
     (["--arm", "B", "--credit_lamda", "0.3"], "--credit_lamda"),
     (["--arm", "B", "--snapshot_ignore", "*.pyc", " "],
      "snapshot_ignore: expected a list of non-empty glob strings"),
+    (["--arm", "B", "--credit_lambda", "abc"],
+     "argument --credit_lambda/--credit-lambda: invalid float value: 'abc'"),
 ])
 def test_bad_arguments_fail_with_one_line(args, expected, tmp_path):
     proc = subprocess.run([sys.executable, "ecredit_trl/train.py", *args, "--runs_dir",
@@ -23,4 +25,5 @@ def test_bad_arguments_fail_with_one_line(args, expected, tmp_path):
     last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
     assert last.startswith("train.py: error: ") and expected in last
     assert "Traceback" not in proc.stderr
+    assert "usage:" not in proc.stderr  # not the hundreds of fields before the one line
     assert list(tmp_path.iterdir()) == []  # nothing written
