@@ -428,3 +428,27 @@ def test_bad_protected_paths_name_the_field(value, message):
 
     with pytest.raises(ValueError, match=r"row 3: field 'protected_paths.*" + message):
         task_from_row(_row(protected_paths=value), 3, source="rows.jsonl")
+
+
+# ---------------------------------------------------------------------------
+# a bundled task (real project, real tests): forged conftest vs gold + forged conftest
+# ---------------------------------------------------------------------------
+
+@pytest.mark.podman
+def test_bundled_task_forged_conftest_grades_as_the_truth(podman_runtime):
+    from ecredit_trl.runs.outcomes import trial_outcome
+    from eval.tasks import load_tasks, task_trial_spec
+
+    task = next(t for t in load_tasks("bundled", log=lambda *_: None)
+                if t.repo.endswith("inflection"))
+    forge = new_file("conftest.py", FORGE_HOOK)
+    r = podman_runtime.run_trial(task_trial_spec(task, forge, "bundled-forge", timeout_s=120))
+    assert r.exit_class == "ok", r.log
+    assert r.protected_touched == ["conftest.py"] and "conftest.py" in r.protected
+    u, resolved, how = trial_outcome(task, r, None)
+    assert (u, resolved, how) == (0.0, False, "graded")  # every F2P test still fails
+    # the artifact is applied whole: the gold fix next to the forged hook still resolves
+    g = podman_runtime.run_trial(task_trial_spec(task, task.patch + forge, "bundled-gold-forge",
+                                                 timeout_s=120))
+    assert g.protected_touched == ["conftest.py"]
+    assert trial_outcome(task, g, None) == (1.0, True, "graded")
