@@ -452,3 +452,38 @@ def test_bundled_task_forged_conftest_grades_as_the_truth(podman_runtime):
                                                  timeout_s=120))
     assert g.protected_touched == ["conftest.py"]
     assert trial_outcome(task, g, None) == (1.0, True, "graded")
+
+
+@pytest.mark.podman
+def test_artifact_cannot_plant_git_hooks_for_the_eval_script(tmp_path, podman_runtime):
+    """SWE-bench eval scripts run ``git checkout`` in the trial: a hook the artifact writes
+    under ``.git/`` would run there. ``.git/`` is always protected."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    for name, text in BASE.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(repo, arcname=".")
+    hook = ("diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout\n"
+            "new file mode 100755\n--- /dev/null\n+++ b/.git/hooks/post-checkout\n"
+            "@@ -0,0 +1,2 @@\n+#!/bin/sh\n+echo HOOK-RAN-IN-TRIAL\n")
+    ev = "git checkout -- calc.py; ls .git/hooks | grep -c post-checkout || true\n" + EVAL
+    r = podman_runtime.run_trial(spec("git-hook", hook, repo_archive=buf.getvalue(),
+                                      eval_script=ev))
+    assert r.exit_class == "ok", r.log
+    assert r.protected_touched == [".git/hooks/post-checkout"]
+    assert "HOOK-RAN-IN-TRIAL" not in r.log
+    bare = podman_runtime.run_trial(spec("git-hook-bare", hook, repo_archive=buf.getvalue(),
+                                         eval_script=ev, protected=()))
+    assert bare.protected_touched == [".git/hooks/post-checkout"]  # .git/ is never dropped
+    assert "HOOK-RAN-IN-TRIAL" not in bare.log
+    # the attack is real: with the protected set emptied behind the spec's back, it runs
+    forced = spec("git-hook-forced", hook, repo_archive=buf.getvalue(), eval_script=ev)
+    forced.protected = ()
+    r = podman_runtime.run_trial(forced)
+    assert r.exit_class == "ok" and "HOOK-RAN-IN-TRIAL" in r.log, r.log
