@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
-import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +46,14 @@ _ROOT = _HERE.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
+
+from ecredit_trl.runs.binding import (  # noqa: E402 - after the sys.path fix above
+    RunRefused,
+    check_binding,
+    supersede_records,
+)
+
+__all__ = ["RunRefused", "check_binding", "supersede_records", "main", "cli"]
 
 
 @dataclass
@@ -80,8 +85,6 @@ class RunArguments:
         "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
 
 
-class RunRefused(ValueError):
-    """The run was refused before it started; the message says why and what to do."""
 
 
 def embedded_defaults(on_gpu: bool) -> dict:
@@ -156,166 +159,7 @@ def parse_args(argv: list[str] | None = None):
     return cfg, margs
 
 
-def rank_summary(trainer) -> dict:
-    """This rank's view after training: world size, rollouts it verified, parameter hash.
-
-    The parameter hash (sha256 over every trainable tensor, in name order) lets a
-    test check that data-parallel ranks ended with identical weights.
-    """
-    import hashlib
-
-    import numpy as np
-
-    h = hashlib.sha256()
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    for name, p in sorted(model.named_parameters()):
-        if p.requires_grad:
-            h.update(name.encode())
-            h.update(np.ascontiguousarray(p.detach().float().cpu().numpy()).tobytes())
-    acc = trainer.accelerator
-    return {"rank": acc.process_index, "world_size": acc.num_processes,
-            "param_sha256": h.hexdigest(),
-            "trial_ids": sorted(trainer.verified_trial_ids)}
-
-
-# -- rank agreement ------------------------------------------------------------------------
-_ERRORS = {"RunRefused": RunRefused}
-
-
-def _on_main(cfg, fn):
-    """Run ``fn()`` on the main process and hand its value (or its refusal) to every rank.
-
-    Raises on every rank what ``fn`` raised on the main one (RunRefused,
-    CheckpointError; other errors as RuntimeError with the same message).
-    """
-    from ecredit_trl.runs.receipts import CheckpointError
-
-    _ERRORS["CheckpointError"] = CheckpointError
-    value, error = None, None
-    if cfg.process_index == 0:
-        try:
-            value = fn()
-        except (RunRefused, CheckpointError, FileNotFoundError, ValueError) as exc:
-            error = (type(exc).__name__, str(exc))
-            if cfg.world_size <= 1:
-                raise
-    if cfg.world_size > 1:
-        from accelerate.utils import broadcast_object_list
-
-        box = [(value, error)]
-        broadcast_object_list(box, from_process=0)
-        value, error = box[0]
-    if error is not None:
-        raise _ERRORS.get(error[0], RuntimeError)(error[1])
-    return value
-
-
-# -- resume helpers --------------------------------------------------------------------------
-def _read_manifest(run_dir: Path) -> dict:
-    import json
-
-    path = run_dir / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunRefused(f"{path}: unreadable manifest ({exc})") from exc
-
-
-def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, *,
-                  allowed_before: list[str] | None = None) -> dict:
-    """Compare a resumed run's manifest with the recorded one.
-
-    Args:
-        allowed: fields this resume accepts as changed (``--allow-changed``).
-        reason: why (``--reason``), required with ``allowed``.
-        allowed_before: fields earlier resumes of the run accepted (with their
-            reasons, in their receipts); they stay accepted.
-
-    Returns: ``{"differences": [...], "allowed": [...], "allowed_before": [...],
-    "reason": ..., "informational": [...]}``.
-
-    Raises:
-        RunRefused: listing every bound field that differs and is not allowed, or
-            when ``allowed`` is given without a ``reason``.
-    """
-    allowed_before = list(allowed_before or [])
-    from ecredit_trl.runs.manifest import (
-        binding_differences,
-        format_differences,
-        informational_differences,
-    )
-
-    if allowed and not (reason and reason.strip()):
-        raise RunRefused("--allow-changed needs --reason TEXT (it is recorded in the resume "
-                         "receipt)")
-    diffs = binding_differences(old, new)
-
-    every = list(allowed) + allowed_before
-
-    def is_allowed(name: str) -> bool:
-        return name in every or name.removeprefix("model.") in every or any(
-            name.startswith(a + ".") for a in every)
-
-    refused = [d for d in diffs if not is_allowed(d["field"])]
-    if refused:
-        raise RunRefused(
-            "resume refused: the checkpoint's run was made with different bound fields "
-            f"(manifest {old.get('run_name')}):\n{format_differences(refused)}\n"
-            "pass the original arguments, or accept each change explicitly with "
-            "--allow-changed FIELD --reason TEXT")
-    return {"differences": diffs, "allowed": allowed, "allowed_before": allowed_before,
-            "reason": reason, "informational": informational_differences(old, new)}
-
-
-def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
-    """Move ledger/trajectory rows written after the checkpoint out of the main files.
-
-    The rows past ``state["ledger_rows_total"]`` / ``["trajectory_rows_total"]``
-    belong to steps the resumed session redoes; they are appended (as written)
-    to ``superseded/<file>.s<NN>.jsonl`` first, then the main file is rewritten
-    atomically with the rows before them. A torn last line (a crash mid-write)
-    goes with them. Nothing is deleted; files already consistent are not touched.
-
-    Returns: {file name: number of lines moved}.
-
-    Raises: RunRefused when a file holds fewer complete rows than the checkpoint
-    counted (records lost: resuming would leave a gap).
-    """
-    from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
-
-    moved = {}
-    for name, keep in (("ledger.jsonl", int(state.get("ledger_rows_total", 0))),
-                       ("trajectories.jsonl", int(state.get("trajectory_rows_total", 0)))):
-        path = run_dir / name
-        if not path.is_file():
-            if keep:
-                raise RunRefused(f"{path}: missing, the checkpoint counted {keep} rows")
-            continue
-        raw = path.read_bytes()
-        lines = raw.split(b"\n")
-        tail = lines.pop()  # b"" when the file ends with a newline, else a torn line
-        lines = [x for x in lines if x.strip()]
-        if len(lines) < keep:
-            raise RunRefused(f"{path}: holds {len(lines)} complete rows, the checkpoint counted "
-                             f"{keep}; the records were cut short, resume would leave a gap")
-        extra = lines[keep:] + ([tail] if tail.strip() else [])
-        if not extra:
-            continue
-        side = run_dir / "superseded" / f"{name[:-6]}.s{session:02d}.jsonl"
-        try:
-            side.parent.mkdir(parents=True, exist_ok=True)
-            with open(side, "ab") as f:
-                f.write(b"".join(x + b"\n" for x in extra))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise RecordWriteError(exc.errno, f"cannot append to {side}: {exc.strerror}") from exc
-        write_text_atomic(path, b"".join(x + b"\n" for x in lines[:keep]).decode("utf-8"))
-        moved[name] = len(extra)
-    return moved
-
-
-# -- main -----------------------------------------------------------------------------------
+# -- the session, step by step ---------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Run (or resume) one training session; returns the process exit status.
 
@@ -331,100 +175,100 @@ def main(argv: list[str] | None = None) -> int:
     config. After the start receipt every way out writes a termination receipt;
     exceptions other than SandboxUnavailable / KeyboardInterrupt are re-raised.
     """
-    import torch
-
-    from ecredit_trl.runs.faults import (
-        GracefulStop,
-        SandboxUnavailable,
-        exit_code,
-        follow_launcher_signals,
-        termination_class,
+    from ecredit_trl.runs.binding import resume_point
+    from ecredit_trl.runs.faults import GracefulStop, follow_launcher_signals
+    from ecredit_trl.runs.receipts import RunReceipts
+    from ecredit_trl.runs.session import (
+        report_unterminated,
+        run_location,
+        verify_resume_checkpoint,
     )
-    from ecredit_trl.runs.receipts import (
-        RunReceipts,
-        detect_unterminated,
-        live_sessions,
-        read_sessions,
-        verify_checkpoint,
-    )
-    from ecredit_trl.runs.records import write_json, write_jsonl_atomic
 
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args, run_argv = split_run_arguments(argv)
-    resume_ck = Path(run_args.resume_from).resolve() if run_args.resume_from else None
-    manifest_old = None
-    if resume_ck is not None:
-        if not (resume_ck.parent / "manifest.json").is_file():
-            raise RunRefused(f"{resume_ck.parent / 'manifest.json'}: missing; --resume-from "
-                             "must name a checkpoint inside a run directory")
-        manifest_old = _read_manifest(resume_ck.parent)
-        # the run's command line (as its last resume left it) first, then what this
-        # invocation adds; changes accepted by earlier resumes stay accepted
-        base_argv = list(manifest_old.get("argv", []))
-        allowed_before: list[str] = []
-        for s in read_sessions(resume_ck.parent):
-            if (s.opened or {}).get("kind") == "resume":
-                base_argv = list(s.opened.get("effective_argv", base_argv))
-                allowed_before += list(s.opened.get("allowed_changes", []))
-        run_argv = base_argv + run_argv
+    resume = resume_point(run_args.resume_from)
+    if resume is not None:
+        run_argv = resume.base_argv + run_argv
     cfg, margs = parse_args(run_argv)
     is_main = cfg.process_index == 0
-
-    # -- where the run lives ---------------------------------------------------------
-    if resume_ck is not None:
-        run_dir = resume_ck.parent
-        run_name = manifest_old["run_name"]
-    else:
-        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        run_name = _on_main(cfg, lambda: f"{cfg.run_name_prefix}-{cfg.arm}-{stamp}")
-        run_dir = (Path(cfg.runs_dir) / run_name if cfg.output_dir in ("runs/_pending", None)
-                   else Path(cfg.output_dir))
-    cfg.output_dir = str(run_dir)
-    cfg.run_name = run_name
-
-    def refuse_existing():
-        if (run_dir / "manifest.json").exists() or (run_dir / "receipts").exists():
-            raise RunRefused(
-                f"{run_dir}: already holds a run; a restarted process is not a resumed run. "
-                f"Resume it with --resume-from {run_dir}/checkpoint-<step>, or choose another "
-                "--output_dir")
-
-    if resume_ck is None:
-        _on_main(cfg, refuse_existing)
-
-    # -- sessions that ended without a receipt (this runs directory) -------------------
-    detected: list[dict] = []
+    run_dir, run_name = run_location(cfg, resume)
+    detected = report_unterminated(cfg, run_dir, run_name) if is_main else []
+    ck_receipt = (verify_resume_checkpoint(cfg, run_dir, resume.checkpoint)
+                  if resume is not None else None)
+    tasks, model_path = _tasks_and_policy(cfg, margs)
+    session = _open_session(cfg, margs, run_args=run_args, argv=argv, run_argv=run_argv,
+                            resume=resume, run_dir=run_dir, run_name=run_name, tasks=tasks,
+                            model_path=model_path, ck_receipt=ck_receipt, detected=detected)
+    receipts = RunReceipts(run_dir, session) if is_main else None
     if is_main:
-        me = {"run": run_name, "pid": os.getpid(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        for root in sorted({Path(cfg.runs_dir).resolve(), run_dir.resolve().parent}):
-            for item in detect_unterminated(root, detected_by=me):
-                print(item["message"], file=sys.stderr, flush=True)
-                detected.append({k: item.get(k) for k in ("run_dir", "session", "class",
-                                                          "receipt")})
-                detected[-1]["containers_removed"] = _remove_orphans(item, cfg.runtime)
+        what = (f"resumed from {resume.checkpoint.name} (session {session})" if resume
+                else "started")
+        print(f"[ecredit] run {run_name} {what}; records in {run_dir}", flush=True)
 
-    # -- checkpoint verification (before anything heavy) ----------------------------------
-    ck_receipt = None
-    if resume_ck is not None:
-        def verify():
-            live = live_sessions(run_dir)
-            if live:
-                s = live[0]
-                raise RunRefused(f"{run_dir}: session {s.index} (pid "
-                                 f"{s.opened.get('process', {}).get('pid')}) may still be running; "
-                                 "stop it first (or wait for its termination receipt)")
-            return verify_checkpoint(resume_ck, world_size=cfg.world_size)
-        ck_receipt = _on_main(cfg, verify)
+    stop = GracefulStop()
+    stop.install()
+    follow_launcher_signals()
+    runtime = None
+    trainer = None
+    exc: BaseException | None = None
+    final_dir = None
+    try:
+        tokenizer, model, peft_config = _load_policy(cfg, margs, model_path)
+        runtime = _make_runtime(cfg, run_name)
+        trainer = _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir)
+        trainer.receipts = receipts
+        trainer.stop = stop
+        stop._step_fn = lambda: trainer.state.global_step
+        final_dir = _run_training(trainer, tokenizer, stop, receipts, resume, run_dir, is_main)
+    except BaseException as e:  # noqa: BLE001 - every way out gets a receipt
+        exc = e
+    stop.restore()
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    return _end_session(cfg, exc=exc, stop=stop, trainer=trainer, runtime=runtime,
+                        receipts=receipts, run_dir=run_dir, run_name=run_name, session=session,
+                        final_dir=final_dir)
 
-    from datasets import Dataset
-    from ecredit_trl.agent.prompts import task_prompt
-    from ecredit_trl.runs.callbacks import ProgressLines
-    from ecredit_trl.runs.manifest import build_manifest
-    from ecredit_trl.trainer import ECreditGRPOTrainer
-    from eval.tasks import load_tasks
-    from sandbox import make_runtime
+
+def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_name, session,
+                 final_dir) -> int:
+    """Classify how the session ended, find the checkpoint to resume from, close the
+    runtime, write the rank summary and (main process) the termination receipt.
+
+    Returns the exit status; re-raises ``exc`` unless it is SandboxUnavailable or
+    KeyboardInterrupt.
+    """
+    from ecredit_trl.runs.faults import SandboxUnavailable, exit_code, termination_class
+    from ecredit_trl.runs.session import close_session, resumable_checkpoint, write_rank_summary
+
+    cls = termination_class(exc, stop)
+    resumable = resumable_checkpoint(exc, cls, stop, trainer, run_dir)
+    if runtime is not None:
+        runtime.close()
+    if trainer is not None:
+        write_rank_summary(trainer, run_dir)
+    if cfg.process_index == 0:
+        close_session(cfg=cfg, receipts=receipts, run_dir=run_dir, run_name=run_name,
+                      session=session, trainer=trainer, stop=stop, exc=exc, cls=cls,
+                      resumable=resumable, final_dir=final_dir)
+    if isinstance(exc, SandboxUnavailable):
+        print(f"[ecredit] stopped: {exc}", file=sys.stderr, flush=True)
+        return exit_code(cls, exc)
+    if exc is not None and not isinstance(exc, KeyboardInterrupt):
+        raise exc
+    return exit_code(cls, exc)
+    if exc is not None and not isinstance(exc, KeyboardInterrupt):
+        raise exc
+    return exit_code(cls, exc)
+
+
+def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
+    """The training tasks (``--max_tasks`` of them) and the policy's path: ``--model``, or
+    the embedded policy, built and warm-started on every training task on first use.
+
+    Raises: ValueError (no training tasks), FileNotFoundError (a local ``--model`` path
+    that is no directory).
+    """
+    from eval.splits import load_tasks
 
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:
@@ -441,236 +285,95 @@ def main(argv: list[str] | None = None) -> int:
         if looks_local and not Path(model_path).expanduser().is_dir():
             raise FileNotFoundError(f"--model: no such model directory {model_path}")
     tasks = all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks
-    by_id = {t.instance_id: t for t in tasks}
+    return tasks, model_path
+
+
+def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_name, tasks,
+                  model_path, ck_receipt, detected) -> int:
+    """Build the manifest and write the start receipt (new run) or bind the resume and
+    write its receipt (main process, agreed on every rank). Returns the session index."""
+    from ecredit_trl.runs.manifest import build_manifest
+    from ecredit_trl.runs.session import model_identity, on_main, resume_run, start_new_run
+
+    task_ids = [t.instance_id for t in tasks]
     config = {"ecredit": cfg.to_dict(), "model": vars(margs) | {"path": str(model_path)}}
 
-    # -- manifest, binding, start/resume receipt -------------------------------------------
     def open_session():
         manifest = build_manifest(
-            run_name=run_name, argv=run_argv if resume_ck is None else manifest_old["argv"],
+            run_name=run_name, argv=run_argv if resume is None else resume.manifest["argv"],
             config=config, tasks=tasks, task_source=cfg.tasks,
             images={t.image for t in tasks}, world_size=cfg.world_size,
-            model=_model_identity(model_path), runtime=cfg.runtime)
-        if resume_ck is None:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(run_dir / "manifest.json", manifest)
-            write_json(run_dir / "config.json", {"ecredit": cfg.to_dict(),
-                                                 "model": config["model"],
-                                                 "tasks": sorted(by_id)})
-            rr = RunReceipts(run_dir, 0)
-            rr.start(run_name=run_name, manifest=str(run_dir / "manifest.json"),
-                     config_sha256=manifest["config_sha256"],
-                     tasks_sha256=manifest["tasks"]["sha256"],
-                     code=manifest["code"], world_size=cfg.world_size, argv=argv,
-                     detected_unterminated=detected)
-            return rr.session
-        binding = check_binding(manifest_old, manifest, run_args.allow_changed, run_args.reason,
-                                allowed_before=allowed_before)
-        session = RunReceipts.next_session(run_dir)
-        state_name = "ecredit_state.json" if cfg.world_size <= 1 else "ecredit_state_0.json"
-        import json
+            model=model_identity(model_path), runtime=cfg.runtime)
+        if resume is None:
+            return start_new_run(cfg=cfg, run_dir=run_dir, run_name=run_name,
+                                 manifest=manifest, config=config, task_ids=task_ids,
+                                 argv=argv, detected=detected)
+        return resume_run(cfg=cfg, run_dir=run_dir, run_name=run_name, manifest=manifest,
+                          resume=resume, run_args=run_args, ck_receipt=ck_receipt, argv=argv,
+                          run_argv=run_argv, detected=detected)
 
-        state = json.loads((resume_ck / state_name).read_text())
-        moved = supersede_records(run_dir, state, session)
-        previous = [{"session": s.index,
-                     "class": (s.termination or {}).get("class"),
-                     "detected": bool((s.termination or {}).get("detected")),
-                     "receipt": (s.termination or {}).get("_file")}
-                    for s in read_sessions(run_dir)]
-        rr = RunReceipts(run_dir, session)
-        rr.resume(run_name=run_name, checkpoint=str(resume_ck), step=ck_receipt.get("step"),
-                  checkpoint_receipt=ck_receipt.get("_file"),
-                  checkpoint_verified={"files": len(ck_receipt.get("files", {})),
-                                       "weights_sha256": ck_receipt["weights"]["sha256"]},
-                  binding=binding, allowed_changes=run_args.allow_changed,
-                  reason=run_args.reason, previous_sessions=previous,
-                  superseded_rows=moved, counters={k: v for k, v in state.items()
-                                                   if k not in ("controls", "verified_trial_ids")},
-                  manifest_now={k: manifest[k] for k in ("config_sha256", "code", "packages",
-                                                         "images", "world_size")},
-                  tasks_sha256=manifest["tasks"]["sha256"], argv=argv,
-                  effective_argv=run_argv, detected_unterminated=detected)
-        for p in previous:
-            if p["detected"]:
-                print(f"[ecredit] resuming {run_name}: session {p['session']} had terminated "
-                      f"without receipt (recorded as {p['class']} at a later start)",
-                      file=sys.stderr, flush=True)
-        return session
-
-    session = _on_main(cfg, open_session)
-    receipts = RunReceipts(run_dir, session) if is_main else None
-    if is_main:
-        what = (f"resumed from {resume_ck.name} (session {session})" if resume_ck else "started")
-        print(f"[ecredit] run {run_name} {what}; records in {run_dir}", flush=True)
-
-    stop = GracefulStop()
-    stop.install()
-    follow_launcher_signals()
-    runtime = None
-    trainer = None
-    exc: BaseException | None = None
-    final_dir = None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
-        peft_config = None
-        if margs.lora_r > 0:
-            from peft import LoraConfig
-
-            targets = margs.lora_target_modules
-            peft_config = LoraConfig(r=margs.lora_r, lora_alpha=margs.lora_alpha,
-                                     lora_dropout=margs.lora_dropout, task_type="CAUSAL_LM",
-                                     target_modules=targets[0] if targets == ["all-linear"]
-                                     else targets)
-        rows = [{"prompt": task_prompt(t), "instance_id": t.instance_id} for t in tasks]
-        dataset = Dataset.from_list(rows)
-        runtime = make_runtime(cfg.runtime, endpoints=cfg.podman_endpoints or None,
-                               run_id=run_name)
-        trainer = ECreditGRPOTrainer(model=model, args=cfg, tasks=by_id, train_dataset=dataset,
-                                     runtime=runtime, run_dir=run_dir,
-                                     processing_class=tokenizer, peft_config=peft_config,
-                                     callbacks=[ProgressLines(run_dir)])
-        trainer.receipts = receipts
-        trainer.stop = stop
-        stop._step_fn = lambda: trainer.state.global_step
-        if resume_ck is not None:
-            trainer.restore_state(resume_ck)
-        if not stop.requested:
-            trainer.train(resume_from_checkpoint=str(resume_ck) if resume_ck else None)
-        if not stop.requested:
-            final_dir = run_dir / "checkpoint-final"
-            trainer.save_model(str(final_dir))
-            if is_main:
-                tokenizer.save_pretrained(str(final_dir))
-                receipts.checkpoint(final_dir, step=trainer.state.global_step, reason="final")
-    except BaseException as e:  # noqa: BLE001 - every way out gets a receipt
-        exc = e
-    stop.restore()
-
-    # -- termination -----------------------------------------------------------------------
-    cls = termination_class(exc, stop)
-    resumable = None
-    if isinstance(exc, SandboxUnavailable) and trainer is not None:
-        try:
-            resumable = trainer.emergency_checkpoint()
-        except BaseException as e2:  # noqa: BLE001
-            print(f"[ecredit] emergency checkpoint failed: {type(e2).__name__}: {e2}",
-                  file=sys.stderr, flush=True)
-    elif cls in ("sigterm", "sigint") and trainer is not None and trainer.checkpoints:
-        resumable = trainer.checkpoints[-1]
-    if resumable is None and cls != "completed":
-        resumable = _last_resumable(run_dir)
-    if runtime is not None:
-        runtime.close()
-    if trainer is not None:
-        try:
-            write_json(run_dir / "ranks" / f"rank{trainer.accelerator.process_index}.json",
-                       rank_summary(trainer))
-        except BaseException as e3:  # noqa: BLE001
-            print(f"[ecredit] rank summary not written: {e3}", file=sys.stderr, flush=True)
-    if is_main:
-        body = {"max_steps": cfg.max_steps, "resumable_checkpoint": resumable,
-                "resume_command": (f"accelerate launch ecredit_trl/train.py --resume-from "
-                                   f"{resumable}" if resumable else None),
-                "final_checkpoint": str(final_dir) if final_dir else None}
-        step = None
-        if trainer is not None:
-            step = trainer.state.global_step
-            body.update(ledger_rows_total=trainer.ledger_rows_total,
-                        generation_round=trainer._generation_round,
-                        sandbox_retries=trainer.sandbox_retries,
-                        checkpoints_saved=trainer.checkpoints,
-                        verifier_pool=dict(trainer.pool.stats))
-        if stop.requested:
-            body["signal"] = {"name": stop.signal_name, "received_at": stop.received_at,
-                              "during_step": (stop.step or 0) + 1}
-        tb = None
-        if exc is not None:
-            body["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
-            if not isinstance(exc, KeyboardInterrupt):
-                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        try:
-            if trainer is not None:
-                write_jsonl_atomic(run_dir / "metrics.jsonl", trainer.state.log_history)
-            path = receipts.termination(cls, step=step, traceback_text=tb, **body)
-        except BaseException as e4:  # noqa: BLE001 - say so, keep the original error
-            print(f"[ecredit] termination receipt NOT written ({type(e4).__name__}: {e4}); the "
-                  f"next start will report session {session} as terminated without receipt",
-                  file=sys.stderr, flush=True)
-            path = None
-        if trainer is not None:
-            rows = trainer.ledger_rows
-            cf = sum(r["trials_counterfactual"] for r in rows)
-            usable = sum(r["usable_contrasts"] for r in rows)
-            print(f"[ecredit] run {run_name}: {cls} at step {step}; this session "
-                  f"{len(rows)} generation rounds, "
-                  f"{sum(r['trials_factual'] for r in rows)} factual and {cf} counterfactual "
-                  f"trials, {usable} usable contrasts; receipt {path}", flush=True)
-        if resumable and cls != "completed":
-            print(f"[ecredit] resume with: accelerate launch ecredit_trl/train.py --resume-from "
-                  f"{resumable}", flush=True)
-    if isinstance(exc, SandboxUnavailable):
-        print(f"[ecredit] stopped: {exc}", file=sys.stderr, flush=True)
-        return exit_code(cls, exc)
-    if exc is not None and not isinstance(exc, KeyboardInterrupt):
-        raise exc
-    return exit_code(cls, exc)
+    return on_main(cfg, open_session)
 
 
-def _remove_orphans(item: dict, runtime: str) -> list[str]:
-    """Containers a dead session left running (its agent sandboxes keep ``sleep``-ing),
-    removed by run label when no session of that run is alive. Local Podman only."""
-    from ecredit_trl.runs.receipts import live_sessions
+def _load_policy(cfg, margs, model_path):
+    """(tokenizer, model, LoRA config or None) of the policy to train."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if runtime != "podman" or item.get("session") is None:
-        return []
-    run_dir = Path(item["run_dir"])
-    if live_sessions(run_dir):
-        return []
-    try:
-        from sandbox.podman_runtime import gc
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
+    peft_config = None
+    if margs.lora_r > 0:
+        from peft import LoraConfig
 
-        names = gc(run_dir.name)  # the runtime's run id is the run name
-    except Exception:  # no podman CLI: leftovers stay for `python -m sandbox gc`
-        return []
-    if names:
-        print(f"[ecredit] removed {len(names)} container(s) left by that session",
-              file=sys.stderr, flush=True)
-    return names
+        targets = margs.lora_target_modules
+        peft_config = LoraConfig(r=margs.lora_r, lora_alpha=margs.lora_alpha,
+                                 lora_dropout=margs.lora_dropout, task_type="CAUSAL_LM",
+                                 target_modules=targets[0] if targets == ["all-linear"]
+                                 else targets)
+    return tokenizer, model, peft_config
 
 
-def _last_resumable(run_dir: Path) -> str | None:
-    """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
-    from ecredit_trl.runs.receipts import read_sessions
+def _make_runtime(cfg, run_name: str):
+    """The sandbox runtime of this session (its run id is the run name)."""
+    from sandbox import make_runtime
 
-    best = None
-    try:
-        for s in read_sessions(run_dir):
-            for rec in s.checkpoints:
-                present = rec.get("state_present", {})
-                if present.get("optimizer") and Path(rec.get("path", "")).is_dir():
-                    if best is None or rec.get("step", 0) >= best.get("step", 0):
-                        best = rec
-    except ValueError:
+    return make_runtime(cfg.runtime, endpoints=cfg.podman_endpoints or None, run_id=run_name)
+
+
+def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):
+    """The GRPO trainer over one prompt row per task."""
+    from datasets import Dataset
+    from ecredit_trl.agent.prompts import task_prompt
+    from ecredit_trl.runs.callbacks import ProgressLines
+    from ecredit_trl.trainer import ECreditGRPOTrainer
+
+    rows = [{"prompt": task_prompt(t), "instance_id": t.instance_id} for t in tasks]
+    dataset = Dataset.from_list(rows)
+    return ECreditGRPOTrainer(model=model, args=cfg, tasks={t.instance_id: t for t in tasks},
+                              train_dataset=dataset, runtime=runtime, run_dir=run_dir,
+                              processing_class=tokenizer, peft_config=peft_config,
+                              callbacks=[ProgressLines(run_dir)])
+
+
+def _run_training(trainer, tokenizer, stop, receipts, resume, run_dir: Path,
+                  is_main: bool) -> Path | None:
+    """Restore a resumed state, train unless a stop was requested, save
+    ``checkpoint-final`` (with its receipt). Returns the final checkpoint, or None."""
+    resume_ck = resume.checkpoint if resume is not None else None
+    if resume_ck is not None:
+        trainer.restore_state(resume_ck)
+    if not stop.requested:
+        trainer.train(resume_from_checkpoint=str(resume_ck) if resume_ck else None)
+    if stop.requested:
         return None
-    return best["path"] if best else None
-
-
-def _model_identity(model_path) -> dict:
-    """Path of the policy and the sha256 of its weight files (local directories up to 2 GB)."""
-    from ecredit_trl.runs.receipts import sha256_file
-
-    p = Path(str(model_path))
-    out = {"path": str(model_path), "weights": None}
-    if p.is_dir():
-        files = sorted(x for x in p.iterdir()
-                       if x.suffix in (".safetensors", ".bin") and x.is_file())
-        if sum(f.stat().st_size for f in files) <= 2 << 30:
-            out["weights"] = {f.name: sha256_file(f) for f in files}
-        else:
-            out["weights"] = {f.name: {"bytes": f.stat().st_size} for f in files}
-    return out
+    final_dir = run_dir / "checkpoint-final"
+    trainer.save_model(str(final_dir))
+    if is_main:
+        tokenizer.save_pretrained(str(final_dir))
+        receipts.checkpoint(final_dir, step=trainer.state.global_step, reason="final")
+    return final_dir
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -33,15 +33,11 @@ exactly.
 
 from __future__ import annotations
 
-import json
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -55,10 +51,21 @@ from ecredit_trl.credit.planning import (
     turn_snapshots,
 )
 from ecredit_trl.credit.trajectory import turn_writes
+from ecredit_trl.runs.checkpoint_state import (
+    EpochSeededRepeatSampler,
+    ExactResumeMixin,
+    TrainerHooks,
+)
 from ecredit_trl.runs.faults import SandboxUnavailable
-from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES, trial_outcome
-from ecredit_trl.runs.receipts import ECREDIT_STATE
-from ecredit_trl.runs.records import append_jsonl, write_json
+from ecredit_trl.runs.ledger import (
+    credit_magnitudes,
+    ledger_row,
+    round_counts,
+    round_metrics,
+    trajectory_row,
+)
+from ecredit_trl.runs.outcomes import trial_outcome
+from ecredit_trl.runs.records import append_jsonl
 from sandbox import VerifierPool
 
 COUNTERFACTUAL_ARMS = ("B", "M")
@@ -93,48 +100,7 @@ class RolloutRecord:
     counterfactual_outcome: str | None = None
 
 
-class EpochSeededRepeatSampler(RepeatSampler):
-    """TRL's ``RepeatSampler`` whose shuffle depends only on (seed, epoch).
-
-    TRL's sampler draws each epoch's permutation from one generator seeded once,
-    so a resumed process (a fresh sampler) would replay epoch 0's order in a
-    later epoch. Here epoch ``e`` shuffles with seed ``seed + 1000003 * e``
-    (epoch 0 is TRL's order); transformers/accelerate call :meth:`set_epoch`
-    before every epoch, so a resume in any epoch sees the same data order.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        if self.shuffle and self.seed is not None:
-            self.generator.manual_seed(int(self.seed) + 1000003 * self.epoch)
-        return super().__iter__()
-
-
-class _TrainerHooks(TrainerCallback):
-    """Step-end hook of :class:`ECreditGRPOTrainer`: snapshot for exact emergency checkpoints,
-    and the collective stop check of a signal-requested stop."""
-
-    def __init__(self, trainer: ECreditGRPOTrainer) -> None:
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, **kwargs):
-        t = self.trainer
-        t._take_snapshot()
-        stop = t.stop is not None and t.stop.requested
-        if t._any_rank(stop):
-            control.should_save = True
-            control.should_training_stop = True
-            t._checkpoint_reason = "signal"
-        return control
-
-
-class ECreditGRPOTrainer(GRPOTrainer):
+class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
     """GRPO with counterfactual edit credit (arms O/B/M/E).
 
     Args:
@@ -178,7 +144,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
                          train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
                          **kwargs)
-        self.add_callback(_TrainerHooks(self))
+        self.add_callback(TrainerHooks(self))
 
     def _get_train_sampler(self, dataset=None):
         sampler = super()._get_train_sampler(dataset)
@@ -206,7 +172,7 @@ class ECreditGRPOTrainer(GRPOTrainer):
                      control_log=control_log)
 
     def _spec(self, task, artifact: str, trial_id: str):
-        from eval.tasks import task_trial_spec
+        from eval.trialspec import task_trial_spec
 
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
                                labels={"ecredit.arm": self.ecfg.arm})
@@ -335,7 +301,10 @@ class ECreditGRPOTrainer(GRPOTrainer):
 
     # -- records -------------------------------------------------------------------
     def _record_batch(self, records, turns, A, C, wall_s: float) -> None:
+        """Write one round's records: a trajectory row per rollout and the ledger row
+        (counts summed over ranks), and log the ``ecredit/*`` metrics."""
         cfg = self.ecfg
+        step = self.state.global_step + 1
         stats = []
         traj_rows = []
         for i, rec in enumerate(records):
@@ -345,61 +314,14 @@ class ECreditGRPOTrainer(GRPOTrainer):
                               else None, token_turn=row_turns.cpu(),
                               selected_turn=rec.selected_turn, credit_lambda=cfg.credit_lambda,
                               credit_cap=cfg.credit_cap, advantage=float(A[i]))
-            sel_mask = (row_turns == rec.selected_turn) if rec.selected_turn else row_turns < -1
-            gen_mask = row_turns >= 0
-            c_abs = C[i].abs()
-            sel_mean = float(c_abs[sel_mask].mean()) if sel_mask.any() else 0.0
-            other = gen_mask & ~sel_mask
-            other_mean = float(c_abs[other].mean()) if other.any() else 0.0
+            sel_mean, other_mean = credit_magnitudes(row_turns, C[i], rec.selected_turn)
             per_turn = [int((row_turns == k).sum()) for k in range(1, rec.num_turns + 1)]
             stats.append({"L": L, "applied": st.applied, "cap_active": st.cap_active,
                           "sel_mean": sel_mean, "other_mean": other_mean})
-            turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,
-                           "writes": rec.writes[k] if k < len(rec.writes) else {}}
-                          for k in range(rec.num_turns)]
-            traj_rows.append({
-                "task_id": rec.task_id, "rollout_index": rec.rollout_index,
-                "format_error": rec.format_error, "turns": turns_json,
-                "arm": cfg.arm, "step": self.state.global_step + 1, "generated_tokens": L,
-                "reward": rec.reward, "resolved": rec.resolved, "utility": rec.utility,
-                "utility_ablated": rec.utility_ablated, "contrast": rec.contrast,
-                "advantage": float(A[i]), "selected_turn": rec.selected_turn,
-                "selected_paths": rec.selected_paths, "eligible_turns": rec.eligible_turns,
-                "exclusion": rec.exclusion, "shrinkage": st.s, "cap_active": st.cap_active,
-                "m": st.m, "L": st.L, "format_errors": rec.format_errors,
-                "tool_calls": rec.tool_calls, "factual": rec.factual,
-                "counterfactual": rec.counterfactual, "ablation": rec.ablation,
-                "setup_error": rec.setup_error, "factual_outcome": rec.factual_outcome,
-                "counterfactual_outcome": rec.counterfactual_outcome})
-        trials = self._batch_trials
-        n = max(1, len(records))
-        local = {
-            "rollouts": len(records),
-            "generated_tokens": sum(s["L"] for s in stats),
-            "trials_factual": sum(1 for k, _ in trials if k == "factual"),
-            "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
-            "trials_control": sum(1 for k, _ in trials if k == "control"),
-            "retries": sum(r.retries for _, r in trials),
-            "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
-            "queue_wait_s": sum(r.queue_wait_s for _, r in trials),
-            "setup_s": sum(r.setup_s for _, r in trials),
-            "verify_s": sum(r.apply_s + r.test_s for _, r in trials),
-            "cleanup_s": sum(r.cleanup_s for _, r in trials),
-            "resolved": sum(1 for r in records if r.resolved),
-            "reward_unavailable": sum(1 for r in records if r.reward is None),
-            "usable_contrasts": sum(1 for r in records if r.contrast is not None),
-            "nonzero_contrasts": sum(1 for r in records if r.contrast not in (None, 0.0)),
-            "cap_active": sum(1 for s in stats if s["cap_active"]),
-            "credit_applied": sum(1 for s in stats if s["applied"]),
-            "format_error_rollouts": sum(1 for r in records if r.format_error),
-            "format_errors": sum(r.format_errors for r in records),
-            "sel_abs_c": sum(s["sel_mean"] for s in stats),
-            "other_abs_c": sum(s["other_mean"] for s in stats),
-        }
-        for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
-            local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
-                                                                     r.counterfactual_outcome)
-                                        if x == o)
+            traj_rows.append(trajectory_row(rec, arm=cfg.arm, step=step, generated_tokens=L,
+                                            tokens_per_turn=per_turn, advantage=float(A[i]),
+                                            stats=st))
+        local = round_counts(records, stats, self._batch_trials)
         keys = sorted(local)
         vec = torch.tensor([[float(local[k]) for k in keys]], device=self.accelerator.device)
         total = self.accelerator.gather(vec).sum(dim=0).tolist()
@@ -407,42 +329,12 @@ class ECreditGRPOTrainer(GRPOTrainer):
         from accelerate.utils import gather_object
 
         all_traj = gather_object(traj_rows) if self.accelerator.num_processes > 1 else traj_rows
-        n = max(1.0, tot["rollouts"])
-        metrics = {
-            "ecredit/resolved_rate": tot["resolved"] / n,
-            "ecredit/reward_unavailable": tot["reward_unavailable"],
-            "ecredit/usable_contrasts": tot["usable_contrasts"],
-            "ecredit/nonzero_contrasts": tot["nonzero_contrasts"],
-            "ecredit/cap_active_rate": tot["cap_active"] / n,
-            "ecredit/mean_abs_c_selected": tot["sel_abs_c"] / n,
-            "ecredit/mean_abs_c_other": tot["other_abs_c"] / n,
-            "ecredit/format_error_rate": tot["format_error_rollouts"] / n,
-            "ecredit/trials_per_rollout": (tot["trials_factual"] + tot["trials_counterfactual"]) / n,
-            "ecredit/queue_wait_s": tot["queue_wait_s"],
-            "ecredit/service_s": tot["setup_s"] + tot["verify_s"] + tot["cleanup_s"],
-        }
         mode = "train" if self.model.training else "eval"
-        for k, v in metrics.items():
+        for k, v in round_metrics(tot).items():
             self._metrics[mode][k].append(float(v))
-        row = {"step": self.state.global_step + 1, "arm": cfg.arm,
-               "generated_tokens": int(tot["generated_tokens"]),
-               "trials_factual": int(tot["trials_factual"]),
-               "trials_counterfactual": int(tot["trials_counterfactual"]),
-               "trials_control": int(tot["trials_control"]),
-               "retries": int(tot["retries"]), "infra_errors": int(tot["infra_errors"]),
-               "queue_wait_s": round(tot["queue_wait_s"], 4), "setup_s": round(tot["setup_s"], 4),
-               "verify_s": round(tot["verify_s"], 4), "cleanup_s": round(tot["cleanup_s"], 4),
-               "wall_s": round(wall_s, 4),
-               "gpu_hours": round(wall_s / 3600 * self.accelerator.num_processes, 6)
-               if torch.cuda.is_available() else 0.0,
-               "rollouts": int(tot["rollouts"]), "resolved": int(tot["resolved"]),
-               "reward_unavailable": int(tot["reward_unavailable"]),
-               "usable_contrasts": int(tot["usable_contrasts"]),
-               "nonzero_contrasts": int(tot["nonzero_contrasts"]),
-               "cap_active": int(tot["cap_active"]),
-               "format_error_rollouts": int(tot["format_error_rollouts"]),
-               "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
-                                  if tot[f"outcome_{o}"]}}
+        gpu_hours = (round(wall_s / 3600 * self.accelerator.num_processes, 6)
+                     if torch.cuda.is_available() else 0.0)
+        row = ledger_row(tot, step=step, arm=cfg.arm, wall_s=wall_s, gpu_hours=gpu_hours)
         self.ledger_rows.append(row)
         if self.accelerator.is_main_process:
             append_jsonl(self.run_dir / "ledger.jsonl", [row])
@@ -476,121 +368,6 @@ class ECreditGRPOTrainer(GRPOTrainer):
             raise SandboxUnavailable(f"sandbox service unavailable {where} (step "
                                      f"{self.state.global_step + 1}): "
                                      f"{error or 'reported by another rank'}")
-
-    # -- exact resume ----------------------------------------------------------------------
-    def _state_file(self) -> str:
-        if self.accelerator.num_processes <= 1:
-            return ECREDIT_STATE
-        return ECREDIT_STATE.replace(".json", f"_{self.accelerator.process_index}.json")
-
-    def _buffer_needed(self) -> bool:
-        every = self.args.steps_per_generation * self.num_iterations
-        return self._step % every != 0 and self._buffered_inputs is not None
-
-    def _ecredit_state(self) -> dict:
-        """The trainer's own counters and caches, as saved in every checkpoint (JSON)."""
-        return {"generation_round": self._generation_round, "trl_step": self._step,
-                "global_step": self.state.global_step,
-                "ledger_rows_total": self.ledger_rows_total,
-                "trajectory_rows_total": self.trajectory_rows_total,
-                "controls": {tid: log for tid, (_, log) in sorted(self._control.items())},
-                "verified_trial_ids": list(self.verified_trial_ids),
-                "rank": self.accelerator.process_index,
-                "world_size": self.accelerator.num_processes}
-
-    def _take_snapshot(self) -> None:
-        """State at the end of a step (what a checkpoint at this step holds)."""
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(),
-               "cpu": torch.random.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.random.get_rng_state_all()
-        self._snapshot = {"rng": rng, "state": self._ecredit_state(),
-                          "buffer": self._buffered_inputs if self._buffer_needed() else None,
-                          "step": self.state.global_step}
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        if not (self._emergency and self._snapshot):
-            return super()._save_rng_state(output_dir)
-        rng = dict(self._snapshot["rng"])
-        if "cuda" in rng and self.args.parallel_mode.value != "distributed":
-            rng["cuda"] = rng["cuda"][torch.cuda.current_device()]
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        name = ("rng_state.pth" if self.args.world_size <= 1
-                else f"rng_state_{self.args.process_index}.pth")
-        torch.save(rng, Path(output_dir) / name)
-
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-        ck = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self._emergency and self._snapshot:
-            state, buffer = self._snapshot["state"], self._snapshot["buffer"]
-        else:
-            state = self._ecredit_state()
-            buffer = self._buffered_inputs if self._buffer_needed() else None
-        state = dict(state, buffered_inputs=buffer is not None)
-        write_json(ck / self._state_file(), state)
-        if buffer is not None:
-            torch.save(buffer, ck / self._state_file().replace(".json", "_buffer.pt"))
-        self.accelerator.wait_for_everyone()
-        reason = ("infra_stop" if self._emergency else self._checkpoint_reason or "save_steps")
-        self._checkpoint_reason = None
-        self.checkpoints.append(str(ck))
-        if self.accelerator.is_main_process and self.receipts is not None:
-            self.receipts.checkpoint(ck, step=self.state.global_step, reason=reason,
-                                     counters={k: v for k, v in state.items()
-                                               if k not in ("controls", "verified_trial_ids")})
-
-    def emergency_checkpoint(self) -> str | None:
-        """Save the state of the last completed step after an infra stop (every rank calls it).
-
-        Model and optimizer are untouched since that step ended (the failed round
-        never reached ``optimizer.step``); RNG states, TRL's step counter and our
-        counters come from the snapshot taken at its end. Returns the checkpoint
-        path, or None before the first completed step.
-        """
-        step = self.state.global_step
-        if step == 0 or self._snapshot is None or self._snapshot["step"] != step:
-            return None
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-        ck = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        if str(ck) in self.checkpoints:  # saved at this very step already
-            return str(ck)
-        self._emergency = True
-        try:
-            self._save_checkpoint(self.model, trial=None)
-        finally:
-            self._emergency = False
-        return str(ck)
-
-    def restore_state(self, checkpoint: str | Path) -> dict:
-        """Read this rank's counters and caches back from ``checkpoint`` (before ``train``).
-
-        Raises: FileNotFoundError / ValueError naming the state file.
-        """
-        ck = Path(checkpoint)
-        path = ck / self._state_file()
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; the checkpoint cannot be resumed exactly")
-        try:
-            state = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        self._generation_round = int(state["generation_round"])
-        self._step = int(state["trl_step"])
-        self.ledger_rows_total = int(state["ledger_rows_total"])
-        self.trajectory_rows_total = int(state["trajectory_rows_total"])
-        self.verified_trial_ids = list(state.get("verified_trial_ids", []))
-        self._control = {}
-        for tid, log in state.get("controls", {}).items():
-            if tid in self.tasks:
-                self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
-        if state.get("buffered_inputs"):
-            buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
-            self._buffered_inputs = torch.load(buf, weights_only=False)
-        return state
 
 
 def _format_errors(messages: list[dict], env) -> int:

@@ -66,7 +66,7 @@ class AdmissionError(ValueError):
 
 
 def _ids_sha256(ids) -> str:
-    from eval.holdout import ids_sha256
+    from eval.sealed import ids_sha256
 
     return ids_sha256(list(ids))
 
@@ -215,7 +215,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     """Run gold + empty controls for every task of ``split`` and write the manifest.
 
     Args:
-        split: task source of :func:`eval.tasks.load_tasks`.
+        split: task source of :func:`eval.splits.load_tasks`.
         out: output folder (created; cached per-task results reused).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
             for digests is ``"podman"`` unless it is a ``LocalRuntime``).
@@ -226,70 +226,26 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
 
     Raises: ValueError naming ``task_ids`` entries not in the split or a bad concurrency.
     """
-    from eval.tasks import load_tasks, task_trial_spec
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
     t0 = time.time()
-    tasks = load_tasks(split, purpose="eval")
-    if task_ids:
-        known = {t.instance_id for t in tasks}
-        unknown = [i for i in task_ids if i not in known]
-        if unknown:
-            raise ValueError(f"--task-id: not in {split}: {unknown[:10]}")
-        wanted = set(task_ids)
-        tasks = [t for t in tasks if t.instance_id in wanted]
+    tasks = _select_tasks(split, task_ids)
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     kind = runtime if isinstance(runtime, str) else (
         "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
     digests = _digests([t.image for t in tasks], kind)
-    per_task: dict[str, dict] = {}
-    todo = []
-    for t in tasks:
-        key = _task_key(t, digests.get(t.image))
-        cp = out / "tasks" / f"{_slug(t.instance_id)}.json"
-        if cp.is_file():
-            try:
-                cached = json.loads(cp.read_text())
-            except json.JSONDecodeError:
-                cached = None
-            if cached and cached.get("key") == key and all(
-                    (cached.get(r) or {}).get("exit_class") != "infra_error"
-                    for r in ("gold", "empty")):
-                per_task[t.instance_id] = cached
-                continue
-        todo.append((t, key, cp))
+    per_task, todo = _cached_controls(tasks, out, digests)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
     own_rt = isinstance(runtime, str)
     rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
     try:
         with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
-            futs = []
-            for t, key, cp in todo:
-                sid = f"{_slug(t.instance_id)}-{uuid.uuid4().hex[:6]}"
-                fe = pool.submit(task_trial_spec(t, "", f"ctl-empty-{sid}", timeout_s=timeout_s,
-                                                 labels={"ecredit.role": "control"}))
-                fg = pool.submit(task_trial_spec(t, t.patch, f"ctl-gold-{sid}",
-                                                 timeout_s=timeout_s,
-                                                 labels={"ecredit.role": "control"}))
-                futs.append((t, key, cp, fe, fg))
-            for t, key, cp, fe, fg in futs:
-                re_, rg = fe.result(), fg.result()
-                for res in (re_, rg):
-                    from eval.files import atomic_write_text as _atomic_write
-
-                    _atomic_write(out / "logs" / f"{res.trial_id}.log", res.log)
-                empty = _grade_control(t, re_, expected=False, control_log=None)
-                gold = _grade_control(t, rg, expected=True,
-                                      control_log=re_.log if re_.exit_class == "ok" else None)
-                row = {"key": key, "task_id": t.instance_id, "repo": t.repo, "image": t.image,
-                       "gold": gold, "empty": empty}
-                _write_json(cp, row)
-                per_task[t.instance_id] = row
+            _run_control_pairs(pool, todo, out, timeout_s, per_task)
     finally:
         if own_rt:
             rt.close()
@@ -318,6 +274,76 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; manifest "
         f"{out / 'admission.json'}")
     return result
+
+
+def _select_tasks(split: str, task_ids: Sequence[str] | None) -> list:
+    """The split's tasks, or only ``task_ids`` of them (in split order).
+
+    Raises: ValueError naming ``task_ids`` entries not in the split.
+    """
+    from eval.splits import load_tasks
+
+    tasks = load_tasks(split, purpose="eval")
+    if task_ids:
+        known = {t.instance_id for t in tasks}
+        unknown = [i for i in task_ids if i not in known]
+        if unknown:
+            raise ValueError(f"--task-id: not in {split}: {unknown[:10]}")
+        wanted = set(task_ids)
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    return tasks
+
+
+def _cached_controls(tasks: list, out: Path, digests: dict) -> tuple[dict[str, dict], list]:
+    """Reuse ``out/tasks/<slug>.json`` when its key matches and neither trial hit an infra
+    error. Returns (task id → cached row, ``[(task, key, path)]`` still to run)."""
+    per_task: dict[str, dict] = {}
+    todo = []
+    for t in tasks:
+        key = _task_key(t, digests.get(t.image))
+        cp = out / "tasks" / f"{_slug(t.instance_id)}.json"
+        if cp.is_file():
+            try:
+                cached = json.loads(cp.read_text())
+            except json.JSONDecodeError:
+                cached = None
+            if cached and cached.get("key") == key and all(
+                    (cached.get(r) or {}).get("exit_class") != "infra_error"
+                    for r in ("gold", "empty")):
+                per_task[t.instance_id] = cached
+                continue
+        todo.append((t, key, cp))
+    return per_task, todo
+
+
+def _run_control_pairs(pool, todo: list, out: Path, timeout_s: float,
+                       per_task: dict[str, dict]) -> None:
+    """Empty + gold trials of every ``todo`` task, graded (gold with the empty log for
+    attribution), logs and per-task rows written; rows added to ``per_task``."""
+    from eval.trialspec import task_trial_spec
+
+    futs = []
+    for t, key, cp in todo:
+        sid = f"{_slug(t.instance_id)}-{uuid.uuid4().hex[:6]}"
+        fe = pool.submit(task_trial_spec(t, "", f"ctl-empty-{sid}", timeout_s=timeout_s,
+                                         labels={"ecredit.role": "control"}))
+        fg = pool.submit(task_trial_spec(t, t.patch, f"ctl-gold-{sid}",
+                                         timeout_s=timeout_s,
+                                         labels={"ecredit.role": "control"}))
+        futs.append((t, key, cp, fe, fg))
+    for t, key, cp, fe, fg in futs:
+        re_, rg = fe.result(), fg.result()
+        for res in (re_, rg):
+            from eval.files import atomic_write_text as _atomic_write
+
+            _atomic_write(out / "logs" / f"{res.trial_id}.log", res.log)
+        empty = _grade_control(t, re_, expected=False, control_log=None)
+        gold = _grade_control(t, rg, expected=True,
+                              control_log=re_.log if re_.exit_class == "ok" else None)
+        row = {"key": key, "task_id": t.instance_id, "repo": t.repo, "image": t.image,
+               "gold": gold, "empty": empty}
+        _write_json(cp, row)
+        per_task[t.instance_id] = row
 
 
 def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podman") -> dict:
@@ -383,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.controls",
                                  description="Gold and empty-patch controls per task; "
                                              "admission manifest.")
-    ap.add_argument("--split", required=True, help="task source (eval.tasks.load_tasks)")
+    ap.add_argument("--split", required=True, help="task source (eval.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
     ap.add_argument("--concurrency", type=int, default=2)

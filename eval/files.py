@@ -1,4 +1,5 @@
-"""Record files that a crash cannot leave half-written (shared by eval, the pilot and runs).
+"""Record files that a crash cannot leave half-written (shared by eval, the pilot and runs),
+and where the project's ``datasets/`` folder is.
 
 Text and JSON go to a temporary file in the target's folder, are fsync-ed, then
 renamed over the target; JSONL is appended a line at a time with flush + fsync,
@@ -91,3 +92,10 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def datasets_dir() -> Path:
+    """The project's ``datasets/`` folder (manifests, recipes): ``$ECREDIT_DATASETS_DIR``
+    or ``<repo root>/datasets``."""
+    env = os.environ.get("ECREDIT_DATASETS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "datasets"

@@ -1,27 +1,10 @@
-"""Task schema and loaders: SWE-bench Verified ("official500"), sealed holdouts, bundled tasks.
+"""Task schema and row validation: what one task is, and how a SWE-bench-format row becomes one.
 
 A :class:`Task` is one SWE-bench instance plus what a verifier trial needs to run it
 (image, eval script, log parser, and for bundled tasks the local git repository that
-holds ``base_commit``).
-
-Sources accepted by :func:`load_tasks` (DESIGN.md §4, issue 3):
-
-``official500``
-    SWE-bench Verified through HF ``datasets`` (hub id ``princeton-nlp/SWE-bench_Verified``,
-    split ``test``; set ``HF_HUB_OFFLINE=1`` to forbid downloads). Exactly 500 unique
-    ``instance_id`` s are required; anything else is refused with what was found.
-``official500:PATH`` (or ``load_tasks("official500", path=PATH)``)
-    The same from a local ``.parquet`` / ``.jsonl`` / ``.json`` file with the same fields.
-``holdout100``
-    The sealed manifest ``datasets/holdout100.json`` (written by ``python -m eval.holdout
-    seal``): its ids are looked up in the manifest's pool source and the sha256 checked.
-``bundled`` / ``bundled:train`` / ``bundled:holdout``
-    Tasks built from real PyPI projects by :mod:`eval.build_tasks` (built on first use,
-    then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
-    ``datasets/bundled_holdout.json``.
-any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
-    Rows in the SWE-bench format. A ``.json`` file holding a sealed manifest (a dict with
-    ``"sealed": true``) loads that manifest's tasks.
+holds ``base_commit``). This module knows nothing of splits, building or sealing: the
+split loader on top of it is :mod:`eval.splits` (``load_tasks``), the trial spec of a task
+is :mod:`eval.trialspec`.
 
 Row rules: ``FAIL_TO_PASS`` / ``PASS_TO_PASS`` may be JSON strings (SWE-bench files) or
 lists. A malformed row raises :class:`ValueError` naming the source, the 1-based row number
@@ -32,40 +15,23 @@ Eval scripts and log parsers of SWE-bench instances come from the ``swebench`` p
 script the official harness runs (swebench 5 ships eval scripts in the dataset rows rather
 than deriving them from a per-repo table), and the parser is the row's ``log_parser`` or
 swebench's ``MAP_REPO_TO_PARSER`` entry for the repo. A row without ``eval_script`` loads
-(ids, patches and lists are usable) but :func:`task_trial_spec` refuses it.
-
-Training guard: ``load_tasks(..., purpose="train")`` refuses any id listed in a sealed
-manifest under ``datasets/`` (:func:`eval.holdout.check_not_sealed`).
+(ids, patches and lists are usable) but :func:`eval.trialspec.task_trial_spec` refuses it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-#: Hub id and split of SWE-bench Verified (issue 3).
-OFFICIAL_HUB_ID = "princeton-nlp/SWE-bench_Verified"
-OFFICIAL_SPLIT = "test"
-OFFICIAL_SIZE = 500
 
 REQUIRED_STR_FIELDS = (
     "instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
     "version", "environment_setup_commit",
 )
 LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-PURPOSES = ("eval", "train")
-
-
-def datasets_dir() -> Path:
-    """The project's ``datasets/`` folder (manifests, recipes): ``$ECREDIT_DATASETS_DIR``
-    or ``<repo root>/datasets``."""
-    env = os.environ.get("ECREDIT_DATASETS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "datasets"
 
 
 @dataclass
@@ -80,7 +46,7 @@ class Task:
         eval_script: bash run in ``workdir`` after the artifact is applied; prints the test
             output between ``>>>>> Start Test Output`` / ``>>>>> End Test Output`` and the
             test command's status as ``>>>>> Test Exit Code: N``. ``""`` when the source row
-            had none (then :func:`task_trial_spec` refuses the task).
+            had none (then :func:`eval.trialspec.task_trial_spec` refuses the task).
         log_parser: swebench ``PARSER_REGISTRY`` key (e.g. ``parse_log_pytest``).
         repo_dir: local git repository holding ``base_commit`` (bundled tasks); ``None``
             when the image already holds the repository at base (SWE-bench images).
@@ -342,152 +308,6 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
     raise ValueError(f"{path}: unknown tasks file type {suffix!r} (expected .jsonl, .json or .parquet)")
 
 
-def _hub_rows(hub_id: str, split: str) -> list[dict]:
-    try:
-        from datasets import load_dataset
-
-        ds = load_dataset(hub_id, split=split)
-    except Exception as exc:
-        raise RuntimeError(
-            f"official500: could not load {hub_id} split {split!r} through HF datasets "
-            f"({type(exc).__name__}: {str(exc)[:300]}). Offline? Pass a local copy as "
-            "'official500:PATH' (parquet/jsonl/json with the SWE-bench fields).") from exc
-    return [dict(r) for r in ds]
-
-
-def check_official(tasks: list[Task], source: str = "official500") -> None:
-    """Refuse anything but exactly 500 unique instance ids (SWE-bench Verified).
-
-    Raises:
-        ValueError: saying how many rows and unique ids were found and which ids repeat.
-    """
-    ids = [t.instance_id for t in tasks]
-    counts = Counter(ids)
-    dups = sorted(k for k, c in counts.items() if c > 1)
-    if len(ids) != OFFICIAL_SIZE or dups:
-        msg = (f"{source}: expected {OFFICIAL_SIZE} unique instance ids, found {len(ids)} rows "
-               f"with {len(counts)} unique ids")
-        if dups:
-            msg += f"; duplicated: {', '.join(dups[:10])}" + (" ..." if len(dups) > 10 else "")
-        raise ValueError(msg)
-
-
-def load_official(path: str | Path | None = None) -> list[Task]:
-    """SWE-bench Verified: from the hub (``path=None``) or a local file; 500 ids checked.
-
-    Raises: ValueError (malformed row, wrong count/duplicates), RuntimeError (hub unreachable),
-    FileNotFoundError.
-    """
-    if path is None:
-        rows, nums, src = _hub_rows(OFFICIAL_HUB_ID, OFFICIAL_SPLIT), None, "official500"
-    else:
-        rows, nums = read_rows(path)
-        src = f"official500 ({path})"
-    tasks = tasks_from_rows(rows, source=src, official=True, row_numbers=nums)
-    check_official(tasks, src)
-    return tasks
-
-
-# ---------------------------------------------------------------------------
-# load_tasks
-# ---------------------------------------------------------------------------
-
-def _select(tasks: list[Task], ids: list[str], source: str) -> list[Task]:
-    by_id = {t.instance_id: t for t in tasks}
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise ValueError(f"{source}: {len(missing)} sealed id(s) not in the pool: "
-                         f"{', '.join(missing[:10])}")
-    return [by_id[i] for i in ids]
-
-
-def _load_manifest_tasks(manifest_path: Path, source: str) -> list[Task]:
-    from eval.holdout import read_manifest
-
-    man = read_manifest(manifest_path)
-    pool = load_tasks(man["pool"], purpose="eval")
-    from eval.holdout import ids_sha256
-
-    pool_sha = ids_sha256([t.instance_id for t in pool])
-    if man.get("pool_sha256") and man["pool_sha256"] != pool_sha:
-        raise ValueError(f"{source}: pool {man['pool']!r} changed since {manifest_path} was "
-                         f"sealed (pool sha256 {pool_sha[:12]} != sealed {man['pool_sha256'][:12]})")
-    return _select(pool, man["ids"], source)
-
-
-def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = None,
-               log=None) -> list[Task]:
-    """Load a task list by source name (see the module docstring for the names).
-
-    Args:
-        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``, a
-            sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
-        purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
-        path: local file for ``official500`` (same as ``official500:PATH``).
-        log: progress printer for a bundled build (default: print to stderr).
-
-    Returns: tasks in source order.
-
-    Raises:
-        ValueError: unknown source/purpose, malformed rows, wrong official count,
-            sealed ids loaded for training (:class:`eval.holdout.SealedTaskError`).
-        FileNotFoundError: a missing file or manifest.
-    """
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose: expected one of {PURPOSES}, got {purpose!r}")
-    if not isinstance(source, str) or not source:
-        raise ValueError(f"source: expected a non-empty string, got {source!r}")
-    name, _, arg = source.partition(":")
-    if name not in ("official500", "holdout100", "bundled"):
-        name, arg = source, ""
-    if name == "official500":
-        tasks = load_official(arg or path)
-    elif name == "holdout100":
-        if arg:
-            raise ValueError(f"source: holdout100 takes no argument, got {source!r}")
-        tasks = _load_manifest_tasks(datasets_dir() / "holdout100.json", "holdout100")
-    elif name == "bundled":
-        from eval.build_tasks import ensure_built
-
-        tasks = ensure_built(log=log)
-        if arg in ("train", "holdout"):
-            from eval.holdout import sealed_ids
-
-            if arg == "holdout":
-                tasks = _load_manifest_tasks(datasets_dir() / "bundled_holdout.json",
-                                             "bundled:holdout")
-            else:
-                sealed = sealed_ids()
-                tasks = [t for t in tasks if t.instance_id not in sealed]
-        elif arg:
-            raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
-    else:
-        p = Path(source)
-        if not p.suffix:
-            raise ValueError(f"source: unknown task source {source!r} (expected official500, "
-                             "holdout100, bundled[:train|:holdout] or a .jsonl/.json/.parquet path)")
-        if p.suffix == ".json" and p.is_file():
-            try:
-                head = json.loads(p.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                head = None
-            if isinstance(head, dict) and head.get("sealed") is True:
-                tasks = _load_manifest_tasks(p, str(p))
-                return _guard(tasks, purpose)
-        rows, nums = read_rows(p)
-        tasks = tasks_from_rows(rows, source=str(p), base_dir=p.resolve().parent,
-                                row_numbers=nums)
-    return _guard(tasks, purpose)
-
-
-def _guard(tasks: list[Task], purpose: str) -> list[Task]:
-    if purpose == "train":
-        from eval.holdout import check_not_sealed
-
-        check_not_sealed([t.instance_id for t in tasks])
-    return tasks
-
-
 def save_tasks(tasks: list[Task], path: str | Path) -> None:
     """Write tasks as jsonl (one :meth:`Task.to_dict` per line), via temp file + rename."""
     path = Path(path)
@@ -496,72 +316,3 @@ def save_tasks(tasks: list[Task], path: str | Path) -> None:
         for t in tasks:
             fh.write(json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------
-# trial specs
-# ---------------------------------------------------------------------------
-
-_ARCHIVES: dict[tuple[str, str], bytes] = {}
-_ARCHIVE_LOCK = threading.Lock()
-
-
-def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
-    """The agent's starting tree of ``repo_dir`` at ``commit`` as tar bytes
-    (:func:`sandbox.basetree.base_tree_tar`: a checkout, not ``git archive``, so export
-    attributes and checkout conversions give the same bytes the agent starts from; issue
-    11 §5), cached per ``(resolved repo_dir, commit)`` for the life of the process.
-
-    Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot check it out.
-    """
-    from sandbox.basetree import base_tree_tar
-
-    key = (str(Path(repo_dir).resolve()), commit)
-    with _ARCHIVE_LOCK:
-        hit = _ARCHIVES.get(key)
-    if hit is not None:
-        return hit
-    try:
-        data = base_tree_tar(key[0], commit)
-    except ValueError as exc:
-        raise ValueError(f"{exc} (repo_dir {key[0]}, base_commit {commit})") from None
-    with _ARCHIVE_LOCK:
-        _ARCHIVES[key] = data
-    return data
-
-
-def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: float = 600.0,
-                    limits=None, labels: dict[str, str] | None = None,
-                    swebench_pass: bool | None = None):
-    """The :class:`sandbox.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
-    may be empty) on ``task``.
-
-    ``repo_archive`` is the agent's starting tree of ``task.repo_dir`` at ``base_commit``
-    for bundled tasks (:func:`repo_archive`, cached), ``None`` for SWE-bench images that hold
-    ``/testbed`` already. ``protected`` is :func:`protected_set`.
-
-    Args:
-        timeout_s: wall-clock limit of apply + eval, seconds.
-        limits: :class:`sandbox.Limits` (default limits when None).
-        swebench_pass: also run the eval script without protection when the artifact touched
-            a protected path (for ``resolved_swebench``); default: for tasks whose image
-            holds the repository (SWE-bench rows), not for ``repo_dir`` tasks.
-
-    Raises:
-        ValueError: the task has no eval script, or its repository cannot be archived.
-    """
-    from eval.protection import protected_set
-    from sandbox import Limits, TrialSpec
-
-    if not task.eval_script:
-        raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
-                         "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "
-                         "e.g. SWE-bench/SWE-bench_Verified)")
-    archive = repo_archive(task.repo_dir, task.base_commit) if task.repo_dir else None
-    return TrialSpec(trial_id=trial_id, image=task.image, eval_script=task.eval_script,
-                     artifact=artifact or "", repo_archive=archive, workdir=task.workdir,
-                     timeout_s=timeout_s, limits=limits or Limits(),
-                     labels={"ecredit.task": task.instance_id[:60], **(labels or {})},
-                     protected=protected_set(task),
-                     swebench_pass=(task.repo_dir is None) if swebench_pass is None
-                     else swebench_pass)

@@ -1,4 +1,4 @@
-"""Bundled tasks (eval.build_tasks): recipe, mutations, scripts, and the built set in Podman.
+"""Bundled tasks (eval.bundled, eval.build_tasks): recipe, mutations, scripts, and the built set in Podman.
 
 Unit tests need only git and bash. Tests marked ``podman`` build the bundled set (or load it
 from the cache, ``$ECREDIT_CACHE`` default ``~/.cache/ecredit-trl``: a cold build takes
@@ -16,20 +16,10 @@ import subprocess
 import pytest
 from conftest import REPO_ROOT
 
-from eval.build_tasks import (
-    KINDS,
-    GitRepo,
-    ModuleSpec,
-    ProjectRecipe,
-    choose_candidates,
-    failure_messages,
-    find_mutations,
-    load_recipe,
-    make_eval_script,
-    make_problem_statement,
-    mutation_is_valid,
-    recipe_hash,
-)
+from eval.bundled.mutations import choose_candidates, find_mutations, mutation_is_valid
+from eval.bundled.recipe import KINDS, ModuleSpec, ProjectRecipe, load_recipe, recipe_hash
+from eval.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
+from eval.bundled.sources import GitRepo
 
 SRC = '''"""Module doc with 1 < 2."""
 import functools
@@ -245,7 +235,7 @@ def test_problem_statement_from_failing_tests_only(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from eval.build_tasks import ensure_built
+    from eval.bundled.build import ensure_built
 
     return ensure_built(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 
@@ -290,7 +280,7 @@ def test_bundled_tasks_are_consistent(bundled):
 
 @pytest.mark.podman
 def test_bundled_is_deterministic(bundled, tmp_path):
-    from eval.build_tasks import built_dir, ensure_built, materialize
+    from eval.bundled.build import built_dir, ensure_built, materialize
 
     again = ensure_built()
     assert again == bundled
@@ -307,7 +297,7 @@ def test_bundled_is_deterministic(bundled, tmp_path):
 @pytest.mark.podman
 def test_bundled_controls_on_a_sample(bundled, podman_runtime):
     from eval.grading import grade
-    from eval.tasks import task_trial_spec
+    from eval.trialspec import task_trial_spec
     from sandbox import VerifierPool
 
     sample = []
@@ -335,8 +325,8 @@ def test_bundled_controls_on_a_sample(bundled, podman_runtime):
 
 @pytest.mark.podman
 def test_bundled_holdout_is_sealed_and_binding(bundled):
-    from eval.holdout import SealedTaskError, ids_sha256, read_manifest
-    from eval.tasks import load_tasks
+    from eval.sealed import SealedTaskError, ids_sha256, read_manifest
+    from eval.splits import load_tasks
 
     man = read_manifest(REPO_ROOT / "datasets" / "bundled_holdout.json")
     ids = [t.instance_id for t in bundled]
@@ -358,7 +348,8 @@ def test_bundled_holdout_is_sealed_and_binding(bundled):
 @pytest.mark.slow
 def test_cold_rebuild_gives_identical_tasks(bundled, tmp_path, monkeypatch):
     """A second build from scratch (own cache, sdists copied) writes the same tasks.jsonl."""
-    from eval.build_tasks import built_dir, cache_dir, ensure_built
+    from eval.bundled.build import built_dir, ensure_built
+    from eval.bundled.recipe import cache_dir
 
     src = built_dir(load_recipe())
     sd = cache_dir() / "sdists"

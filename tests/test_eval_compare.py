@@ -1,4 +1,4 @@
-"""eval.compare: paired differences, bootstrap CI, missing tasks, costs; eval.run aggregation."""
+"""eval.compare: paired differences, bootstrap CI, missing tasks, costs; eval.evaluation.report aggregation."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from eval.compare import (
     paired_difference,
     render_markdown,
 )
-from eval.run import label_agreement, summarize, unknown_slot
+from eval.evaluation.report import label_agreement, summarize
+from eval.evaluation.slots import unknown_slot
 
 
 def _run(label, per_task, cost=None, tasks_sha="x", n=4):
@@ -162,7 +163,7 @@ def test_cli_reads_results_and_labels(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------
-# eval.run aggregation (pure)
+# eval.evaluation.report aggregation (pure)
 # ---------------------------------------------------------------------------
 
 

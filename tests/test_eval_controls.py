@@ -35,7 +35,7 @@ def test_counts_and_reasons_pure():
 
 @pytest.mark.podman
 def test_every_bundled_holdout_task_admitted(tmp_path, podman_runtime):
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     tasks = load_tasks("bundled:holdout")
     res = run_controls("bundled:holdout", tmp_path, runtime=podman_runtime, concurrency=2,

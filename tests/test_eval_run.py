@@ -26,7 +26,8 @@ def tiny_policy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def split_file(tmp_path_factory):
-    from eval.tasks import load_tasks, save_tasks
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
 
     path = tmp_path_factory.mktemp("split") / "two.jsonl"
     save_tasks(load_tasks("bundled:holdout")[:2], path)

@@ -10,15 +10,13 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from ecredit_trl.credit.pilot import (
+from ecredit_trl.credit.pilot import contrast, main, run_pilot
+from ecredit_trl.credit.pilot_report import (
     EXCLUSIONS,
     _median,
     _quantile,
-    contrast,
-    main,
     pilot_table,
     render_markdown,
-    run_pilot,
 )
 from ecredit_trl.credit.scripted import KINDS, scripted_for_task, scripted_trajectories
 from ecredit_trl.credit.trajectory import FileWrite, Trajectory, Turn, dump_trajectories
@@ -349,7 +347,7 @@ def test_local_pilot_end_to_end(tmp_path):
     extra = Trajectory("tiny-2", 9, False, (
         Turn(7, {"pkg/b.py": FileWrite(b"def g(x):\n    return x  # hmm\n")}),))
     trajs.append(extra)
-    from ecredit_trl.credit.pilot import _slug
+    from ecredit_trl.credit.pilot_trials import _slug
 
     rt = _FlakyRuntime(always={f"{_slug('tiny-2')}-r9-fact"},
                        once={f"{_slug('tiny-1')}-r1-cf"})
@@ -402,7 +400,7 @@ def test_selection_does_not_depend_on_verifier(tmp_path):
     trajs = scripted_for_task(task, kinds=["mixed"])
     a = run_pilot([task], trajs, tmp_path / "a", seed=11, runtime=_FlakyRuntime(),
                   log=lambda _m: None)
-    from ecredit_trl.credit.pilot import _slug
+    from ecredit_trl.credit.pilot_trials import _slug
 
     broken = _FlakyRuntime(always={f"{_slug(task.instance_id)}-r0-fact"})
     b = run_pilot([task], trajs, tmp_path / "b", seed=11, runtime=broken, log=lambda _m: None)
@@ -445,7 +443,7 @@ def test_cli_local(tmp_path, monkeypatch):
 
 @pytest.mark.podman
 def test_pilot_podman_bundled(tmp_path, podman_runtime):
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     tasks = load_tasks("bundled")
     trajs = scripted_trajectories(tasks, max_tasks=5)

@@ -136,7 +136,7 @@ def _same_history(ref: Path, run: Path) -> None:
 @pytest.fixture(scope="module")
 def warm_policy():
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
 

@@ -70,7 +70,7 @@ def test_binding_lists_each_differing_field_and_ignores_unbound_ones():
 
 
 def test_check_binding_refuses_unless_allowed_with_a_reason():
-    from ecredit_trl.train import RunRefused, check_binding
+    from ecredit_trl.runs.binding import RunRefused, check_binding
 
     old = _manifest()
     new = _manifest(config={"ecredit": {"learning_rate": 2e-4, "arm": "B",
@@ -221,8 +221,8 @@ def test_train_cli_refuses_corrupt_checkpoint_and_silent_restart(tmp_path):
 
 
 def test_resume_moves_rows_past_the_checkpoint_aside(tmp_path):
+    from ecredit_trl.runs.binding import RunRefused, supersede_records
     from ecredit_trl.runs.records import append_jsonl, read_jsonl
-    from ecredit_trl.train import RunRefused, supersede_records
 
     append_jsonl(tmp_path / "ledger.jsonl", [{"step": 1}, {"step": 2}, {"step": 3}])
     with open(tmp_path / "ledger.jsonl", "a") as f:
@@ -272,7 +272,7 @@ def test_graceful_stop_and_termination_classes():
 
 
 def test_changes_accepted_by_an_earlier_resume_stay_accepted():
-    from ecredit_trl.train import check_binding
+    from ecredit_trl.runs.binding import check_binding
 
     old = _manifest()
     new = _manifest(config={"ecredit": {"learning_rate": 2e-4, "arm": "B",

@@ -1,4 +1,5 @@
-"""Task schema, loaders, sealed holdouts (eval.tasks, eval.holdout). No hub access, no Podman.
+"""Task schema, split loaders, sealed holdouts (eval.tasks, eval.splits, eval.sealed,
+eval.holdout). No hub access, no Podman.
 
 Fixtures in the SWE-bench format are written by the tests themselves (issue 3).
 """
@@ -13,16 +14,12 @@ import tarfile
 import pytest
 from conftest import REPO_ROOT, git
 
-from eval import holdout
-from eval.holdout import SealedTaskError, check_not_sealed, ids_sha256, read_manifest, seal
-from eval.tasks import (
-    Task,
-    load_tasks,
-    repo_archive,
-    save_tasks,
-    task_from_row,
-    task_trial_spec,
-)
+from eval import holdout, sealed
+from eval.holdout import seal
+from eval.sealed import SealedTaskError, check_not_sealed, ids_sha256, read_manifest
+from eval.splits import load_tasks
+from eval.tasks import Task, save_tasks, task_from_row
+from eval.trialspec import repo_archive, task_trial_spec
 from sandbox.images import swebench_image
 
 # An eval script shaped like the ones swebench 5 ships in its dataset rows.
@@ -325,10 +322,10 @@ def test_tampered_manifest_is_refused(tmp_path, ds_dir):
 
 def test_selection_is_independent_of_pool_order():
     ids = [f"t{i}" for i in range(50)]
-    assert holdout.select_ids(ids, 5, 3) == holdout.select_ids(list(reversed(ids)), 5, 3)
-    assert holdout.select_ids(ids, 5, 3) != holdout.select_ids(ids, 5, 4)
+    assert sealed.select_ids(ids, 5, 3) == sealed.select_ids(list(reversed(ids)), 5, 3)
+    assert sealed.select_ids(ids, 5, 3) != sealed.select_ids(ids, 5, 4)
     with pytest.raises(ValueError, match="n: must be in 1..50"):
-        holdout.select_ids(ids, 51, 3)
+        sealed.select_ids(ids, 51, 3)
 
 
 def test_holdout_cli(tmp_path, ds_dir, capsys):
@@ -349,7 +346,7 @@ def test_holdout100_without_manifest_explains_how_to_seal(ds_dir):
 
 def test_repository_manifests_are_valid():
     """Every sealed manifest committed under datasets/ verifies (sha256 of its ids)."""
-    mans = holdout.manifests(REPO_ROOT / "datasets")
+    mans = sealed.manifests(REPO_ROOT / "datasets")
     for path, man in mans.items():
         assert man["sha256"] == ids_sha256(man["ids"]), path
     assert not (REPO_ROOT / "datasets" / "__init__.py").exists()

@@ -131,7 +131,7 @@ def test_model_forward_shapes():
 
 def test_submit_output_matches_agent(tmp_path):
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv
-    from ecredit_trl.policy.warmstart import SUBMIT_OUTPUT
+    from ecredit_trl.policy.demos import SUBMIT_OUTPUT
 
     env = SWEAgentEnv(AgentContext(tasks={}, workroot=str(tmp_path)))
     assert env.submit() == SUBMIT_OUTPUT
@@ -140,7 +140,7 @@ def test_submit_output_matches_agent(tmp_path):
 def test_demo_conversation_has_exact_editor_outputs(task, tmp_path):
     from ecredit_trl.agent.env import _clone_at
     from ecredit_trl.agent.prompts import policy_tools, task_prompt
-    from ecredit_trl.policy.warmstart import SUBMIT_OUTPUT, demo_conversations
+    from ecredit_trl.policy.demos import SUBMIT_OUTPUT, demo_conversations
 
     (demo,) = demo_conversations([task], strict=True)
     assert demo["instance_id"] == task.instance_id
@@ -168,7 +168,7 @@ def test_demo_conversation_has_exact_editor_outputs(task, tmp_path):
 
 
 def test_gold_edits_widen_until_unique():
-    from ecredit_trl.policy.warmstart import gold_edits
+    from ecredit_trl.policy.demos import gold_edits
 
     old = "x = 1\ny = 2\nx = 1\nz = 3\n"
     new = "x = 1\ny = 2\nx = 2\nz = 3\n"
@@ -231,7 +231,7 @@ def test_policy_tools_are_what_trl_renders_for_the_environment(tmp_path):
 
 def test_ensure_default_policy_refuses_sealed_tasks(tmp_path):
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.holdout import SealedTaskError, sealed_ids
+    from eval.sealed import SealedTaskError, sealed_ids
 
     sealed = sorted(sealed_ids())
     if not sealed:

@@ -223,7 +223,7 @@ def _tree_files(root: Path) -> dict[str, bytes]:
 
 def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
     from ecredit_trl.agent.env import _clone_at
-    from eval.tasks import repo_archive
+    from eval.trialspec import repo_archive
 
     repo, base = _attr_repo(tmp_path)
     agent = tmp_path / "agent"
@@ -243,7 +243,8 @@ def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
 def test_patch_from_the_agents_tree_applies_exactly_with_each_attribute(tmp_path,
                                                                        podman_runtime):
     from ecredit_trl.agent.env import _clone_at
-    from eval.tasks import task_from_row, task_trial_spec
+    from eval.tasks import task_from_row
+    from eval.trialspec import task_trial_spec
 
     repo, base = _attr_repo(tmp_path)
     agent = tmp_path / "agent"
@@ -398,7 +399,8 @@ def _row(**kw):
 
 def test_task_protected_paths_widen_narrow_and_reach_the_trial_spec():
     from eval.protection import protected_set
-    from eval.tasks import task_from_row, task_trial_spec
+    from eval.tasks import task_from_row
+    from eval.trialspec import task_trial_spec
 
     t = task_from_row(_row(), 1)
     pats = protected_set(t)
@@ -437,7 +439,8 @@ def test_bad_protected_paths_name_the_field(value, message):
 @pytest.mark.podman
 def test_bundled_task_forged_conftest_grades_as_the_truth(podman_runtime):
     from ecredit_trl.runs.outcomes import trial_outcome
-    from eval.tasks import load_tasks, task_trial_spec
+    from eval.splits import load_tasks
+    from eval.trialspec import task_trial_spec
 
     task = next(t for t in load_tasks("bundled", log=lambda *_: None)
                 if t.repo.endswith("inflection"))

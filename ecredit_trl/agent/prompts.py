@@ -1,7 +1,7 @@
 """The agent's prompt: one function shared by the warm start, the trainer and evaluation.
 
 Whatever the policy sees at the start of a rollout is built here, so that the SFT
-demonstrations (``ecredit_trl.policy.warmstart``), GRPO rollouts (``ecredit_trl.train``) and
+demonstrations (``ecredit_trl.policy.demos``), GRPO rollouts (``ecredit_trl.train``) and
 evaluation render the same text.
 """
 

@@ -7,5 +7,6 @@
   ablated artifact) and the per-token advantages.
 * :mod:`.trajectory` — the agent-agnostic trajectory format and its replay into snapshots.
 * :mod:`.scripted` — scripted trajectories with known answers (tests, pilot).
-* :mod:`.pilot` — the signal pilot (``python -m ecredit_trl.credit.pilot``).
+* :mod:`.pilot` — the signal pilot (``python -m ecredit_trl.credit.pilot``); its trials in
+  :mod:`.pilot_trials`, its table and ``pilot.md`` in :mod:`.pilot_report`.
 """

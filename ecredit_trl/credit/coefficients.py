@@ -348,6 +348,20 @@ class CreditStats:
     reason: str | None = None
 
 
+def _no_credit_reason(arm: str, turn: int | None, m: int, d: float | None) -> str | None:
+    """Why a rollout gets C ≡ 0 (``arm_O``, ``no_selection``, ``empty_turn``,
+    ``no_contrast``; checked in that order), or None when credit applies."""
+    if arm == "O":
+        return "arm_O"
+    if turn is None:
+        return "no_selection"
+    if m == 0:
+        return "empty_turn"
+    if arm != "E" and d is None:
+        return "no_contrast"
+    return None
+
+
 def credit_stats(
     arm: str,
     *,
@@ -395,16 +409,7 @@ def credit_stats(
     L = int((tt >= 0).sum())
     m = 0 if turn is None else int((tt == turn).sum())
 
-    reason: str | None = None
-    if arm == "O":
-        reason = "arm_O"
-    elif turn is None:
-        reason = "no_selection"
-    elif m == 0:
-        reason = "empty_turn"
-    elif arm != "E" and d is None:
-        reason = "no_contrast"
-
+    reason = _no_credit_reason(arm, turn, m, d)
     if reason is not None:
         return CreditStats(arm, L, m, 1.0, False, 0.0, 0.0, False, reason)
 

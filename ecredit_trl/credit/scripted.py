@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ecredit_trl.credit.blocks import DEFAULT_TEST_PATTERNS, is_test_path, selection_seed
@@ -184,7 +185,46 @@ def scripted_for_task(task, *, kinds: Sequence[str] = KINDS, seed: int = 0,
         info = gold_info(task, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    tg = _targets(info, rng, test_patterns)
+    turn = _TurnMaker(rng)  # every turn draws its token count: the call order is the seed's
+    common = {
+        "notes": turn("create", {tg.notes: _w(b"# notes\nlooked at the failing tests\n")},
+                      (), "0"),
+        "test": turn("test_only", {tg.test_file: _w(b"# scratch notes of the agent (no tests)\n")},
+                     ("test_only",), "?"),
+        "noise": (turn("noise", {tg.noise: _w(_append(info.base_bytes(tg.noise)))}, (), "0")
+                  if tg.noise else None),
+    }
+    gold_paths = set(info.gold)
+    out: list[Trajectory] = []
+    for kind in kinds:
+        plan = _kind_plan(kind, info, tg, turn, common)
+        if plan is None:
+            continue
+        turns = tuple(t for t, _ in plan)
+        expect = [e for _, e in plan]
+        out.append(Trajectory(
+            task_id=task.instance_id, rollout_index=KINDS.index(kind),
+            format_error=kind == "format_error", turns=turns,
+            extra={"scripted": {"kind": kind, "gold_split": info.split,
+                                "gold_paths": sorted(gold_paths), "turns": expect}}))
+    return out
 
+
+@dataclass(frozen=True)
+class _Targets:
+    """Files a scripted task's turns write besides the gold ones (None: none suitable)."""
+
+    noise: str | None  # a source file near the fix, appended to (D = 0)
+    repair: str | None  # a source file deleted, then restored
+    test_file: str  # a new file under a test directory (test-only block)
+    notes: str  # a new notes file (D = 0)
+    doc: str | None  # an unreferenced doc file deleted
+
+
+def _targets(info: GoldInfo, rng: random.Random, test_patterns: Sequence[str]) -> _Targets:
+    """Pick the noise / repair / test / notes / doc files (noise and repair from the source
+    files next to the fix when there are any, drawn from ``rng`` in that order)."""
     gold_paths = set(info.gold)
     gold_dirs = {str(PurePosixPath(p).parent) for p in gold_paths}
     src_py = [f for f in info.files if f.endswith(".py") and f not in gold_paths
@@ -202,84 +242,74 @@ def scripted_for_task(task, *, kinds: Sequence[str] = KINDS, seed: int = 0,
     notes = NOTES_PATH
     while notes in info.files:
         notes = "x_" + notes
-    doc = _unreferenced_doc(info)
+    return _Targets(noise, repair, test_file, notes, _unreferenced_doc(info))
 
-    def tok(lo=20, hi=160) -> int:
-        return rng.randint(lo, hi)
 
-    def turn(role, writes, expect_reasons=(), expect_d="?"):
-        return (Turn(tok(), writes), {"role": role, "expect_reasons": list(expect_reasons),
-                                      "expect_d": expect_d})
+class _TurnMaker:
+    """``turn(role, writes, expect_reasons, expect_d)`` → (Turn with a token count drawn
+    from ``rng`` in [20, 160], the turn's expectation dict)."""
 
-    def w(data, exe=None):
-        return FileWrite(data, exe)
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
 
-    notes_t = turn("create", {notes: w(b"# notes\nlooked at the failing tests\n")}, (), "0")
-    test_t = turn("test_only", {test_file: w(b"# scratch notes of the agent (no tests)\n")},
-                  ("test_only",), "?")
-    noise_t = (turn("noise", {noise: w(_append(info.base_bytes(noise)))}, (), "0")
-               if noise else None)
-    gold_all = {p: w(c) for p, c in info.gold.items()}
+    def __call__(self, role, writes, expect_reasons=(), expect_d="?"):
+        return (Turn(self.rng.randint(20, 160), writes),
+                {"role": role, "expect_reasons": list(expect_reasons), "expect_d": expect_d})
 
-    out: list[Trajectory] = []
-    for kind in kinds:
-        plan: list[tuple[Turn, dict]] = []
-        fmt_err = False
-        if kind == "mixed":
-            plan.append(notes_t)
-            plan.append(test_t)
-            first = sorted(gold_paths)[0]
-            draft = (info.base[first] or b"") + b"\n# draft: not done yet\n"
-            plan.append(turn("draft", {first: w(draft)}, ("not_last_touch",), "?"))
-            if repair:
-                plan.append(turn("damage", {repair: w(None)}, ("not_last_touch",), "?"))
-            if info.split == "none":
-                plan.append(turn("gold", gold_all, (), "+"))
-                if noise_t:
-                    plan.append(noise_t)
-            else:
-                # part 1 is overwritten by part 2 when the split is by hunks (same file)
-                p1_reasons = ("not_last_touch",) if info.split == "hunks" else ()
-                plan.append(turn("gold_part1", {p: w(c) for p, c in info.part1.items()},
-                                 p1_reasons, "?"))
-                if noise_t:
-                    plan.append(noise_t)
-                rest = {p: w(c) for p, c in info.gold.items()
-                        if info.split == "hunks" or p not in info.part1}
-                plan.append(turn("gold_part2", rest, (), "?" if info.split == "files" else "+"))
-            if repair:
-                plan.append(turn("repair", {repair: w(info.base_bytes(repair))}, (), "?"))
-            if doc:
-                plan.append(turn("delete_doc", {doc: w(None)}, (), "?"))
-        elif kind == "gold_only":
+
+def _w(data, exe=None) -> FileWrite:
+    return FileWrite(data, exe)
+
+
+def _gold_parts(info: GoldInfo, turn: _TurnMaker) -> tuple:
+    """The two turns of a split fix (part 1 is overwritten by part 2 when the split is by
+    hunks, so it is then not last-touch)."""
+    p1_reasons = ("not_last_touch",) if info.split == "hunks" else ()
+    part1 = turn("gold_part1", {p: _w(c) for p, c in info.part1.items()}, p1_reasons, "?")
+    rest = {p: _w(c) for p, c in info.gold.items()
+            if info.split == "hunks" or p not in info.part1}
+    part2 = turn("gold_part2", rest, (), "?" if info.split == "files" else "+")
+    return part1, part2
+
+
+def _kind_plan(kind: str, info: GoldInfo, tg: _Targets, turn: _TurnMaker,
+               common: dict) -> list[tuple] | None:
+    """The (turn, expectation) list of one kind; None for ``gold_split`` when the fix cannot
+    be split."""
+    gold_all = {p: _w(c) for p, c in info.gold.items()}
+    notes_t, test_t, noise_t = common["notes"], common["test"], common["noise"]
+    plan: list[tuple] = []
+    if kind == "mixed":
+        plan += [notes_t, test_t]
+        first = sorted(info.gold)[0]
+        draft = (info.base[first] or b"") + b"\n# draft: not done yet\n"
+        plan.append(turn("draft", {first: _w(draft)}, ("not_last_touch",), "?"))
+        if tg.repair:
+            plan.append(turn("damage", {tg.repair: _w(None)}, ("not_last_touch",), "?"))
+        if info.split == "none":
             plan.append(turn("gold", gold_all, (), "+"))
-        elif kind == "nofix":
-            plan.append(notes_t)
             if noise_t:
                 plan.append(noise_t)
-            plan.append(test_t)
-        elif kind == "tests_only":
-            plan.append(test_t)
-        elif kind == "format_error":
-            fmt_err = True
-            plan.append(notes_t)
-        elif kind == "gold_split":
-            if info.split == "none":
-                continue
-            p1_reasons = ("not_last_touch",) if info.split == "hunks" else ()
-            plan.append(turn("gold_part1", {p: w(c) for p, c in info.part1.items()},
-                             p1_reasons, "?"))
-            rest = {p: w(c) for p, c in info.gold.items()
-                    if info.split == "hunks" or p not in info.part1}
-            plan.append(turn("gold_part2", rest, (), "?" if info.split == "files" else "+"))
-        turns = tuple(t for t, _ in plan)
-        expect = [e for _, e in plan]
-        out.append(Trajectory(
-            task_id=task.instance_id, rollout_index=KINDS.index(kind), format_error=fmt_err,
-            turns=turns,
-            extra={"scripted": {"kind": kind, "gold_split": info.split,
-                                "gold_paths": sorted(gold_paths), "turns": expect}}))
-    return out
+        else:
+            part1, part2 = _gold_parts(info, turn)
+            plan += [part1] + ([noise_t] if noise_t else []) + [part2]
+        if tg.repair:
+            plan.append(turn("repair", {tg.repair: _w(info.base_bytes(tg.repair))}, (), "?"))
+        if tg.doc:
+            plan.append(turn("delete_doc", {tg.doc: _w(None)}, (), "?"))
+    elif kind == "gold_only":
+        plan.append(turn("gold", gold_all, (), "+"))
+    elif kind == "nofix":
+        plan += [notes_t] + ([noise_t] if noise_t else []) + [test_t]
+    elif kind == "tests_only":
+        plan.append(test_t)
+    elif kind == "format_error":
+        plan.append(notes_t)
+    elif kind == "gold_split":
+        if info.split == "none":
+            return None
+        plan += list(_gold_parts(info, turn))
+    return plan
 
 
 def _append(data: bytes) -> bytes:
@@ -349,13 +379,13 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.load_tasks")
+    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks")
     ap.add_argument("--out", required=True, help="trajectory JSONL to write")
     ap.add_argument("--max-tasks", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {KINDS}")
     args = ap.parse_args(argv)
-    from eval.tasks import load_tasks
+    from eval.splits import load_tasks
 
     trajs = scripted_trajectories(load_tasks(args.tasks), kinds=args.kinds.split(","),
                                   seed=args.seed, max_tasks=args.max_tasks)

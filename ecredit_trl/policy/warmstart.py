@@ -1,18 +1,9 @@
 """SFT warm start of the embedded default policy on gold-patch demonstrations.
 
 A random tiny model never emits a valid tool call, so before GRPO the embedded default is
-taught the shape of an episode on the *training* tasks: for every task, a demonstration
-
-    user(task_prompt)  →  assistant: view(path, line)         →  tool: <editor output>
-                       →  assistant: str_replace(path, old, new) →  tool: <editor output>
-                       →  assistant: submit()                 →  tool: <submit output>
-                       →  assistant: "Done." (no tool call: ends the episode)
-
-built from the gold patch, where every tool output is what the environment really returns
-(``ecredit_trl.agent.editor`` run on a checkout of the task repository at ``base_commit``; the
-submit text is ``SWEAgentEnv.submit``'s). The closing assistant message is there because
-TRL's tool loop asks the model for another turn after every tool result: without it the
-policy would never learn to stop after ``submit``.
+taught the shape of an episode on the *training* tasks: one gold-patch demonstration per task
+(view → str_replace → submit → "Done.", with real tool outputs; built by
+:mod:`ecredit_trl.policy.demos`).
 
 The tokenizer (byte-level BPE, ``ecredit_trl.policy.tiny_model``) is trained on the rendered
 demonstrations, a tiny Llama is initialised, and TRL's ``SFTTrainer`` trains it with
@@ -20,6 +11,8 @@ demonstrations, a tiny Llama is initialised, and TRL's ``SFTTrainer`` trains it 
 with tools too). The result is cached under ``$ECREDIT_CACHE/policy/<key>`` (default
 ``~/.cache/ecredit-trl``), ``key`` = sha256 of the task ids, base commits, gold patches and
 problem statements, the recipe (hyperparameters, prompt, tool schemas) and
+:data:`CODE_VERSION`. The key hashes these values, never module sources: moving code between
+modules keeps every cache entry valid; a change to what an entry holds bumps
 :data:`CODE_VERSION`. It is written under a temporary name and renamed when complete; a
 file lock makes concurrent callers (e.g. several ranks) train once.
 
@@ -33,7 +26,6 @@ failing tests, not the file or line): do not read generalisation into it.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import hashlib
 import json
@@ -43,17 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ecredit_trl.policy.demos import CLOSING_MESSAGE, SUBMIT_OUTPUT, demo_conversations
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
 CODE_VERSION = "warmstart-v1"
-
-#: Exact text of ``SWEAgentEnv.submit`` (checked against agent.py by the tests).
-SUBMIT_OUTPUT = "Submitted. The repository's current state is the final patch."
-
-#: Final assistant message after the submit result (no tool call: the episode ends).
-CLOSING_MESSAGE = "Done."
 
 #: Default SFT recipe. On the 2-core reference CPU with the 29 bundled training tasks:
 #: 320 steps in ~160 s (0.5 s/step, one torch thread, other jobs running), final loss 0.016;
@@ -76,234 +63,6 @@ _DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "ACCELERATE_USE_CPU",
              "ACCELERATE_MIXED_PRECISION", "ACCELERATE_CONFIG_DS_FIELDS",
              "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
-
-
-class DemoError(ValueError):
-    """A demonstration cannot be built for a task; the message names the task and reason."""
-
-
-# ---------------------------------------------------------------------------
-# gold edits
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GoldEdit:
-    """One ``view`` + ``str_replace`` pair of a demonstration.
-
-    Attributes:
-        path: repository-relative path, as written in the tool calls.
-        line: 1-based line passed to ``view`` (the first changed line of the buggy file).
-        old_str, new_str: ``str_replace`` arguments; ``old_str`` occurs exactly once in the
-            file at that point and the replacement turns it into the gold content region.
-    """
-
-    path: str
-    line: int
-    old_str: str
-    new_str: str
-
-
-def _common_lead(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n] and a[n] in " \t":
-        n += 1
-    return a[:n]
-
-
-def _common_trail(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n] and a[-1 - n] in " \t":
-        n += 1
-    return a[len(a) - n:]
-
-
-def _edit_for(old_lines: list[str], new_lines: list[str], i1: int, i2: int, j1: int, j2: int,
-              old_text: str) -> tuple[str, str]:
-    """Smallest ``(old_str, new_str)`` around one changed line region that is unique.
-
-    Starts with the changed lines (the neighbouring line added when one side is empty),
-    strips the shared leading/trailing whitespace (the "stripped buggy line"), and widens by
-    one line of context at a time until ``old_str`` occurs exactly once in ``old_text``.
-    """
-    before, after = 0, 0
-    if i1 == i2 or j1 == j2:  # pure insertion / deletion: anchor on a neighbouring line
-        if i1 > 0:
-            before = 1
-        else:
-            after = 1
-    while True:
-        a, b = i1 - before, i2 + after
-        olds = old_lines[a:b]
-        news = old_lines[a:i1] + new_lines[j1:j2] + old_lines[i2:b]
-        old_str, new_str = "\n".join(olds), "\n".join(news)
-        if olds and news:
-            lead = _common_lead(olds[0], news[0])
-            trail = _common_trail(olds[-1], news[-1])
-            if len(olds) == 1 and len(news) == 1:
-                # one line each: strip whole-line indentation / trailing blanks
-                old_str = old_str[len(lead):len(old_str) - len(trail)]
-                new_str = new_str[len(lead):len(new_str) - len(trail)]
-            else:
-                old_str, new_str = old_str[len(lead):], new_str[len(lead):]
-        elif olds and not news:  # deleting whole lines: take the newline with them
-            old_str = old_str + "\n" if b < len(old_lines) else "\n" + old_str
-        if old_str and old_text.count(old_str) == 1:
-            return old_str, new_str
-        if a == 0 and b >= len(old_lines):
-            raise DemoError("no unique old_str around the change")
-        if a > 0 and (before <= after or b >= len(old_lines)):
-            before += 1
-        else:
-            after += 1
-
-
-def gold_edits(path: str, old_text: str, new_text: str) -> list[GoldEdit]:
-    """The ``str_replace`` edits, applied in order, that turn ``old_text`` into ``new_text``.
-
-    Regions are the non-equal line opcodes of ``difflib.SequenceMatcher``, handled top to
-    bottom against the progressively edited text.
-
-    Raises: DemoError when a region has no unique anchor or the edits do not reproduce
-    ``new_text`` exactly.
-    """
-    edits: list[GoldEdit] = []
-    text = old_text
-    for _ in range(64):
-        if text == new_text:
-            return edits
-        old_lines, new_lines = text.split("\n"), new_text.split("\n")
-        sm = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-        op = next(o for o in sm.get_opcodes() if o[0] != "equal")
-        _, i1, i2, j1, j2 = op
-        old_str, new_str = _edit_for(old_lines, new_lines, i1, i2, j1, j2, text)
-        line = min(max(1, i1 + 1 if i2 > i1 else i1), len(old_lines))
-        edits.append(GoldEdit(path, line, old_str, new_str))
-        text = text.replace(old_str, new_str, 1)
-    raise DemoError(f"{path}: the gold change needs more than 64 edits")
-
-
-# ---------------------------------------------------------------------------
-# demonstrations
-# ---------------------------------------------------------------------------
-
-def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    proc = subprocess.run(["git", "-c", "advice.detachedHead=false", "-C", str(repo), *args],
-                          input=input, capture_output=True)
-    if proc.returncode != 0:
-        raise DemoError(f"git {' '.join(args[:2])} failed: "
-                        f"{proc.stderr.decode(errors='replace').strip()[:300]}")
-    return proc.stdout.decode(errors="replace")
-
-
-def _call(name: str, arguments: dict) -> dict:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"type": "function", "function": {
-                "name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}]}
-
-
-def demo_conversation(task, workroot: str | Path | None = None) -> dict:
-    """The demonstration of one task (see the module docstring), with real tool outputs.
-
-    Args:
-        task: ``eval.tasks.Task``-like: ``instance_id``, ``repo_dir`` (a local git
-            repository holding ``base_commit``), ``base_commit``, ``patch`` (gold unified
-            diff), ``problem_statement``.
-        workroot: where the temporary checkout is made (system temp dir by default).
-
-    Returns:
-        ``{"instance_id": str, "messages": [...], "tools": <JSON string>}``. Tool-call
-        ``arguments`` are JSON strings (Arrow would merge dict keys across rows; the qwen3
-        template writes string arguments verbatim and ``SFTTrainer`` ``json.loads`` the
-        ``tools`` column). Tool messages carry ``name`` like TRL's tool loop.
-
-    Raises:
-        DemoError: no ``repo_dir``, the gold patch does not apply, creates/deletes/renames a
-            file or is not text, or an editor call fails (message names the task).
-    """
-    from ecredit_trl.agent import editor
-    from ecredit_trl.agent.env import _clone_at
-    from ecredit_trl.agent.prompts import policy_tools, task_prompt
-
-    iid = getattr(task, "instance_id", "?")
-    try:
-        if not getattr(task, "repo_dir", None):
-            raise DemoError("repo_dir: the task has no local repository")
-        patch = getattr(task, "patch", "") or ""
-        if not patch.strip():
-            raise DemoError("patch: the gold patch is empty")
-        with tempfile.TemporaryDirectory(prefix="ecredit-demo-", dir=workroot) as tmp:
-            root = Path(tmp) / "repo"
-            try:
-                _clone_at(task.repo_dir, task.base_commit, root)
-            except subprocess.CalledProcessError as exc:
-                raise DemoError(f"checkout of {task.base_commit} failed: "
-                                f"{exc.stderr.decode(errors='replace').strip()[:300]}") from None
-            numstat = _git(root, "apply", "--numstat", "--summary", "-", input=patch.encode())
-            if any(w in numstat for w in (" create mode ", " delete mode ", " rename ")):
-                raise DemoError("patch: the gold patch creates, deletes or renames a file")
-            paths = []
-            for row in numstat.splitlines():
-                parts = row.split("\t")
-                if len(parts) == 3:
-                    if parts[0] == "-":
-                        raise DemoError(f"patch: binary change to {parts[2]}")
-                    paths.append(parts[2])
-            if not paths:
-                raise DemoError("patch: no file changes found")
-            old = {p: (root / p).read_text() for p in paths}
-            _git(root, "apply", "-", input=patch.encode())
-            new = {p: (root / p).read_text() for p in paths}
-            _git(root, "checkout", "-q", "--", *paths)
-
-            messages = task_prompt(task)
-            for p in paths:
-                for e in gold_edits(p, old[p], new[p]):
-                    try:
-                        out_v = editor.view(root, e.path, e.line)
-                        out_r = editor.str_replace(root, e.path, e.old_str, e.new_str)
-                    except editor.EditorError as exc:
-                        raise DemoError(f"editor refused the gold edit on {e.path}: {exc}") from None
-                    messages += [_call("view", {"path": e.path, "line": e.line}),
-                                 {"role": "tool", "name": "view", "content": out_v},
-                                 _call("str_replace", {"path": e.path, "old_str": e.old_str,
-                                                       "new_str": e.new_str}),
-                                 {"role": "tool", "name": "str_replace", "content": out_r}]
-            for p in paths:
-                if (root / p).read_text() != new[p]:
-                    raise DemoError(f"the demonstrated edits do not reproduce the gold {p}")
-            messages += [_call("submit", {}),
-                         {"role": "tool", "name": "submit", "content": SUBMIT_OUTPUT},
-                         {"role": "assistant", "content": CLOSING_MESSAGE}]
-    except DemoError as exc:
-        raise DemoError(f"task {iid}: {exc}") from None
-    return {"instance_id": iid, "messages": messages, "tools": json.dumps(policy_tools())}
-
-
-def demo_conversations(tasks, *, strict: bool = False, log=print) -> list[dict]:
-    """Demonstrations of ``tasks`` (in order; see :func:`demo_conversation`).
-
-    Args:
-        strict: raise on the first task without a demonstration instead of skipping it.
-        log: receives one line per skipped task (``None`` = silent).
-
-    Returns: list of ``{"instance_id", "messages", "tools"}`` dicts.
-
-    Raises: DemoError (``strict``), or when no task at all yields a demonstration.
-    """
-    out, skipped = [], []
-    for t in tasks:
-        try:
-            out.append(demo_conversation(t))
-        except DemoError as exc:
-            if strict:
-                raise
-            skipped.append(str(exc))
-            if log:
-                log(f"warmstart: skipped {exc}")
-    if not out:
-        raise DemoError(f"no task yields a demonstration ({len(skipped)} skipped: "
-                        f"{'; '.join(skipped[:3])})")
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -374,9 +133,9 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         DemoError: no task yields a demonstration.
         RuntimeError: training failed (with the child's last output lines).
         ValueError: bad recipe values, no tasks.
-        eval.holdout.SealedTaskError: a task is in a sealed holdout manifest.
+        eval.sealed.SealedTaskError: a task is in a sealed holdout manifest.
     """
-    from eval.holdout import check_not_sealed
+    from eval.sealed import check_not_sealed
 
     log = log or (lambda *_: None)
     tasks = list(tasks)
@@ -481,12 +240,8 @@ def train_dir(job: str | Path, log=print) -> Path:
     Raises: RuntimeError when TRL does not see the tokenizer as tool-calling capable.
     """
     import torch
-    from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-    from trl.chat_template_utils import supports_tool_calling
 
-    from datasets import Dataset
-    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer, chat_template
+    from ecredit_trl.policy.tiny_model import chat_template
 
     log = log or (lambda *_: None)
     job = Path(job)
@@ -494,19 +249,9 @@ def train_dir(job: str | Path, log=print) -> Path:
     r = meta["recipe"]
     demos = [json.loads(line) for line in (job / "demos.jsonl").read_text().splitlines() if line]
     t0 = time.monotonic()
-    tokenizer = build_tokenizer(render_corpus(demos), vocab_size=r["vocab_size"])
-    if not supports_tool_calling(tokenizer):
-        raise RuntimeError("tokenizer: TRL's supports_tool_calling() rejects the chat template")
-    model = build_model(tokenizer, seed=r["seed"])
+    tokenizer, model, lengths = _tokenizer_and_model(demos, r)
     n_params = sum(p.numel() for p in model.parameters())
-    ds = Dataset.from_list([{"messages": d["messages"], "tools": d["tools"]} for d in demos])
-    lengths = [len(tokenizer.apply_chat_template(d["messages"], tools=json.loads(d["tools"]),
-                                                 tokenize=True, return_dict=False))
-               for d in demos]
     max_len = max(lengths)
-    if max_len > model.config.max_position_embeddings:
-        raise RuntimeError(f"a demonstration has {max_len} tokens, more than the model's "
-                           f"{model.config.max_position_embeddings} positions")
     t_tok = time.monotonic() - t0
     threads = torch_threads()
     log(f"warmstart: tokenizer {len(tokenizer)} tokens, model {n_params / 1e6:.2f}M params, "
@@ -514,7 +259,60 @@ def train_dir(job: str | Path, log=print) -> Path:
         f"{threads} torch thread(s)")
 
     steps = r["steps"]
-    every = max(1, steps // 10)
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(r["seed"])
+    progress = _progress_callback(steps, log)
+    trainer = _sft_trainer(job, demos, r, model, tokenizer, max_len, progress)
+    t1 = time.monotonic()
+    try:
+        result = trainer.train()
+    finally:
+        torch.set_num_threads(prev_threads)
+    t_train = time.monotonic() - t1
+    out = _save_model(job, trainer, tokenizer)
+    info = dict(meta, n_params=n_params, vocab=len(tokenizer), max_tokens=max_len,
+                mean_tokens=round(sum(lengths) / len(lengths), 1),
+                train_loss=round(float(result.training_loss), 5),
+                final_loss=progress.loss, tokenizer_s=round(t_tok, 2),
+                train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
+                chat_template_ok=chat_template() == tokenizer.chat_template,
+                torch=torch.__version__)
+    _write_json(out / "warmstart.json", info)
+    log(f"warmstart: trained {steps} steps in {t_train:.0f} s "
+        f"({t_train / steps:.2f} s/step), final loss {progress.loss}")
+    return out
+
+
+def _tokenizer_and_model(demos: list[dict], r: dict):
+    """(tokenizer trained on the rendered demonstrations, fresh model, token length of each
+    demonstration).
+
+    Raises: RuntimeError when TRL rejects the tokenizer's chat template for tool calling,
+    or a demonstration is longer than the model's positions.
+    """
+    from trl.chat_template_utils import supports_tool_calling
+
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer(render_corpus(demos), vocab_size=r["vocab_size"])
+    if not supports_tool_calling(tokenizer):
+        raise RuntimeError("tokenizer: TRL's supports_tool_calling() rejects the chat template")
+    model = build_model(tokenizer, seed=r["seed"])
+    lengths = [len(tokenizer.apply_chat_template(d["messages"], tools=json.loads(d["tools"]),
+                                                 tokenize=True, return_dict=False))
+               for d in demos]
+    max_len = max(lengths)
+    if max_len > model.config.max_position_embeddings:
+        raise RuntimeError(f"a demonstration has {max_len} tokens, more than the model's "
+                           f"{model.config.max_position_embeddings} positions")
+    return tokenizer, model, lengths
+
+
+def _progress_callback(steps: int, log):
+    """A TrainerCallback that logs the loss every logging step and keeps the last one
+    (``.loss``)."""
+    from transformers import TrainerCallback
 
     class _Progress(TrainerCallback):
         def __init__(self):
@@ -527,9 +325,20 @@ def train_dir(job: str | Path, log=print) -> Path:
                 log(f"warmstart: step {state.global_step}/{steps} loss {self.loss:.4f} "
                     f"({time.monotonic() - self.t:.0f} s)")
 
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    torch.manual_seed(r["seed"])
+    return _Progress()
+
+
+def _sft_trainer(job: Path, demos: list[dict], r: dict, model, tokenizer, max_len: int,
+                 progress):
+    """TRL's SFTTrainer with the recipe ``r``: fp32 CPU, assistant-only loss, no packing, no
+    truncation (``max_len`` + 8), no checkpoints, a loss line every tenth of the steps."""
+    from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
+
+    steps = r["steps"]
+    every = max(1, steps // 10)
+    ds = Dataset.from_list([{"messages": d["messages"], "tools": d["tools"]} for d in demos])
     args = SFTConfig(
         output_dir=str(job / "trainer"), max_steps=steps,
         per_device_train_batch_size=r["batch_size"], gradient_accumulation_steps=1,
@@ -541,15 +350,13 @@ def train_dir(job: str | Path, log=print) -> Path:
         assistant_only_loss=True, max_length=max_len + 8, packing=False,
         dataloader_num_workers=0, dataset_num_proc=None,
     )
-    progress = _Progress()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
-                         callbacks=[progress])
-    t1 = time.monotonic()
-    try:
-        result = trainer.train()
-    finally:
-        torch.set_num_threads(prev_threads)
-    t_train = time.monotonic() - t1
+    return SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
+                      callbacks=[progress])
+
+
+def _save_model(job: Path, trainer, tokenizer) -> Path:
+    """Save the trained model (with its KV cache on) and tokenizer to ``job/model``; drop the
+    trainer's scratch folder."""
     out = job / "model"
     model = trainer.model
     model.config.use_cache = True
@@ -557,16 +364,6 @@ def train_dir(job: str | Path, log=print) -> Path:
     tokenizer.save_pretrained(out)
     with contextlib.suppress(OSError):
         shutil.rmtree(job / "trainer")
-    info = dict(meta, n_params=n_params, vocab=len(tokenizer), max_tokens=max_len,
-                mean_tokens=round(sum(lengths) / len(lengths), 1),
-                train_loss=round(float(result.training_loss), 5),
-                final_loss=progress.loss, tokenizer_s=round(t_tok, 2),
-                train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
-                chat_template_ok=chat_template() == tokenizer.chat_template,
-                torch=torch.__version__)
-    _write_json(out / "warmstart.json", info)
-    log(f"warmstart: trained {steps} steps in {t_train:.0f} s "
-        f"({t_train / steps:.2f} s/step), final loss {progress.loss}")
     return out
 
 
@@ -630,6 +427,5 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DemoError", "GoldEdit",
-           "demo_conversation", "demo_conversations", "ensure_default_policy", "gold_edits",
-           "load_policy", "policy_key", "recipe_for", "train_dir"]
+__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "ensure_default_policy", "load_policy",
+           "policy_key", "recipe_for", "train_dir"]

@@ -66,9 +66,9 @@ def tasks_record(tasks, source: str) -> dict:
     """Ids and content hash of the task list.
 
     ``sha256`` covers every task's fields except ``repo_dir`` (a machine-local
-    cache path); ``ids_sha256`` is :func:`eval.holdout.ids_sha256` of the ids.
+    cache path); ``ids_sha256`` is :func:`eval.sealed.ids_sha256` of the ids.
     """
-    from eval.holdout import ids_sha256
+    from eval.sealed import ids_sha256
 
     rows = []
     for t in tasks:
@@ -140,9 +140,9 @@ def image_digests(images) -> dict:
 
 
 def sealed_holdouts() -> dict:
-    """Every sealed holdout manifest (:func:`eval.holdout.manifests`): file → name, sha256, n, pool."""
-    from eval.holdout import manifests
-    from eval.tasks import datasets_dir
+    """Every sealed holdout manifest (:func:`eval.sealed.manifests`): file → name, sha256, n, pool."""
+    from eval.sealed import manifests
+    from eval.files import datasets_dir
 
     out = {}
     root = datasets_dir()

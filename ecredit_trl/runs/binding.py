@@ -1,0 +1,178 @@
+"""Resume binding of a run (DESIGN.md §5): which checkpoint, which recorded command line,
+whether the manifest still matches, and which ledger/trajectory rows the resumed
+session supersedes.
+
+Used by ``ecredit_trl/train.py`` before anything heavy is loaded; everything here
+refuses with :class:`RunRefused` (a message that says why and what to do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class RunRefused(ValueError):
+    """The run was refused before it started; the message says why and what to do."""
+
+
+@dataclass
+class ResumePoint:
+    """What ``--resume-from`` names: the checkpoint, its run's manifest, the run's command
+    line as its last resume left it, and the changes earlier resumes accepted."""
+
+    checkpoint: Path
+    manifest: dict
+    base_argv: list[str]
+    allowed_before: list[str]
+
+
+def resume_point(resume_from: str | None) -> ResumePoint | None:
+    """Read the run a ``--resume-from`` checkpoint belongs to (None without one).
+
+    The run's command line is the manifest's ``argv``, replaced by the
+    ``effective_argv`` of each later resume receipt; the fields those resumes
+    accepted (``allowed_changes``) stay accepted.
+
+    Raises: RunRefused when the checkpoint's parent holds no readable manifest.
+    """
+    from ecredit_trl.runs.receipts import read_sessions
+
+    if not resume_from:
+        return None
+    resume_ck = Path(resume_from).resolve()
+    if not (resume_ck.parent / "manifest.json").is_file():
+        raise RunRefused(f"{resume_ck.parent / 'manifest.json'}: missing; --resume-from "
+                         "must name a checkpoint inside a run directory")
+    manifest_old = read_manifest(resume_ck.parent)
+    # the run's command line (as its last resume left it) first, then what this
+    # invocation adds; changes accepted by earlier resumes stay accepted
+    base_argv = list(manifest_old.get("argv", []))
+    allowed_before: list[str] = []
+    for s in read_sessions(resume_ck.parent):
+        if (s.opened or {}).get("kind") == "resume":
+            base_argv = list(s.opened.get("effective_argv", base_argv))
+            allowed_before += list(s.opened.get("allowed_changes", []))
+    return ResumePoint(resume_ck, manifest_old, base_argv, allowed_before)
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """``run_dir/manifest.json`` as a dict; RunRefused when it cannot be read or parsed."""
+    path = run_dir / "manifest.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunRefused(f"{path}: unreadable manifest ({exc})") from exc
+
+
+def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, *,
+                  allowed_before: list[str] | None = None) -> dict:
+    """Compare a resumed run's manifest with the recorded one.
+
+    Args:
+        allowed: fields this resume accepts as changed (``--allow-changed``).
+        reason: why (``--reason``), required with ``allowed``.
+        allowed_before: fields earlier resumes of the run accepted (with their
+            reasons, in their receipts); they stay accepted.
+
+    Returns: ``{"differences": [...], "allowed": [...], "allowed_before": [...],
+    "reason": ..., "informational": [...]}``.
+
+    Raises:
+        RunRefused: listing every bound field that differs and is not allowed, or
+            when ``allowed`` is given without a ``reason``.
+    """
+    allowed_before = list(allowed_before or [])
+    from ecredit_trl.runs.manifest import (
+        binding_differences,
+        format_differences,
+        informational_differences,
+    )
+
+    if allowed and not (reason and reason.strip()):
+        raise RunRefused("--allow-changed needs --reason TEXT (it is recorded in the resume "
+                         "receipt)")
+    diffs = binding_differences(old, new)
+
+    every = list(allowed) + allowed_before
+
+    def is_allowed(name: str) -> bool:
+        return name in every or name.removeprefix("model.") in every or any(
+            name.startswith(a + ".") for a in every)
+
+    refused = [d for d in diffs if not is_allowed(d["field"])]
+    if refused:
+        raise RunRefused(
+            "resume refused: the checkpoint's run was made with different bound fields "
+            f"(manifest {old.get('run_name')}):\n{format_differences(refused)}\n"
+            "pass the original arguments, or accept each change explicitly with "
+            "--allow-changed FIELD --reason TEXT")
+    return {"differences": diffs, "allowed": allowed, "allowed_before": allowed_before,
+            "reason": reason, "informational": informational_differences(old, new)}
+
+
+def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
+    """Move ledger/trajectory rows written after the checkpoint out of the main files.
+
+    The rows past ``state["ledger_rows_total"]`` / ``["trajectory_rows_total"]``
+    belong to steps the resumed session redoes; they are appended (as written)
+    to ``superseded/<file>.s<NN>.jsonl`` first, then the main file is rewritten
+    atomically with the rows before them. A torn last line (a crash mid-write)
+    goes with them. Nothing is deleted; files already consistent are not touched.
+
+    Returns: {file name: number of lines moved}.
+
+    Raises: RunRefused when a file holds fewer complete rows than the checkpoint
+    counted (records lost: resuming would leave a gap).
+    """
+    from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
+
+    moved = {}
+    for name, keep in (("ledger.jsonl", int(state.get("ledger_rows_total", 0))),
+                       ("trajectories.jsonl", int(state.get("trajectory_rows_total", 0)))):
+        path = run_dir / name
+        if not path.is_file():
+            if keep:
+                raise RunRefused(f"{path}: missing, the checkpoint counted {keep} rows")
+            continue
+        raw = path.read_bytes()
+        lines = raw.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline, else a torn line
+        lines = [x for x in lines if x.strip()]
+        if len(lines) < keep:
+            raise RunRefused(f"{path}: holds {len(lines)} complete rows, the checkpoint counted "
+                             f"{keep}; the records were cut short, resume would leave a gap")
+        extra = lines[keep:] + ([tail] if tail.strip() else [])
+        if not extra:
+            continue
+        side = run_dir / "superseded" / f"{name[:-6]}.s{session:02d}.jsonl"
+        try:
+            side.parent.mkdir(parents=True, exist_ok=True)
+            with open(side, "ab") as f:
+                f.write(b"".join(x + b"\n" for x in extra))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise RecordWriteError(exc.errno, f"cannot append to {side}: {exc.strerror}") from exc
+        write_text_atomic(path, b"".join(x + b"\n" for x in lines[:keep]).decode("utf-8"))
+        moved[name] = len(extra)
+    return moved
+
+
+def last_resumable(run_dir: Path) -> str | None:
+    """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
+    from ecredit_trl.runs.receipts import read_sessions
+
+    best = None
+    try:
+        for s in read_sessions(run_dir):
+            for rec in s.checkpoints:
+                present = rec.get("state_present", {})
+                if present.get("optimizer") and Path(rec.get("path", "")).is_dir():
+                    if best is None or rec.get("step", 0) >= best.get("step", 0):
+                        best = rec
+    except ValueError:
+        return None
+    return best["path"] if best else None

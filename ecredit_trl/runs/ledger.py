@@ -1,0 +1,138 @@
+"""Rows of ``trajectories.jsonl`` and ``ledger.jsonl`` (DESIGN.md §2, §5), as pure functions.
+
+One generation round gives one trajectory row per rollout and one ledger row for the
+round (counts summed over every rank). The trainer computes the credit and gathers
+the counts across ranks; the functions here only assemble rows from what it hands them.
+"""
+
+from __future__ import annotations
+
+from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
+
+
+def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[float, float]:
+    """Mean |C| on the generated tokens of the selected turn and on every other generated
+    token of one rollout (0.0 for an empty set).
+
+    Args:
+        token_turn: (T,) tensor, the turn of each token (≥ 0 generated, negative masked).
+        C_row: (T,) tensor, the auxiliary per-token credit of the rollout.
+        selected_turn: the selected block's turn, or None/0 (no token is selected).
+    """
+    sel_mask = (token_turn == selected_turn) if selected_turn else token_turn < -1
+    gen_mask = token_turn >= 0
+    c_abs = C_row.abs()
+    sel_mean = float(c_abs[sel_mask].mean()) if sel_mask.any() else 0.0
+    other = gen_mask & ~sel_mask
+    other_mean = float(c_abs[other].mean()) if other.any() else 0.0
+    return sel_mean, other_mean
+
+
+def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
+                   tokens_per_turn: list[int], advantage: float, stats) -> dict:
+    """One ``trajectories.jsonl`` row: the rollout record ``rec``, its turns (generated
+    tokens and writes per turn), its terminal advantage and its credit statistics
+    (``stats``: :class:`~ecredit_trl.credit.coefficients.CreditStats`-like, with
+    ``s``, ``cap_active``, ``m``, ``L``)."""
+    per_turn = tokens_per_turn
+    turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,
+                   "writes": rec.writes[k] if k < len(rec.writes) else {}}
+                  for k in range(rec.num_turns)]
+    return {
+        "task_id": rec.task_id, "rollout_index": rec.rollout_index,
+        "format_error": rec.format_error, "turns": turns_json,
+        "arm": arm, "step": step, "generated_tokens": generated_tokens,
+        "reward": rec.reward, "resolved": rec.resolved, "utility": rec.utility,
+        "utility_ablated": rec.utility_ablated, "contrast": rec.contrast,
+        "advantage": advantage, "selected_turn": rec.selected_turn,
+        "selected_paths": rec.selected_paths, "eligible_turns": rec.eligible_turns,
+        "exclusion": rec.exclusion, "shrinkage": stats.s, "cap_active": stats.cap_active,
+        "m": stats.m, "L": stats.L, "format_errors": rec.format_errors,
+        "tool_calls": rec.tool_calls, "factual": rec.factual,
+        "counterfactual": rec.counterfactual, "ablation": rec.ablation,
+        "setup_error": rec.setup_error, "factual_outcome": rec.factual_outcome,
+        "counterfactual_outcome": rec.counterfactual_outcome}
+
+
+def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
+    """This rank's counts of one generation round, to be summed over ranks.
+
+    Args:
+        records: the rollout records of the round.
+        stats: one dict per rollout with ``L``, ``applied``, ``cap_active``,
+            ``sel_mean``, ``other_mean``.
+        trials: (kind, TrialResult) pairs, kind in factual / counterfactual / control.
+
+    Returns: counts and seconds by name, plus ``outcome_<o>`` for every trial outcome.
+    """
+    local = {
+        "rollouts": len(records),
+        "generated_tokens": sum(s["L"] for s in stats),
+        "trials_factual": sum(1 for k, _ in trials if k == "factual"),
+        "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
+        "trials_control": sum(1 for k, _ in trials if k == "control"),
+        "retries": sum(r.retries for _, r in trials),
+        "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
+        "queue_wait_s": sum(r.queue_wait_s for _, r in trials),
+        "setup_s": sum(r.setup_s for _, r in trials),
+        "verify_s": sum(r.apply_s + r.test_s for _, r in trials),
+        "cleanup_s": sum(r.cleanup_s for _, r in trials),
+        "resolved": sum(1 for r in records if r.resolved),
+        "reward_unavailable": sum(1 for r in records if r.reward is None),
+        "usable_contrasts": sum(1 for r in records if r.contrast is not None),
+        "nonzero_contrasts": sum(1 for r in records if r.contrast not in (None, 0.0)),
+        "cap_active": sum(1 for s in stats if s["cap_active"]),
+        "credit_applied": sum(1 for s in stats if s["applied"]),
+        "format_error_rollouts": sum(1 for r in records if r.format_error),
+        "format_errors": sum(r.format_errors for r in records),
+        "sel_abs_c": sum(s["sel_mean"] for s in stats),
+        "other_abs_c": sum(s["other_mean"] for s in stats),
+    }
+    for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
+        local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
+                                                                 r.counterfactual_outcome)
+                                    if x == o)
+    return local
+
+
+def round_metrics(tot: dict[str, float]) -> dict[str, float]:
+    """The ``ecredit/*`` training metrics of one round from its summed counts (rates are
+    per rollout)."""
+    n = max(1.0, tot["rollouts"])
+    return {
+        "ecredit/resolved_rate": tot["resolved"] / n,
+        "ecredit/reward_unavailable": tot["reward_unavailable"],
+        "ecredit/usable_contrasts": tot["usable_contrasts"],
+        "ecredit/nonzero_contrasts": tot["nonzero_contrasts"],
+        "ecredit/cap_active_rate": tot["cap_active"] / n,
+        "ecredit/mean_abs_c_selected": tot["sel_abs_c"] / n,
+        "ecredit/mean_abs_c_other": tot["other_abs_c"] / n,
+        "ecredit/format_error_rate": tot["format_error_rollouts"] / n,
+        "ecredit/trials_per_rollout": (tot["trials_factual"] + tot["trials_counterfactual"]) / n,
+        "ecredit/queue_wait_s": tot["queue_wait_s"],
+        "ecredit/service_s": tot["setup_s"] + tot["verify_s"] + tot["cleanup_s"],
+    }
+
+
+def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
+               gpu_hours: float) -> dict:
+    """One ``ledger.jsonl`` row: the round's summed counts as integers, seconds rounded to
+    0.1 ms, wall seconds and GPU hours, and the non-zero trial outcomes."""
+    return {"step": step, "arm": arm,
+            "generated_tokens": int(tot["generated_tokens"]),
+            "trials_factual": int(tot["trials_factual"]),
+            "trials_counterfactual": int(tot["trials_counterfactual"]),
+            "trials_control": int(tot["trials_control"]),
+            "retries": int(tot["retries"]), "infra_errors": int(tot["infra_errors"]),
+            "queue_wait_s": round(tot["queue_wait_s"], 4), "setup_s": round(tot["setup_s"], 4),
+            "verify_s": round(tot["verify_s"], 4), "cleanup_s": round(tot["cleanup_s"], 4),
+            "wall_s": round(wall_s, 4),
+            "gpu_hours": gpu_hours,
+            "rollouts": int(tot["rollouts"]), "resolved": int(tot["resolved"]),
+            "reward_unavailable": int(tot["reward_unavailable"]),
+            "usable_contrasts": int(tot["usable_contrasts"]),
+            "nonzero_contrasts": int(tot["nonzero_contrasts"]),
+            "cap_active": int(tot["cap_active"]),
+            "format_error_rollouts": int(tot["format_error_rollouts"]),
+            "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
+                               if tot[f"outcome_{o}"]}}

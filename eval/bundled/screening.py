@@ -1,0 +1,83 @@
+"""Screening and controls of mutation candidates (pipeline steps 3 and 4 of :mod:`eval.bundled`).
+
+Screening reads the mutant's test log: FAIL_TO_PASS = listed tests PASSED on pristine and
+FAILED/ERROR on the mutant, PASS_TO_PASS = PASSED on both. Controls: the gold patch must
+resolve and the empty patch must not (every F2P failing, every P2P passing), graded by
+:func:`eval.grading.grade`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eval.bundled.mutations import Mutation
+from eval.bundled.recipe import PARSER, ModuleSpec, ProjectRecipe, Recipe
+
+
+@dataclass
+class Candidate:
+    """One mutant on its way to a task; ``outcome`` goes pending → screened → kept (or a
+    rejection reason)."""
+
+    project: ProjectRecipe
+    index: int
+    mutation: Mutation
+    module: ModuleSpec
+    instance_id: str
+    commit: str = ""
+    eval_script: str = ""
+    outcome: str = "pending"
+    f2p: list[str] = field(default_factory=list)
+    p2p: list[str] = field(default_factory=list)
+    screen_log: str = ""
+    gold: str = ""
+
+
+def listable_ids(parsed) -> set[str]:
+    """Ids the parser reads unambiguously: seen once, brackets balanced."""
+    counts: dict[str, int] = {}
+    for o in parsed.observations:
+        counts[o.test_id] = counts.get(o.test_id, 0) + 1
+    return {i for i, c in counts.items() if c == 1 and i.count("[") == i.count("]")}
+
+
+def in_test_files(test_id: str, tests: tuple[str, ...]) -> bool:
+    """Whether ``test_id`` (``path::name``) belongs to one of the files ``tests``."""
+    return test_id.split("::", 1)[0] in tests
+
+
+def screen(c: Candidate, r, base: dict[str, str], recipe: Recipe, parse_log) -> None:
+    """Set ``c.outcome`` / F2P / P2P from the mutant's screening trial."""
+    c.screen_log = r.log
+    if r.exit_class != "ok":
+        c.outcome = f"rejected({r.exit_class})"
+        return
+    parsed = parse_log(r.log, PARSER)
+    listed = sorted(i for i in base if in_test_files(i, c.module.tests))
+    status = parsed.status_map
+    f2p = [i for i in listed if status.get(i) in ("FAILED", "ERROR")]
+    p2p = [i for i in listed if status.get(i) == "PASSED"]
+    odd = [i for i in listed if status.get(i) not in ("FAILED", "ERROR", "PASSED")]
+    c.f2p, c.p2p = f2p, p2p
+    if parsed.rejected or odd:
+        c.outcome = f"rejected({parsed.rejected or f'{len(odd)} tests not observed/skipped'})"
+    elif not f2p:
+        c.outcome = "no_failure"
+    elif len(f2p) > recipe.max_fail_to_pass:
+        c.outcome = f"rejected({len(f2p)} FAIL_TO_PASS > {recipe.max_fail_to_pass})"
+    else:
+        c.outcome = "screened"
+
+
+def control(c: Candidate, g, e, grade) -> None:
+    """Gold must resolve (complete); empty must not: every F2P FAILED/ERROR, every P2P PASSED."""
+    gr = grade(g.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
+    er = grade(e.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
+    empty_ok = (er.complete and not er.resolved
+                and all(s in ("FAILED", "ERROR") for s in er.f2p.values())
+                and all(s == "PASSED" for s in er.p2p.values()))
+    if g.exit_class == "ok" and e.exit_class == "ok" and gr.resolved and gr.complete and empty_ok:
+        c.outcome = "kept"
+    else:
+        c.outcome = (f"control_failed(gold {g.exit_class} resolved={gr.resolved}, "
+                     f"empty {e.exit_class} ok={empty_ok})")

@@ -1,0 +1,275 @@
+"""Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
+(:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
+``DIR/controls/``; it also answers empty artifacts), and grading with
+:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from eval.evaluation.slots import (
+    RETRY_REASONS,
+    EvalInputError,
+    read_rows,
+    slug,
+    text_sha256,
+    unknown_slot,
+)
+from eval.files import append_jsonl, atomic_write_text, write_json
+from eval.trialspec import task_trial_spec
+
+
+def control_key(task) -> str:
+    """sha256 (hex) of what makes a cached empty-patch control valid for ``task``: id, image,
+    base commit, eval script and the fixed lists."""
+    blob = json.dumps([task.instance_id, task.image, task.base_commit,
+                       text_sha256(task.eval_script), task.FAIL_TO_PASS, task.PASS_TO_PASS])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def grade_trial(task, res, control_log: str | None) -> dict:
+    """Grade one trial result of ``task`` into slot fields (no task/rollout ids).
+
+    ``infra_error`` → unknown (``trial_infra_error``). Any other exit class is graded from
+    its log (``harness_exit`` = the exit class unless ``ok``, where the test exit code in
+    the log decides), with ``control_log`` for attribution.
+    """
+    from eval.grading import grade
+
+    base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
+    if res.exit_class == "infra_error":
+        return {**unknown_slot("", 0, "trial_infra_error"), **base, "error": res.error}
+    rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
+                parser=task.log_parser, control_log=control_log,
+                harness_exit=None if res.exit_class == "ok" else res.exit_class)
+    out = {**base, "resolved": bool(rep.resolved), "utility": rep.utility,
+           "complete": rep.complete, "attributed": rep.attributed,
+           "classification": dict(rep.classification),
+           "unknown_reason": "incomplete_report" if rep.classification["unknown"] else None,
+           "f2p": dict(rep.f2p), "p2p": dict(rep.p2p), "missing": list(rep.missing),
+           "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status}
+    return out
+
+
+def trial_row(res) -> dict:
+    """The timing / attempt fields of a trial result recorded in a slot row (seconds)."""
+    return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
+                                         "cleanup_s", "attempts", "applied_with",
+                                         "test_exit_code")} | {"service_s": res.service_s}
+
+
+def rollout_fields(r: dict) -> dict:
+    """The fields of a rollout row recorded in its slot row."""
+    return {"format_error": r.get("format_error"), "stop_reason": r.get("stop_reason"),
+            "generated_tokens": r.get("generated_tokens"),
+            "setup_error": r.get("setup_error"),
+            "tool_calls": len(r.get("tool_calls") or []),
+            "artifact_sha256": r.get("artifact_sha256") or text_sha256(r.get("artifact") or ""),
+            "artifact_bytes": len((r.get("artifact") or "").encode("utf-8",
+                                                                   "surrogateescape")),
+            "rollout_timings": r.get("timings")}
+
+
+class _ControlTrial:
+    """A task's empty-patch control trial, graded as a slot's factual trial."""
+
+    def __init__(self, c: dict) -> None:
+        self.exit_class, self.log, self.trial_id = c["exit_class"], c["log"], c["trial_id"]
+        self.error = None
+
+
+class SlotVerifier:
+    """Verifies and grades the slots of one evaluation as their rollouts arrive.
+
+    Args:
+        out: the evaluation folder (``logs/``, ``controls/``, ``artifacts/``, ``slots.jsonl``).
+        by_id: task id → task of the split.
+        binding: the evaluation's binding (written on every slot row; subprocess rollout
+            rows of another binding are ignored when ``source == "subprocess"``).
+        todo: slots ``(task id, rollout index)`` still to grade; ``final``: graded slot rows
+            by slot (updated in place).
+        timeout_s: wall-clock limit of one trial, seconds.
+
+    ``stats`` counts trials (``trials_factual``, ``trials_control``), ``retries``,
+    ``service_s`` and ``slots_from_empty_control``.
+    """
+
+    def __init__(self, *, out: Path, by_id: dict, binding: str, source: str, todo: set,
+                 final: dict, timeout_s: float) -> None:
+        self.out, self.by_id, self.binding, self.source = out, by_id, binding, source
+        self.todo, self.final, self.timeout_s = todo, final, timeout_s
+        self.slots_path = out / "slots.jsonl"
+        self.new_rows: list[dict] = []
+        self.controls: dict[str, dict] = {}
+        self.ctrl_fut: dict = {}
+        self.pending: dict = {}  # future -> (key, rollout row)
+        self.waiting_ctrl: list[tuple[tuple[str, int], dict]] = []  # empty-artifact slots
+        self.seen_rollouts: dict[tuple[str, int], dict] = {}
+        self.stats = Counter()
+
+    def _count(self, res, kind: str) -> Path:
+        self.stats[kind] += 1
+        self.stats["retries"] += res.attempts - 1
+        self.stats["service_s"] += res.service_s
+        lp = self.out / "logs" / f"{res.trial_id}.log"
+        atomic_write_text(lp, res.log)
+        return lp
+
+    def control_of(self, tid: str, block: bool) -> dict | None:
+        """The task's control record, waiting for its trial when ``block``; None while it
+        runs (or was never started)."""
+        if tid in self.controls:
+            return self.controls[tid]
+        fut = self.ctrl_fut.get(tid)
+        if fut is None or (not block and not fut.done()):
+            return None
+        res = fut.result()
+        self._count(res, "trials_control")
+        c = {"key": control_key(self.by_id[tid]), "trial_id": res.trial_id,
+             "exit_class": res.exit_class, "log": res.log, "trial": trial_row(res)}
+        if res.exit_class == "ok":
+            write_json(self.out / "controls" / f"{slug(tid)}.json", c)
+        self.controls[tid] = c
+        return c
+
+    def ensure_control(self, pool, tid: str) -> None:
+        """Reuse the task's cached ok control when its key matches; else submit one."""
+        if tid in self.controls or tid in self.ctrl_fut:
+            return
+        cpath = self.out / "controls" / f"{slug(tid)}.json"
+        if cpath.exists():
+            try:
+                c = json.loads(cpath.read_text())
+            except (OSError, json.JSONDecodeError):
+                c = None
+            if c and c.get("key") == control_key(self.by_id[tid]) and c.get("exit_class") == "ok":
+                self.controls[tid] = c
+                return
+        spec = task_trial_spec(self.by_id[tid], "", f"evctl-{self.binding[:8]}-{slug(tid)}-"
+                               f"{uuid.uuid4().hex[:6]}", timeout_s=self.timeout_s,
+                               labels={"ecredit.role": "control"})
+        self.ctrl_fut[tid] = pool.submit(spec)
+
+    def finish(self, key, row: dict) -> None:
+        """Record a graded slot row (appended to ``slots.jsonl``)."""
+        row.update(task_id=key[0], rollout_index=key[1], repo=self.by_id[key[0]].repo,
+                   binding=self.binding, graded_at=time.time())
+        append_jsonl(self.slots_path, [row])
+        self.new_rows.append(row)
+        self.final[key] = row
+
+    def take_rollout(self, pool, r: dict) -> None:
+        """Route one rollout row: agent sandbox error → unknown; empty artifact → wait for
+        the control; else submit its factual trial."""
+        key = (r.get("task_id"), r.get("rollout_index"))
+        if key not in self.todo or key in self.seen_rollouts:
+            return
+        if self.source == "subprocess" and r.get("binding") != self.binding:
+            return
+        self.seen_rollouts[key] = r
+        art = r.get("artifact") or ""
+        fields = rollout_fields(r)
+        if art:
+            atomic_write_text(self.out / "artifacts" / f"{fields['artifact_sha256']}.patch", art)
+        self.ensure_control(pool, key[0])
+        if r.get("setup_error"):
+            self.finish(key, {**unknown_slot(*key, "agent_sandbox_error"), **fields,
+                              "trial_source": None})
+            return
+        if not art:
+            self.waiting_ctrl.append((key, r))
+            return
+        spec = task_trial_spec(self.by_id[key[0]], art, f"ev-{self.binding[:8]}-{slug(key[0])}-"
+                               f"r{key[1]}-{uuid.uuid4().hex[:6]}", timeout_s=self.timeout_s,
+                               labels={"ecredit.role": "factual"})
+        self.pending[pool.submit(spec)] = (key, r)
+
+    def drain(self, block: bool) -> None:
+        """Grade finished factual trials, then empty-artifact slots whose control is in
+        (all of them, waiting, when ``block``)."""
+        for fut in [f for f in list(self.pending) if block or f.done()]:
+            key, r = self.pending.pop(fut)
+            res = fut.result()
+            lp = self._count(res, "trials_factual")
+            c = self.control_of(key[0], block=True)
+            ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
+            g = grade_trial(self.by_id[key[0]], res, ctrl_log)
+            self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
+                              "trial": trial_row(res), "log_path": str(lp.relative_to(self.out))})
+        for key, r in list(self.waiting_ctrl):
+            c = self.control_of(key[0], block=block)
+            if c is None:
+                continue
+            self.waiting_ctrl.remove((key, r))
+            self.stats["slots_from_empty_control"] += 1
+            if c["exit_class"] == "infra_error":
+                self.finish(key, {**unknown_slot(*key, "control_infra_error"),
+                                  **rollout_fields(r), "trial_source": "empty_control",
+                                  "trial_id": c["trial_id"]})
+                continue
+            g = grade_trial(self.by_id[key[0]], _ControlTrial(c),
+                            c["log"] if c["exit_class"] == "ok" else None)
+            self.finish(key, {**g, **rollout_fields(r), "trial_source": "empty_control",
+                              "log_path": f"logs/{c['trial_id']}.log"})
+
+
+def replay_selection(src: Path, results: dict, tasks: dict, sample: int | None,
+                      seed: int) -> tuple[list[dict], dict]:
+    """The slot rows to replay (graded, of this binding, on a known task; ``sample`` of
+    them with ``random.Random(seed)``) and task id → stored control log."""
+    slots = {(r["task_id"], r["rollout_index"]): r for r in read_rows(src / "slots.jsonl")
+             if r.get("binding") == results.get("binding")}
+    chosen = [r for k, r in sorted(slots.items())
+              if r.get("unknown_reason") not in ("no_rollout", "agent_sandbox_error",
+                                                 *RETRY_REASONS) and k[0] in tasks]
+    if sample is not None and sample < len(chosen):
+        chosen = sorted(random.Random(seed).sample(chosen, sample),
+                        key=lambda r: (r["task_id"], r["rollout_index"]))
+    controls = {}
+    for tid in {r["task_id"] for r in chosen}:
+        c = src / "controls" / f"{slug(tid)}.json"
+        if c.is_file():
+            controls[tid] = json.loads(c.read_text()).get("log")
+    return chosen, controls
+
+
+
+def replay_trials(pool, src: Path, chosen: list[dict], tasks: dict, controls: dict,
+                   timeout_s: float) -> tuple[list, list[dict]]:
+    """One fresh trial per chosen slot of its stored artifact; returns the (original,
+    replay) grade pairs and one summary row per slot.
+
+    Raises: EvalInputError naming a missing artifact file.
+    """
+    futs = []
+    for r in chosen:
+        art = ""
+        if r.get("artifact_bytes"):
+            ap = src / "artifacts" / f"{r['artifact_sha256']}.patch"
+            if not ap.is_file():
+                raise EvalInputError(f"--replay: artifact {ap} missing for "
+                                     f"{r['task_id']} #{r['rollout_index']}")
+            art = ap.read_text(encoding="utf-8", errors="surrogateescape")
+        spec = task_trial_spec(tasks[r["task_id"]], art,
+                               f"rp-{slug(r['task_id'])}-r{r['rollout_index']}-"
+                               f"{uuid.uuid4().hex[:6]}", timeout_s=timeout_s,
+                               labels={"ecredit.role": "replay"})
+        futs.append((r, pool.submit(spec)))
+    pairs, rows = [], []
+    for r, fut in futs:
+        res = fut.result()
+        g = grade_trial(tasks[r["task_id"]], res, controls.get(r["task_id"]))
+        g.update(task_id=r["task_id"], rollout_index=r["rollout_index"])
+        pairs.append((r, g))
+        rows.append({"task_id": r["task_id"], "rollout_index": r["rollout_index"],
+                     "original_resolved": r.get("resolved"),
+                     "replay_resolved": g.get("resolved"),
+                     "replay_exit_class": res.exit_class,
+                     "replay_unknown_reason": g.get("unknown_reason")})
+    return pairs, rows

@@ -1,0 +1,179 @@
+"""Split loader: a task list by source name, dispatching to official loading, bundled
+building and sealed-manifest checks (DESIGN.md §4, issue 3).
+
+Sources accepted by :func:`load_tasks`:
+
+``official500``
+    SWE-bench Verified through HF ``datasets`` (hub id ``princeton-nlp/SWE-bench_Verified``,
+    split ``test``; set ``HF_HUB_OFFLINE=1`` to forbid downloads). Exactly 500 unique
+    ``instance_id`` s are required; anything else is refused with what was found.
+``official500:PATH`` (or ``load_tasks("official500", path=PATH)``)
+    The same from a local ``.parquet`` / ``.jsonl`` / ``.json`` file with the same fields.
+``holdout100``
+    The sealed manifest ``datasets/holdout100.json`` (written by ``python -m eval.holdout
+    seal``): its ids are looked up in the manifest's pool source and the sha256 checked.
+``bundled`` / ``bundled:train`` / ``bundled:holdout``
+    Tasks built from real PyPI projects by :mod:`eval.bundled` (built on first use,
+    then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
+    ``datasets/bundled_holdout.json``.
+any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
+    Rows in the SWE-bench format (:mod:`eval.tasks`). A ``.json`` file holding a sealed
+    manifest (a dict with ``"sealed": true``) loads that manifest's tasks.
+
+Training guard: ``load_tasks(..., purpose="train")`` refuses any id listed in a sealed
+manifest under ``datasets/`` (:func:`eval.sealed.check_not_sealed`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from eval.files import datasets_dir
+from eval.sealed import check_not_sealed, ids_sha256, read_manifest, sealed_ids
+from eval.tasks import Task, read_rows, tasks_from_rows
+
+#: Hub id and split of SWE-bench Verified (issue 3).
+OFFICIAL_HUB_ID = "princeton-nlp/SWE-bench_Verified"
+OFFICIAL_SPLIT = "test"
+OFFICIAL_SIZE = 500
+PURPOSES = ("eval", "train")
+
+
+def _hub_rows(hub_id: str, split: str) -> list[dict]:
+    try:
+        from datasets import load_dataset
+
+        ds = load_dataset(hub_id, split=split)
+    except Exception as exc:
+        raise RuntimeError(
+            f"official500: could not load {hub_id} split {split!r} through HF datasets "
+            f"({type(exc).__name__}: {str(exc)[:300]}). Offline? Pass a local copy as "
+            "'official500:PATH' (parquet/jsonl/json with the SWE-bench fields).") from exc
+    return [dict(r) for r in ds]
+
+
+def check_official(tasks: list[Task], source: str = "official500") -> None:
+    """Refuse anything but exactly 500 unique instance ids (SWE-bench Verified).
+
+    Raises:
+        ValueError: saying how many rows and unique ids were found and which ids repeat.
+    """
+    ids = [t.instance_id for t in tasks]
+    counts = Counter(ids)
+    dups = sorted(k for k, c in counts.items() if c > 1)
+    if len(ids) != OFFICIAL_SIZE or dups:
+        msg = (f"{source}: expected {OFFICIAL_SIZE} unique instance ids, found {len(ids)} rows "
+               f"with {len(counts)} unique ids")
+        if dups:
+            msg += f"; duplicated: {', '.join(dups[:10])}" + (" ..." if len(dups) > 10 else "")
+        raise ValueError(msg)
+
+
+def load_official(path: str | Path | None = None) -> list[Task]:
+    """SWE-bench Verified: from the hub (``path=None``) or a local file; 500 ids checked.
+
+    Raises: ValueError (malformed row, wrong count/duplicates), RuntimeError (hub unreachable),
+    FileNotFoundError.
+    """
+    if path is None:
+        rows, nums, src = _hub_rows(OFFICIAL_HUB_ID, OFFICIAL_SPLIT), None, "official500"
+    else:
+        rows, nums = read_rows(path)
+        src = f"official500 ({path})"
+    tasks = tasks_from_rows(rows, source=src, official=True, row_numbers=nums)
+    check_official(tasks, src)
+    return tasks
+
+
+# ---------------------------------------------------------------------------
+# load_tasks
+# ---------------------------------------------------------------------------
+
+def _select(tasks: list[Task], ids: list[str], source: str) -> list[Task]:
+    by_id = {t.instance_id: t for t in tasks}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{source}: {len(missing)} sealed id(s) not in the pool: "
+                         f"{', '.join(missing[:10])}")
+    return [by_id[i] for i in ids]
+
+
+def _load_manifest_tasks(manifest_path: Path, source: str) -> list[Task]:
+    man = read_manifest(manifest_path)
+    pool = load_tasks(man["pool"], purpose="eval")
+    pool_sha = ids_sha256([t.instance_id for t in pool])
+    if man.get("pool_sha256") and man["pool_sha256"] != pool_sha:
+        raise ValueError(f"{source}: pool {man['pool']!r} changed since {manifest_path} was "
+                         f"sealed (pool sha256 {pool_sha[:12]} != sealed {man['pool_sha256'][:12]})")
+    return _select(pool, man["ids"], source)
+
+
+def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = None,
+               log=None) -> list[Task]:
+    """Load a task list by source name (see the module docstring for the names).
+
+    Args:
+        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``, a
+            sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
+        purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
+        path: local file for ``official500`` (same as ``official500:PATH``).
+        log: progress printer for a bundled build (default: print to stderr).
+
+    Returns: tasks in source order.
+
+    Raises:
+        ValueError: unknown source/purpose, malformed rows, wrong official count,
+            sealed ids loaded for training (:class:`eval.sealed.SealedTaskError`).
+        FileNotFoundError: a missing file or manifest.
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose: expected one of {PURPOSES}, got {purpose!r}")
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source: expected a non-empty string, got {source!r}")
+    name, _, arg = source.partition(":")
+    if name not in ("official500", "holdout100", "bundled"):
+        name, arg = source, ""
+    if name == "official500":
+        tasks = load_official(arg or path)
+    elif name == "holdout100":
+        if arg:
+            raise ValueError(f"source: holdout100 takes no argument, got {source!r}")
+        tasks = _load_manifest_tasks(datasets_dir() / "holdout100.json", "holdout100")
+    elif name == "bundled":
+        from eval.bundled.build import ensure_built
+
+        tasks = ensure_built(log=log)
+        if arg in ("train", "holdout"):
+            if arg == "holdout":
+                tasks = _load_manifest_tasks(datasets_dir() / "bundled_holdout.json",
+                                             "bundled:holdout")
+            else:
+                sealed = sealed_ids()
+                tasks = [t for t in tasks if t.instance_id not in sealed]
+        elif arg:
+            raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
+    else:
+        p = Path(source)
+        if not p.suffix:
+            raise ValueError(f"source: unknown task source {source!r} (expected official500, "
+                             "holdout100, bundled[:train|:holdout] or a .jsonl/.json/.parquet path)")
+        if p.suffix == ".json" and p.is_file():
+            try:
+                head = json.loads(p.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                head = None
+            if isinstance(head, dict) and head.get("sealed") is True:
+                tasks = _load_manifest_tasks(p, str(p))
+                return _guard(tasks, purpose)
+        rows, nums = read_rows(p)
+        tasks = tasks_from_rows(rows, source=str(p), base_dir=p.resolve().parent,
+                                row_numbers=nums)
+    return _guard(tasks, purpose)
+
+
+def _guard(tasks: list[Task], purpose: str) -> list[Task]:
+    if purpose == "train":
+        check_not_sealed([t.instance_id for t in tasks])
+    return tasks
