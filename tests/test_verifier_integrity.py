@@ -369,6 +369,18 @@ def test_swebench_pass_reports_the_harness_verdict_apart(podman_runtime):
                                           CALC.replace("a - b", "a + b")), swebench_pass=True))
     assert plain.exit_class == "ok" and plain.log_swebench is None
     assert plain.protected_touched == [] and outcome(plain) == (1.0, True, "graded")
+    # eval.run's slot fields: both verdicts side by side
+    from eval.evaluation.verification import grade_trial
+
+    g = grade_trial(_Task, r, None)
+    assert (g["resolved"], g["resolved_swebench"], g["protected_touched"]) == (
+        False, True, ["conftest.py"])
+    g = grade_trial(_Task, plain, None)
+    assert (g["resolved"], g["resolved_swebench"], g["protected_touched"]) == (True, True, [])
+    # a repo_dir task (no second run): the harness verdict is unavailable, not guessed
+    nopass = podman_runtime.run_trial(spec("swe-nopass", artifact))
+    assert nopass.log_swebench is None
+    assert grade_trial(_Task, nopass, None)["resolved_swebench"] is None
 
 
 def test_local_runtime_applies_the_same_protection(tmp_path):
@@ -490,3 +502,24 @@ def test_artifact_cannot_plant_git_hooks_for_the_eval_script(tmp_path, podman_ru
     forced.protected = ()
     r = podman_runtime.run_trial(forced)
     assert r.exit_class == "ok" and "HOOK-RAN-IN-TRIAL" in r.log, r.log
+
+
+def test_eval_summary_reports_both_verdicts():
+    from eval.evaluation.report import render_report, summarize
+    from eval.evaluation.slots import unknown_slot
+
+    def slot(tid, i, resolved, swe, touched=()):
+        return {"task_id": tid, "rollout_index": i, "resolved": resolved,
+                "resolved_swebench": swe, "protected_touched": list(touched),
+                "classification": {"raw": True, "report_binary": resolved, "strict": resolved,
+                                   "unknown": False}}
+
+    slots = [slot("a", 0, True, True), slot("a", 1, False, True, ["conftest.py"]),
+             slot("b", 0, False, None, ["tox.ini"]), unknown_slot("b", 1, "trial_infra_error")]
+    s = summarize(slots, [("a", "r"), ("b", "r")], n=2, denominator=2)
+    assert (s["resolved"], s["resolved_swebench"], s["verdicts_differ"]) == (1, 2, 1)
+    assert s["success_swebench"] == 0.5 and s["swebench_unavailable"] == 1
+    assert s["protected_paths_touched"] == 2
+    md = render_report({"summary": s})
+    assert "`resolved_swebench`: no protected set): **2 / 4 = " in md
+    assert "changed a protected path: 2; verdicts differ: 1;" in md
