@@ -523,3 +523,24 @@ def test_eval_summary_reports_both_verdicts():
     md = render_report({"summary": s})
     assert "`resolved_swebench`: no protected set): **2 / 4 = " in md
     assert "changed a protected path: 2; verdicts differ: 1;" in md
+
+
+def test_ledger_counts_rollouts_that_touched_the_protected_set():
+    from ecredit_trl.runs.ledger import ledger_row, round_counts, round_metrics
+    from ecredit_trl.trainer import RolloutRecord
+    from sandbox import TrialResult
+
+    recs = [RolloutRecord(task_id="t", rollout_index=i, format_error=False, num_turns=1,
+                          snapshots=[]) for i in range(3)]
+    trials = [("factual", TrialResult("f0", "ok", protected_touched=["conftest.py"])),
+              ("factual", TrialResult("f1", "ok")),
+              ("factual", TrialResult("f2", "ok", protected_touched=["tox.ini", "t/x.pth"])),
+              # a counterfactual is a subset of its factual artifact: not counted twice
+              ("counterfactual", TrialResult("c0", "ok", protected_touched=["conftest.py"]))]
+    stats = [{"L": 1, "applied": False, "cap_active": False, "sel_mean": 0.0,
+              "other_mean": 0.0}] * 3
+    tot = {k: float(v) for k, v in round_counts(recs, stats, trials).items()}
+    assert tot["protected_paths_touched"] == 2
+    assert round_metrics(tot)["ecredit/protected_paths_touched"] == 2
+    assert ledger_row(tot, step=1, arm="M", wall_s=1.0, gpu_hours=0.0)[
+        "protected_paths_touched"] == 2
