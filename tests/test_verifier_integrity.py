@@ -211,6 +211,21 @@ def _attr_repo(tmp_path: Path) -> tuple[Path, str]:
     return repo, git(repo, "rev-parse", "HEAD")
 
 
+def _agent_tree(repo: Path, base: str, dest: Path) -> Path:
+    """The agent's starting tree, made the way the agent environment makes it: through
+    ``sandbox.agent_repo.agent_clone`` where that exists (issue 11 §3 work), else the
+    ``git clone --shared`` + checkout of ``ecredit_trl.agent.env._clone_at``."""
+    try:
+        from sandbox.agent_repo import agent_clone
+    except ImportError:
+        from ecredit_trl.agent.env import _clone_at
+
+        _clone_at(str(repo), base, dest)
+        return dest
+    agent_clone(repo, base, dest, dest.parent / "stores", alternates=None)
+    return dest
+
+
 def _tar_files(data: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
@@ -222,12 +237,10 @@ def _tree_files(root: Path) -> dict[str, bytes]:
 
 
 def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
-    from ecredit_trl.agent.env import _clone_at
     from eval.trialspec import repo_archive
 
     repo, base = _attr_repo(tmp_path)
-    agent = tmp_path / "agent"
-    _clone_at(str(repo), base, agent)  # how a rollout's working tree is made
+    agent = _agent_tree(repo, base, tmp_path / "agent")  # how a rollout's tree is made
     agent_files = _tree_files(agent)
     assert agent_files == _tar_files(repo_archive(repo, base))
     # the attributes really change things: git archive is not the agent's tree
@@ -242,13 +255,11 @@ def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
 @pytest.mark.podman
 def test_patch_from_the_agents_tree_applies_exactly_with_each_attribute(tmp_path,
                                                                        podman_runtime):
-    from ecredit_trl.agent.env import _clone_at
     from eval.tasks import task_from_row
     from eval.trialspec import task_trial_spec
 
     repo, base = _attr_repo(tmp_path)
-    agent = tmp_path / "agent"
-    _clone_at(str(repo), base, agent)
+    agent = _agent_tree(repo, base, tmp_path / "agent")
     before = _tree_files(agent)
     after = dict(before)
     after["ignored.txt"] = before["ignored.txt"].replace(b"kept", b"KEPT")
