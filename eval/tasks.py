@@ -79,8 +79,13 @@ class Task:
     protected_paths: dict | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back."""
-        return asdict(self)
+        """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back.
+        ``protected_paths`` is left out when None, so task files written before the field
+        existed keep their bytes (the bundled cache is compared byte for byte)."""
+        d = asdict(self)
+        if d["protected_paths"] is None:
+            del d["protected_paths"]
+        return d
 
 
 _TASK_FIELDS = {f.name for f in fields(Task)}

@@ -426,6 +426,7 @@ def test_task_protected_paths_widen_narrow_and_reach_the_trial_spec():
     from eval.trialspec import task_trial_spec
 
     t = task_from_row(_row(), 1)
+    assert "protected_paths" not in t.to_dict()  # task files without it keep their bytes
     pats = protected_set(t)
     assert set(DEFAULT_PROTECTED) <= set(pats)
     assert matches("pkg/checks/ch_one.py", pats)  # a listed test file outside the patterns
