@@ -27,7 +27,8 @@ TARGET_MS = {5000: 25.0, 20000: 80.0}
 
 def make_repo(root: Path, n_files: int) -> None:
     env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@e",
-               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@e")
+               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@e",
+               GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="gc.auto", GIT_CONFIG_VALUE_0="0")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     per_dir = 100
     for i in range(n_files):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
+
 ARMS = ("O", "B", "M", "E")
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
 
@@ -21,8 +23,8 @@ class ECreditConfig(GRPOConfig):
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
-    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1 or a
-    negative ``sandbox_retry_backoff_s``.
+    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, a
+    negative ``sandbox_retry_backoff_s`` or an agent disk limit below 1 MiB.
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -32,6 +34,10 @@ class ECreditConfig(GRPOConfig):
     test_path_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_TEST_PATTERNS),
         metadata={"help": "edit blocks touching only these paths are not eligible"})
+    snapshot_ignore: list[str] = field(
+        default_factory=lambda: list(DEFAULT_SNAPSHOT_IGNORE),
+        metadata={"help": "generated files never recorded in snapshots (dir/ = a directory "
+                          "at any depth, name = a file name, a/b = a path; fnmatch globs)"})
     selection_seed: int = field(default=0, metadata={"help": "run seed of block selection"})
     runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
@@ -46,6 +52,12 @@ class ECreditConfig(GRPOConfig):
     sandbox_retry_backoff_s: float = field(default=2.0, metadata={
         "help": "seconds before the 2nd health check; doubles each time"})
     bash_timeout_s: float = field(default=30.0, metadata={"help": "seconds per agent bash call"})
+    agent_max_file_mib: int = field(default=100, metadata={
+        "help": "largest file (MiB) an agent may write: fsize ulimit in its container and "
+                "the snapshot limit (GitHub refuses files over 100 MiB)"})
+    agent_tree_budget_mib: int = field(default=2048, metadata={
+        "help": "growth (MiB) of one rollout's working tree + snapshot store; past it the "
+                "episode ends and the rollout is excluded (disk_budget)"})
     tasks: str = field(default="bundled:train", metadata={"help": "task source (bundled:train, official500, "
                                                             "a .jsonl path, ...)"})
     max_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks"})
@@ -72,6 +84,13 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"sandbox_retries: must be >= 1, got {self.sandbox_retries}")
         if not self.sandbox_retry_backoff_s >= 0:
             raise ValueError(f"sandbox_retry_backoff_s: must be >= 0, got {self.sandbox_retry_backoff_s}")
+        for name in ("agent_max_file_mib", "agent_tree_budget_mib"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name}: must be >= 1 (MiB), got {getattr(self, name)}")
+        if isinstance(self.snapshot_ignore, str) or not all(
+                isinstance(p, str) and p.strip() for p in self.snapshot_ignore):
+            raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
+                             f"got {self.snapshot_ignore!r}")
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation

@@ -242,6 +242,8 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
 
     cls = termination_class(exc, stop)
     resumable = resumable_checkpoint(exc, cls, stop, trainer, run_dir)
+    if trainer is not None:
+        trainer.release_environments()  # containers, working trees, the run's temp root
     if runtime is not None:
         runtime.close()
     if trainer is not None:

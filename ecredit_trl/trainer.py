@@ -34,6 +34,7 @@ exactly.
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,13 +42,16 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from ecredit_trl.agent.env import AgentContext, env_factory
+from ecredit_trl.agent.calls import count_calls
+from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.planning import (
     contrast,
+    generated_by_turn,
     per_token_advantages,
     plan_query,
+    token_turns,
     turn_snapshots,
 )
 from ecredit_trl.credit.trajectory import turn_writes
@@ -83,6 +87,7 @@ class RolloutRecord:
     selected_turn: int | None = None
     selected_paths: list[str] = field(default_factory=list)
     eligible_turns: list[int] = field(default_factory=list)
+    generated_only: list[dict] = field(default_factory=list)  # turns whose only files were generated
     exclusion: str | None = None
     reward: float | None = None
     resolved: bool | None = None
@@ -98,6 +103,11 @@ class RolloutRecord:
     setup_error: str | None = None
     factual_outcome: str | None = None
     counterfactual_outcome: str | None = None
+    calls_not_run: int = 0
+    calls_after_submit: int = 0
+    submit_turn: int | None = None
+    failure: list[str] | None = None  # [reason, detail]: the episode ended on an infra failure
+    record_error: str | None = None  # traceback: building this rollout's records raised
 
 
 class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
@@ -122,7 +132,10 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         self.runtime = runtime
         self.run_dir = Path(run_dir)
         self.agent_ctx = AgentContext(tasks=tasks, runtime=runtime,
-                                      bash_timeout_s=args.bash_timeout_s)
+                                      bash_timeout_s=args.bash_timeout_s,
+                                      max_file_bytes=args.agent_max_file_mib * 2**20,
+                                      tree_budget_bytes=args.agent_tree_budget_mib * 2**20,
+                                      snapshot_ignore=tuple(args.snapshot_ignore))
         self.pool = VerifierPool(runtime, max_concurrency=args.verifier_concurrency,
                                  max_retries=args.verifier_retries)
         self._control = {}  # task id -> (GradeReport, log) of the empty-patch control
@@ -195,57 +208,101 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         control = self._control.get(task.instance_id)
         return trial_outcome(task, res, control[1] if control else None)
 
+    def _rollout_record(self, env, completion, rollout_index: int):
+        """One rollout's record and query plan, guarded (issue 11 §2).
+
+        Returns ``(record, plan)``; ``plan`` is None when the rollout is excluded before
+        any trial: its episode ended on an infra failure or the disk budget
+        (``exclusion`` = the env's failure reason) or building its records raised
+        (``record_error``, the traceback kept). Never raises for one rollout's records.
+        """
+        cfg = self.ecfg
+        messages = completion if isinstance(completion, list) else []
+        n_turns = max(1, sum(1 for m in messages if m.get("role") == "assistant"))
+        calls = list(env.calls)
+        rec = RolloutRecord(task_id=env.task.instance_id, rollout_index=rollout_index,
+                            format_error=env.valid_calls == 0, num_turns=n_turns, snapshots=[],
+                            setup_error=env.setup_error,
+                            tool_calls=[{"turn": c.turn, "name": c.name, "ok": c.ok,
+                                         "status": c.status, "seconds": round(c.seconds, 4),
+                                         "error": c.error, "arguments": c.arguments}
+                                        for c in calls])
+        try:
+            counts = count_calls(messages, calls)
+            rec.format_errors, rec.submit_turn = counts.format_errors, counts.submit_turn
+            rec.calls_not_run, rec.calls_after_submit = (counts.calls_not_run,
+                                                         counts.calls_after_submit)
+            if env.failure is not None:
+                rec.exclusion, rec.failure = env.failure[0], list(env.failure)
+                return rec, None
+            turns = [min(c.turn, n_turns) for c in calls]
+            snaps = turn_snapshots(env.base_tree, turns, [c.tree for c in calls], n_turns)
+            rec.snapshots = snaps
+            rec.writes = turn_writes(env.snapshot_repo, snaps)
+            plan = plan_query(env.snapshot_repo, snaps, task_id=rec.task_id,
+                              rollout_index=rollout_index, run_seed=cfg.selection_seed,
+                              test_patterns=cfg.test_path_patterns,
+                              format_error=rec.format_error,
+                              generated=generated_by_turn(turns, [c.generated for c in calls],
+                                                          n_turns))
+        except Exception:  # noqa: BLE001 - one rollout's records never stop the run
+            rec.exclusion, rec.record_error = "record_error", traceback.format_exc()
+            return rec, None
+        # the choice is on record before any trial runs
+        rec.selected_turn = plan.selection.selected_turn
+        rec.selected_paths = plan.selection.selected_paths
+        rec.eligible_turns = plan.selection.eligible_turns
+        rec.generated_only = plan.selection.generated_only
+        rec.exclusion = plan.exclusion
+        rec.ablation = plan.ablation
+        return rec, plan
+
     def verifier_reward(self, prompts, completions, environments=None, **kwargs) -> list[float | None]:
         """TRL reward function: verify every rollout of this process (factual + counterfactual).
 
-        Returns one terminal reward per rollout: 1.0/0.0 resolved (or the
-        utility, with ``terminal_reward="utility"``), None when unavailable.
+        Every episode has ended when TRL calls it: the agent containers are released
+        first, each rollout's records are built under a guard (:meth:`_rollout_record`),
+        then its working tree is removed. Returns one terminal reward per rollout:
+        1.0/0.0 resolved (or the utility, with ``terminal_reward="utility"``), None when
+        unavailable or the rollout was excluded before any trial.
         """
-        cfg = self.ecfg
         self._batch_trials = []
         proc, nproc = self.accelerator.process_index, self.accelerator.num_processes
         n_local = len(environments)
+        for env in environments:
+            release_sandbox(env)
         records: list[RolloutRecord] = []
         plans = []
         for i, (env, completion) in enumerate(zip(environments, completions, strict=True)):
             rollout_index = self._generation_round * n_local * nproc + proc * n_local + i
-            messages = completion if isinstance(completion, list) else []
-            n_turns = max(1, sum(1 for m in messages if m.get("role") == "assistant"))
-            calls = env.calls
-            turns = [min(c.turn, n_turns) for c in calls]
-            snaps = turn_snapshots(env.base_tree, turns, [c.tree for c in calls], n_turns)
-            fmt = _format_errors(messages, env)
-            rec = RolloutRecord(task_id=env.task.instance_id, rollout_index=rollout_index,
-                                format_error=env.valid_calls == 0, num_turns=n_turns,
-                                snapshots=snaps, format_errors=fmt,
-                                setup_error=env.setup_error,
-                                tool_calls=[{"turn": c.turn, "name": c.name, "ok": c.ok,
-                                             "seconds": round(c.seconds, 4), "error": c.error,
-                                             "arguments": c.arguments} for c in calls])
-            rec.writes = turn_writes(env.workdir, snaps)
-            plan = plan_query(env.workdir, snaps, task_id=rec.task_id,
-                              rollout_index=rollout_index, run_seed=cfg.selection_seed,
-                              test_patterns=cfg.test_path_patterns,
-                              format_error=rec.format_error)
-            # the choice is on record before any trial runs
-            rec.selected_turn = plan.selection.selected_turn
-            rec.selected_paths = plan.selection.selected_paths
-            rec.eligible_turns = plan.selection.eligible_turns
-            rec.exclusion = plan.exclusion
-            rec.ablation = plan.ablation
+            rec, plan = self._rollout_record(env, completion, rollout_index)
+            release(env)  # records built: the working tree and snapshot store go now
             records.append(rec)
             plans.append(plan)
-        self._ensure_controls({r.task_id for r in records})
+        self._verify(records, plans)
+        self._batch_records = records
+        self._round_infra = (any(r.exit_class == "infra_error" for _, r in self._batch_trials)
+                             or any(r.failure and r.failure[0] in ("sandbox_setup",
+                                                                   "sandbox_error")
+                                    for r in records))
+        return [r.reward for r in records]
 
-        # factual trials: one per rollout, empty artifacts included (a fresh sandbox each)
-        specs = [self._spec(self.tasks[r.task_id], p.final_artifact, f"f-{r.rollout_index}")
-                 for r, p in zip(records, plans, strict=True)]
-        for rec, res in zip(records, self.pool.map(specs), strict=True):
-            task = self.tasks[rec.task_id]
+    def _verify(self, records: list[RolloutRecord], plans: list) -> None:
+        """Factual trials for every planned rollout, then (arms B/M) one counterfactual
+        trial per admitted rollout; fills rewards, utilities and contrasts in place."""
+        cfg = self.ecfg
+        planned = [i for i, p in enumerate(plans) if p is not None]
+        self._ensure_controls({records[i].task_id for i in planned})
+        # factual trials: one per planned rollout, empty artifacts included (a fresh sandbox each)
+        specs = [self._spec(self.tasks[records[i].task_id], plans[i].final_artifact,
+                            f"f-{records[i].rollout_index}") for i in planned]
+        for i, res in zip(planned, self.pool.map(specs), strict=True):
+            rec = records[i]
             self._batch_trials.append(("factual", res))
             self.verified_trial_ids.append(res.trial_id)
             rec.factual = res.to_json()
-            rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(task, res)
+            rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(
+                self.tasks[rec.task_id], res)
             if rec.utility is None:
                 rec.reward = None
             elif cfg.terminal_reward == "utility":
@@ -257,7 +314,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
 
         # counterfactual trials: exactly one per admitted rollout, arms B/M only
         if cfg.arm in COUNTERFACTUAL_ARMS:
-            cf_idx = [i for i, r in enumerate(records) if r.exclusion is None]
+            cf_idx = [i for i in planned if records[i].exclusion is None]
             specs = [self._spec(self.tasks[records[i].task_id], plans[i].ablated_artifact or "",
                                 f"cf-{records[i].rollout_index}") for i in cf_idx]
             for i, res in zip(cf_idx, self.pool.map(specs), strict=True):
@@ -268,9 +325,6 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
                 rec.utility_ablated, _, rec.counterfactual_outcome = self._utility_of(
                     self.tasks[rec.task_id], res)
                 rec.contrast = contrast(rec.utility, rec.utility_ablated)
-        self._batch_records = records
-        self._round_infra = any(r.exit_class == "infra_error" for _, r in self._batch_trials)
-        return [r.reward for r in records]
 
     # -- credit injection ------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -293,29 +347,34 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             cfg.arm, advantages=A, completion_mask=out["completion_mask"],
             tool_mask=out.get("tool_mask"), contrasts=contrasts,
             selected_turns=[r.selected_turn for r in records],
-            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
+            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap,
+            submit_turns=[r.submit_turn for r in records])
         A = A.to(torch.float32)
-        self._record_batch(records, turns, A, C, time.monotonic() - t0)
+        generated = token_turns(out["completion_mask"], out.get("tool_mask"))
+        self._record_batch(records, turns, generated, A, C, time.monotonic() - t0)
         self._generation_round += 1
         return out
 
     # -- records -------------------------------------------------------------------
-    def _record_batch(self, records, turns, A, C, wall_s: float) -> None:
+    def _record_batch(self, records, turns, generated, A, C, wall_s: float) -> None:
         """Write one round's records: a trajectory row per rollout and the ledger row
-        (counts summed over ranks), and log the ``ecredit/*`` metrics."""
+        (counts summed over ranks), and log the ``ecredit/*`` metrics.
+
+        ``turns``: (B, T) credit turn map (-1 after submit); ``generated``: (B, T) turn of
+        every generated token (tokens after submit included: they are generated and cost)."""
         cfg = self.ecfg
         step = self.state.global_step + 1
         stats = []
         traj_rows = []
         for i, rec in enumerate(records):
-            row_turns = turns[i]
-            L = int((row_turns >= 0).sum())
+            row_turns, gen_turns = turns[i], generated[i]
+            L = int((gen_turns >= 0).sum())
             st = credit_stats(cfg.arm, contrast=rec.contrast if cfg.arm in COUNTERFACTUAL_ARMS
                               else None, token_turn=row_turns.cpu(),
                               selected_turn=rec.selected_turn, credit_lambda=cfg.credit_lambda,
                               credit_cap=cfg.credit_cap, advantage=float(A[i]))
             sel_mean, other_mean = credit_magnitudes(row_turns, C[i], rec.selected_turn)
-            per_turn = [int((row_turns == k).sum()) for k in range(1, rec.num_turns + 1)]
+            per_turn = [int((gen_turns == k).sum()) for k in range(1, rec.num_turns + 1)]
             stats.append({"L": L, "applied": st.applied, "cap_active": st.cap_active,
                           "sel_mean": sel_mean, "other_mean": other_mean})
             traj_rows.append(trajectory_row(rec, arm=cfg.arm, step=step, generated_tokens=L,
@@ -341,6 +400,19 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             append_jsonl(self.run_dir / "trajectories.jsonl", all_traj)
         self.ledger_rows_total += 1
         self.trajectory_rows_total += len(all_traj)
+
+    def release_environments(self) -> None:
+        """End of the session (any exit path): release every environment's container,
+        working tree and snapshot store, and remove the run's temp root. Never raises."""
+        envs = list(self.environments or [])
+        for pool in (getattr(self, "_environment_pool", None) or {}).values():
+            envs += list(pool)
+        for env in envs:
+            try:
+                release(env)
+            except Exception:  # noqa: BLE001 - cleanup goes on; gc removes what is left
+                pass
+        self.agent_ctx.close()
 
     # -- sandbox health ----------------------------------------------------------------
     def _any_rank(self, flag: bool) -> bool:
@@ -368,28 +440,6 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             raise SandboxUnavailable(f"sandbox service unavailable {where} (step "
                                      f"{self.state.global_step + 1}): "
                                      f"{error or 'reported by another rank'}")
-
-
-def _format_errors(messages: list[dict], env) -> int:
-    """Format errors of one rollout: assistant turns with no parseable tool call (before
-    a submit), tool calls that never reached the environment (unknown tool, bad
-    arguments) and calls the environment refused."""
-    errors = 0
-    submitted = False
-    requested = 0
-    for m in messages:
-        if m.get("role") != "assistant":
-            continue
-        calls = m.get("tool_calls") or []
-        if not calls and not submitted:
-            errors += 1
-        requested += len(calls)
-        if any((c.get("function") or {}).get("name") == "submit" for c in calls):
-            submitted = True
-    reached = len(env.calls)
-    errors += max(0, requested - reached)
-    errors += sum(1 for c in env.calls if not c.ok)
-    return errors
 
 
 __all__ = ["ECreditGRPOTrainer", "RolloutRecord"]

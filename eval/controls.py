@@ -1,7 +1,7 @@
 """Environment controls and admission: gold and empty patch per task, admission manifest.
 
-``python -m eval.controls --split S --out DIR [--runtime podman|local --concurrency C
---timeout-s T --task-id ID ...]``
+``python -m eval.controls --split S --out DIR [--repeats N --keep-flaky --runtime podman|local
+--concurrency C --timeout-s T --task-id ID ...]``
 
 For every task of the split, in fresh sandboxes (DESIGN.md §4, issue 6):
 
@@ -9,17 +9,27 @@ For every task of the split, in fresh sandboxes (DESIGN.md §4, issue 6):
   log for attribution);
 * **empty** control: no patch; expected F2P not passing and P2P passing.
 
+With ``--repeats N`` both run N times per task, each in a fresh container (issue 12 §3): a
+listed test whose status differs between repeats of the same patch is flaky
+(:mod:`eval.flaky`), listed per task in the manifest; a task with a flaky F2P test is not
+admitted and a flaky P2P test is dropped from the task's P2P list (``p2p_dropped``, applied
+by ``eval.run --admission``), unless ``--keep-flaky``. The counts below read the first repeat,
+graded with the P2P list after the drop.
+
 Counts (each with its id list; control ids are ``<task id>:gold`` / ``<task id>:empty``):
 ``controls``, ``raw_as_expected``, ``strict_as_expected``, ``report_binary_as_expected``,
 ``unresolved`` (gold not resolved), ``partially_observed`` (a control whose report misses a
 listed test or is rejected), ``expectation_mismatches`` (tasks whose gold is not resolved, or
-whose empty patch passes an F2P test or fails a P2P test), ``infra_errors``, ``admitted``.
+whose empty patch passes an F2P test or fails a P2P test), ``infra_errors``, ``flaky`` (tasks
+with a flaky listed test), ``admitted``.
 
 Writes ``DIR/admission.json`` (the manifest :func:`check_admission` verifies):
 
     {"schema", "kind": "admission", "split", "tasks": {"count", "sha256"}, "images":
      {name: digest}, "parsers": {repo: parser}, "unknown_rule", "admission_rule",
-     "admitted": [ids], "not_admitted": {id: [reasons]}, "runtime", "created_at"}
+     "admitted": [ids], "not_admitted": {id: [reasons]}, "runtime", "created_at",
+     "repeats", "keep_flaky", "flaky_rule", "flaky": {id: {"f2p", "p2p", "statuses",
+     "repeats"}}, "p2p_dropped": {id: [test ids]}}
 
 plus ``controls.json`` (counts, ids, per-task details), ``controls.md`` and ``logs/``. Per-task
 results are cached in ``DIR/tasks/`` keyed by the task's image digest, eval script and lists,
@@ -37,6 +47,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from eval.flaky import FLAKY_RULE, find_flaky, flaky_rule
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
            "control_counts", "main", "run_controls"]
@@ -57,7 +69,8 @@ UNKNOWN_RULE = (
 ADMISSION_RULE = (
     "admitted = no control trial ended in infra_error, the gold patch is SWE-bench resolved "
     "with a complete report, and the empty patch's report is complete with no FAIL_TO_PASS "
-    "test passing and every PASS_TO_PASS test passing."
+    "test passing and every PASS_TO_PASS test passing; with repeated controls, no repeat ended in "
+    "infra_error and no FAIL_TO_PASS test is flaky (unless --keep-flaky)."
 )
 
 
@@ -106,17 +119,20 @@ def control_counts(per_task: dict[str, dict]) -> dict:
         per_task: task id → ``{"gold": g, "empty": e}`` where each of ``g`` / ``e`` has
             ``exit_class``, ``resolved``, ``complete``, ``classification`` {raw,
             report_binary, strict, unknown}, ``f2p_passed`` (int), ``p2p_all_passing``
-            (bool); an ``infra_error`` control may hold only ``exit_class``.
+            (bool); an ``infra_error`` control may hold only ``exit_class``; optional
+            ``flaky`` (the task's flaky tests, truthy when any) and ``flaky_reasons`` (reasons
+            not to admit from the repeats: a flaky F2P test, an infra error).
 
     Returns: ``{name: {"count": int, "ids": [...]}}`` for ``controls``, ``raw_as_expected``,
         ``strict_as_expected``, ``report_binary_as_expected``, ``unresolved``,
-        ``partially_observed``, ``expectation_mismatches``, ``infra_errors``, ``admitted``,
+        ``partially_observed``, ``expectation_mismatches``, ``infra_errors``, ``flaky``,
+        ``admitted``,
         plus ``not_admitted``: task id → reasons.
     """
     ids: dict[str, list[str]] = {k: [] for k in (
         "controls", "raw_as_expected", "strict_as_expected", "report_binary_as_expected",
         "unresolved", "partially_observed", "expectation_mismatches", "infra_errors",
-        "admitted")}
+        "flaky", "admitted")}
     not_admitted: dict[str, list[str]] = {}
     for tid in sorted(per_task):
         reasons: list[str] = []
@@ -148,6 +164,9 @@ def control_counts(per_task: dict[str, dict]) -> dict:
         if mismatch:
             ids["expectation_mismatches"].append(tid)
             reasons += mismatch
+        if per_task[tid].get("flaky"):
+            ids["flaky"].append(tid)
+        reasons += per_task[tid].get("flaky_reasons") or []
         if reasons:
             not_admitted[tid] = reasons
         else:
@@ -166,10 +185,18 @@ def render_markdown(result: dict) -> str:
              "| count | value | ids (first 10) |", "|---|---|---|"]
     for k in ("controls", "raw_as_expected", "strict_as_expected", "report_binary_as_expected",
               "unresolved", "partially_observed", "expectation_mismatches", "infra_errors",
-              "admitted"):
+              "flaky", "admitted"):
         shown = ", ".join(c[k]["ids"][:10]) + (" …" if len(c[k]["ids"]) > 10 else "")
         lines.append(f"| {k} | {c[k]['count']} | {shown if k != 'controls' else ''} |")
     lines += ["", f"Admission rule: {ADMISSION_RULE}", "", f"Unknown rule: {UNKNOWN_RULE}", ""]
+    flaky = {t: r["flaky"] for t, r in result.get("per_task", {}).items() if r.get("flaky")}
+    lines += [f"Repeats per patch: {result.get('repeats', 1)}. Flaky rule: {FLAKY_RULE}", ""]
+    if flaky:
+        lines += ["## Flaky tests", "", "| task | flaky F2P | flaky P2P (dropped unless "
+                  "--keep-flaky) |", "|---|---|---|"]
+        lines += [f"| {t} | {', '.join(f['f2p']) or '–'} | {', '.join(f['p2p']) or '–'} |"
+                  for t, f in flaky.items()]
+        lines.append("")
     if c["not_admitted"]:
         lines += ["## Not admitted", "", "| task | reasons |", "|---|---|"]
         lines += [f"| {t} | {'; '.join(r)} |" for t, r in c["not_admitted"].items()]
@@ -182,22 +209,25 @@ def render_markdown(result: dict) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _task_key(task, digest: str | None) -> str:
+def _task_key(task, digest: str | None, repeats: int = 1, keep_flaky: bool = False) -> str:
     blob = json.dumps([task.instance_id, task.image, digest, task.base_commit,
                        hashlib.sha256(task.eval_script.encode()).hexdigest(),
                        hashlib.sha256(task.patch.encode()).hexdigest(),
-                       task.FAIL_TO_PASS, task.PASS_TO_PASS, task.log_parser])
+                       task.FAIL_TO_PASS, task.PASS_TO_PASS, task.log_parser]
+                      + ([repeats, keep_flaky] if repeats > 1 or keep_flaky else []))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _grade_control(task, res, *, expected: bool, control_log: str | None) -> dict:
+def _grade_control(task, res, *, expected: bool, control_log: str | None,
+                   p2p: list[str] | None = None) -> dict:
     from eval.grading import grade
 
     row = {"exit_class": res.exit_class, "trial_id": res.trial_id,
            "service_s": res.service_s, "attempts": res.attempts}
     if res.exit_class == "infra_error":
         return {**row, "error": res.error}
-    rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
+    rep = grade(res.log, f2p=list(task.FAIL_TO_PASS),
+                p2p=list(task.PASS_TO_PASS if p2p is None else p2p),
                 parser=task.log_parser, control_log=control_log,
                 harness_exit=None if res.exit_class == "ok" else res.exit_class,
                 expected_resolved=expected)
@@ -205,13 +235,14 @@ def _grade_control(task, res, *, expected: bool, control_log: str | None) -> dic
             "attributed": rep.attributed, "utility": rep.utility,
             "classification": dict(rep.classification), "f2p_passed": rep.f2p_passed,
             "p2p_all_passing": rep.p2p_all_passing, "missing": list(rep.missing),
-            "log_rejected": rep.log_rejected, "f2p": dict(rep.f2p), "p2p": dict(rep.p2p)}
+            "log_rejected": rep.log_rejected, "f2p": dict(rep.f2p), "p2p": dict(rep.p2p),
+            "parser_disagreements": len(rep.parser_disagreements)}
 
 
 def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: int = 2,
                  timeout_s: float = 600.0, max_retries: int = 1,
-                 task_ids: Sequence[str] | None = None,
-                 log: Callable[[str], None] | None = None) -> dict:
+                 task_ids: Sequence[str] | None = None, repeats: int = 1,
+                 keep_flaky: bool = False, log: Callable[[str], None] | None = None) -> dict:
     """Run gold + empty controls for every task of ``split`` and write the manifest.
 
     Args:
@@ -221,16 +252,21 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
             for digests is ``"podman"`` unless it is a ``LocalRuntime``).
         concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds.
         task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
+        repeats: runs of each patch per task (>= 1); flaky tests from 2 on (:mod:`eval.flaky`).
+        keep_flaky: admit tasks with flaky F2P tests and keep flaky P2P tests.
 
     Returns: the ``controls.json`` dict (``counts``, ``per_task``, ``manifest``).
 
-    Raises: ValueError naming ``task_ids`` entries not in the split or a bad concurrency.
+    Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
+    repeats.
     """
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
+    if repeats < 1:
+        raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
     out = Path(out)
@@ -239,17 +275,19 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     kind = runtime if isinstance(runtime, str) else (
         "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
     digests = _digests([t.image for t in tasks], kind)
-    per_task, todo = _cached_controls(tasks, out, digests)
+    per_task, todo = _cached_controls(tasks, out, digests, repeats, keep_flaky)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
     own_rt = isinstance(runtime, str)
     rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
     try:
         with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
-            _run_control_pairs(pool, todo, out, timeout_s, per_task)
+            _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
+                               keep_flaky=keep_flaky)
     finally:
         if own_rt:
             rt.close()
-    counts = control_counts({tid: {"gold": r["gold"], "empty": r["empty"]}
+    counts = control_counts({tid: {k: r.get(k) for k in ("gold", "empty", "flaky",
+                                                         "flaky_reasons")}
                              for tid, r in per_task.items()})
     ids = [t.instance_id for t in tasks]
     manifest = {
@@ -260,10 +298,14 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         "unknown_rule": UNKNOWN_RULE, "admission_rule": ADMISSION_RULE,
         "admitted": counts["admitted"]["ids"], "not_admitted": counts["not_admitted"],
         "runtime": kind, "created_at": time.time(),
+        "repeats": repeats, "keep_flaky": keep_flaky, "flaky_rule": FLAKY_RULE,
+        "flaky": {tid: r["flaky"] for tid, r in sorted(per_task.items()) if r.get("flaky")},
+        "p2p_dropped": {tid: r["p2p_dropped"] for tid, r in sorted(per_task.items())
+                        if r.get("p2p_dropped")},
     }
     _write_json(out / "admission.json", manifest)
     result = {"schema": SCHEMA, "split": split, "runtime": kind, "tasks": manifest["tasks"],
-              "counts": counts,
+              "counts": counts, "repeats": repeats, "keep_flaky": keep_flaky,
               "per_task": {tid: {k: v for k, v in r.items() if k != "key"}
                            for tid, r in sorted(per_task.items())},
               "manifest": str(out / "admission.json"), "wall_s": round(time.time() - t0, 3)}
@@ -271,8 +313,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     from eval.files import atomic_write_text as _atomic_write
 
     _atomic_write(out / "controls.md", render_markdown(result))
-    say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; manifest "
-        f"{out / 'admission.json'}")
+    say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; "
+        f"{counts['flaky']['count']} tasks with flaky tests; manifest {out / 'admission.json'}")
     return result
 
 
@@ -294,22 +336,24 @@ def _select_tasks(split: str, task_ids: Sequence[str] | None) -> list:
     return tasks
 
 
-def _cached_controls(tasks: list, out: Path, digests: dict) -> tuple[dict[str, dict], list]:
-    """Reuse ``out/tasks/<slug>.json`` when its key matches and neither trial hit an infra
+def _cached_controls(tasks: list, out: Path, digests: dict, repeats: int = 1,
+                     keep_flaky: bool = False) -> tuple[dict[str, dict], list]:
+    """Reuse ``out/tasks/<slug>.json`` when its key matches and no trial hit an infra
     error. Returns (task id → cached row, ``[(task, key, path)]`` still to run)."""
     per_task: dict[str, dict] = {}
     todo = []
     for t in tasks:
-        key = _task_key(t, digests.get(t.image))
+        key = _task_key(t, digests.get(t.image), repeats, keep_flaky)
         cp = out / "tasks" / f"{_slug(t.instance_id)}.json"
         if cp.is_file():
             try:
                 cached = json.loads(cp.read_text())
             except json.JSONDecodeError:
                 cached = None
+            trials = [] if not cached else [cached.get("gold"), cached.get("empty")] + [
+                r.get(role) for r in cached.get("repeats") or [] for role in ("gold", "empty")]
             if cached and cached.get("key") == key and all(
-                    (cached.get(r) or {}).get("exit_class") != "infra_error"
-                    for r in ("gold", "empty")):
+                    (c or {}).get("exit_class") != "infra_error" for c in trials):
                 per_task[t.instance_id] = cached
                 continue
         todo.append((t, key, cp))
@@ -317,33 +361,62 @@ def _cached_controls(tasks: list, out: Path, digests: dict) -> tuple[dict[str, d
 
 
 def _run_control_pairs(pool, todo: list, out: Path, timeout_s: float,
-                       per_task: dict[str, dict]) -> None:
-    """Empty + gold trials of every ``todo`` task, graded (gold with the empty log for
-    attribution), logs and per-task rows written; rows added to ``per_task``."""
+                       per_task: dict[str, dict], *, repeats: int = 1,
+                       keep_flaky: bool = False) -> None:
+    """``repeats`` empty + gold trials of every ``todo`` task, graded (gold with the empty log
+    for attribution), logs and per-task rows (:func:`_control_row`) written; rows added to
+    ``per_task``."""
+    from eval.files import atomic_write_text as _atomic_write
     from eval.trialspec import task_trial_spec
 
     futs = []
     for t, key, cp in todo:
         sid = f"{_slug(t.instance_id)}-{uuid.uuid4().hex[:6]}"
-        fe = pool.submit(task_trial_spec(t, "", f"ctl-empty-{sid}", timeout_s=timeout_s,
-                                         labels={"ecredit.role": "control"}))
-        fg = pool.submit(task_trial_spec(t, t.patch, f"ctl-gold-{sid}",
-                                         timeout_s=timeout_s,
-                                         labels={"ecredit.role": "control"}))
-        futs.append((t, key, cp, fe, fg))
-    for t, key, cp, fe, fg in futs:
-        re_, rg = fe.result(), fg.result()
-        for res in (re_, rg):
-            from eval.files import atomic_write_text as _atomic_write
-
+        pairs = []
+        for k in range(repeats):
+            tag = f"-r{k}" if k else ""
+            fe = pool.submit(task_trial_spec(t, "", f"ctl-empty{tag}-{sid}",
+                                             timeout_s=timeout_s,
+                                             labels={"ecredit.role": "control"}))
+            fg = pool.submit(task_trial_spec(t, t.patch, f"ctl-gold{tag}-{sid}",
+                                             timeout_s=timeout_s,
+                                             labels={"ecredit.role": "control"}))
+            pairs.append((fe, fg))
+        futs.append((t, key, cp, pairs))
+    for t, key, cp, pairs in futs:
+        results = [(fe.result(), fg.result()) for fe, fg in pairs]
+        for res in (r for pair in results for r in pair):
             _atomic_write(out / "logs" / f"{res.trial_id}.log", res.log)
-        empty = _grade_control(t, re_, expected=False, control_log=None)
-        gold = _grade_control(t, rg, expected=True,
-                              control_log=re_.log if re_.exit_class == "ok" else None)
         row = {"key": key, "task_id": t.instance_id, "repo": t.repo, "image": t.image,
-               "gold": gold, "empty": empty}
+               **_control_row(t, results, keep_flaky)}
         _write_json(cp, row)
         per_task[t.instance_id] = row
+
+
+def _control_row(t, results: list, keep_flaky: bool) -> dict:
+    """Grade every (empty, gold) repeat, name the flaky listed tests, apply the flaky rule;
+    ``gold`` / ``empty`` are the first repeat graded with the P2P list after the drop."""
+    def pair(re_, rg, p2p=None) -> tuple[dict, dict]:
+        ctl = re_.log if re_.exit_class == "ok" else None
+        return (_grade_control(t, rg, expected=True, control_log=ctl, p2p=p2p),
+                _grade_control(t, re_, expected=False, control_log=None, p2p=p2p))
+
+    graded = [pair(re_, rg) for re_, rg in results]
+    seen = {role: [{**g.get("f2p", {}), **g.get("p2p", {})} for g in rows
+                   if g["exit_class"] != "infra_error"]
+            for role, rows in (("gold", [g for g, _ in graded]), ("empty", [e for _, e in graded]))}
+    fl = find_flaky(seen, t.FAIL_TO_PASS, t.PASS_TO_PASS) if len(results) > 1 else None
+    reasons, p2p, dropped = flaky_rule(fl, t.PASS_TO_PASS, keep_flaky=keep_flaky) if fl else (
+        [], list(t.PASS_TO_PASS), [])
+    reasons += [f"repeat {k} {role}: infra_error" for k, (g, e) in enumerate(graded) if k
+                for role, c in (("gold", g), ("empty", e)) if c["exit_class"] == "infra_error"]
+    gold, empty = pair(*results[0], p2p=p2p) if dropped else graded[0]
+    return {"gold": gold, "empty": empty,
+            "repeats": [{"gold": {k: g.get(k) for k in ("exit_class", "trial_id", "resolved")},
+                         "empty": {k: e.get(k) for k in ("exit_class", "trial_id", "resolved")}}
+                        for g, e in graded[1:]],
+            "flaky": fl.to_json() if fl and fl.any else None, "flaky_reasons": reasons,
+            "p2p_dropped": dropped}
 
 
 def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podman") -> dict:
@@ -356,7 +429,9 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
             ``sandbox.images.image_digest``; ``"local"`` skips digests (images unused).
 
     Returns: ``{"path", "sha256" (of the manifest file), "split", "tasks_sha256",
-        "admitted", "not_admitted": [ids], "unknown_rule"}`` for the results.
+        "admitted", "not_admitted": [ids], "unknown_rule", "repeats", "flaky": {id: ...},
+        "p2p_dropped": {id: [test ids]}}`` for the results (``eval.run`` grades without the
+        dropped P2P tests).
 
     Raises:
         FileNotFoundError: no manifest at the path.
@@ -401,7 +476,9 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
             "split": man.get("split"), "tasks_sha256": sha,
             "admitted": len(man.get("admitted") or []),
             "not_admitted": sorted(man.get("not_admitted") or {}),
-            "digests_checked": kind == "podman", "unknown_rule": man.get("unknown_rule")}
+            "digests_checked": kind == "podman", "unknown_rule": man.get("unknown_rule"),
+            "repeats": man.get("repeats", 1), "flaky": man.get("flaky") or {},
+            "p2p_dropped": man.get("p2p_dropped") or {}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,11 +494,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-retries", type=int, default=1)
     ap.add_argument("--task-id", dest="task_ids", action="append", default=None,
                     help="only these tasks (repeatable)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of the gold and of the empty patch per task (flaky tests from 2)")
+    ap.add_argument("--keep-flaky", action="store_true",
+                    help="admit tasks with flaky FAIL_TO_PASS tests, keep flaky PASS_TO_PASS")
     args = ap.parse_args(argv)
     try:
         res = run_controls(args.split, args.out, runtime=args.runtime,
                            concurrency=args.concurrency, timeout_s=args.timeout_s,
-                           max_retries=args.max_retries, task_ids=args.task_ids)
+                           max_retries=args.max_retries, task_ids=args.task_ids,
+                           repeats=args.repeats, keep_flaky=args.keep_flaky)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

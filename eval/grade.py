@@ -6,7 +6,9 @@
 or lists) and ``repo`` (parser from swebench's ``MAP_REPO_TO_PARSER``) or ``log_parser``
 (e.g. ``"pytest"`` or ``"parse_log_pytest"``; overrides ``repo``). Prints one JSON object
 with the keys ``resolved, complete, utility, attributed, f2p, p2p, missing, duplicates,
-classification`` (see :func:`eval.grading.grade`). Exit status 0 on success, 2 on bad input
+classification, resolved_swebench_parser, parser_disagreements`` (see
+:func:`eval.grading.grade`; ``parser_disagreements`` lists every listed test swebench's own
+parser grades differently on the same log, with the reason). Exit status 0 on success, 2 on bad input
 (the message names the path or field).
 """
 
@@ -30,6 +32,8 @@ OUTPUT_KEYS = (
     "missing",
     "duplicates",
     "classification",
+    "resolved_swebench_parser",
+    "parser_disagreements",
 )
 
 
@@ -115,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                    else "utility unavailable")
         print(f"note: {why}; {len(report.missing)}/{listed} listed tests not observed; "
               f"{verdict}", file=sys.stderr)
+    if report.parser_disagreements:
+        print(f"note: {len(report.parser_disagreements)} listed tests graded differently by "
+              f"swebench's own parser (parser_disagreements)", file=sys.stderr)
     return 0
 
 

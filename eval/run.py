@@ -69,6 +69,7 @@ from eval.evaluation.report import (
 from eval.evaluation.slots import RETRY_REASONS, SCHEMA, EvalInputError, read_rows
 from eval.evaluation.verification import SlotVerifier, replay_selection, replay_trials
 from eval.files import atomic_write_text, write_json
+from eval.flaky import flaky_slot_counts
 from eval.modelref import ModelRef, resolve_model
 
 __all__ = [
@@ -287,8 +288,11 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     admission_rec = None
     if admission is not None:
         from eval.controls import check_admission
+        from eval.flaky import drop_flaky_p2p
 
         admission_rec = check_admission(admission, tasks, runtime=runtime)
+        tasks = drop_flaky_p2p(tasks, admission_rec["p2p_dropped"])  # issue 12 §3
+        by_id = {t.instance_id: t for t in tasks}
     rpath, source, model_sha = rollout_origin(rollouts, ref, out)
     binding = run_binding(model_sha256=model_sha, split=split, tasks_sha256=tasks_sha,
                           seed=seed, n=n, overrides=overrides, rollouts_source=source)
@@ -345,6 +349,7 @@ def _results(ver: SlotVerifier, tasks, n: int, denominator: int, *, t_start: flo
         "settings": _settings(ver.seen_rollouts, rpath),
         "overrides": overrides, "rollouts_source": source,
         "admission": admission_rec, "summary": summary,
+        "flaky": flaky_slot_counts([r["task_id"] for r in slot_rows], admission_rec),
         "cost": _cost(out, binding, ver.stats, summary["generated_tokens"]["total"]),
         "rollouts_exit_code": rollout_rc, "foreign_rows_ignored": foreign,
         "slots": [{k: v for k, v in r.items() if k not in ("f2p", "p2p", "missing")}

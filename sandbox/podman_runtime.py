@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
+from sandbox.disk import mark_owner
 from sandbox.trial import (
     SWEBENCH_LOG,
     Limits,
@@ -85,6 +86,7 @@ class PodmanService:
         if shutil.which("podman") is None:
             raise PodmanUnavailable("podman not found on PATH (apt-get install podman runc)")
         self._dir = Path(tempfile.mkdtemp(prefix="ecredit-podman-"))
+        mark_owner(self._dir)  # a SIGKILLed owner leaves it: `python -m sandbox gc` removes it
         self.socket = self._dir / "podman.sock"
         self.url = f"unix://{self.socket}"
         self._log = open(self._dir / "service.log", "wb")

@@ -5,6 +5,14 @@ editor tools are plain file operations) and is bind-mounted at ``/testbed`` in
 the rollout's own container. Commands run through ``podman exec`` under
 coreutils ``timeout``; output is truncated to a configured length.
 
+Agent containers run an init (Podman's ``--init``, catatonit) as PID 1, so the
+processes orphaned when a timed-out command's group is killed are reaped and
+never pile up to the pids limit; files are capped at ``max_file_bytes`` by the
+``fsize`` ulimit (a write past it fails with ``EFBIG`` / ``SIGXFSZ``). An exec the
+runtime could not start (OCI error, pids exhausted, container gone) raises
+:class:`SandboxExecError` instead of coming back as the command's output: it is an
+infra failure of the rollout, not something the agent did.
+
 :class:`PodmanSession` is isolated (no network, capabilities dropped, limits);
 :class:`LocalSession` runs on the host and exists only for the explicitly chosen
 local runtime.
@@ -20,6 +28,19 @@ from pathlib import Path
 from sandbox.trial import Limits
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
+DEFAULT_MAX_FILE_BYTES = 100 * 2**20
+"""Per-file size limit in agent containers (bytes): GitHub refuses files over 100 MiB, so no
+file of a GitHub-hosted SWE-bench repository is larger."""
+
+
+class SandboxExecError(RuntimeError):
+    """The runtime could not start (or finish) an exec in the agent's container.
+
+    Raised when the command's start marker never reached the output (OCI runtime error,
+    pids limit exhausted, container gone, API error): the command did not run as the
+    agent asked, so its "output" is not a tool result (DESIGN.md §6, sandbox failure →
+    reward). The message holds the exit status and what the runtime printed.
+    """
 
 
 def truncate(text: str, limit: int) -> str:
@@ -56,6 +77,12 @@ class PodmanSession:
         host_dir: the rollout's working tree on the host.
         limits: memory / pids / CPU limits.
         tmp_size: size of the ``/tmp`` tmpfs (podman size string, e.g. ``"256m"``).
+        max_file_bytes: ``fsize`` ulimit of every process in the container (bytes, > 0).
+        ro_mounts: ``(host dir, container path)`` pairs bind-mounted **read-only** (the
+            base store's objects, which the clone's ``objects/info/alternates`` names, so
+            ``git status``/``diff``/``stash`` work and the agent cannot write them).
+
+    The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
     caller counts it as an infra error of that rollout.
@@ -63,8 +90,13 @@ class PodmanSession:
 
     def __init__(self, runtime, image: str, host_dir: str | os.PathLike, *,
                  workdir: str = "/testbed", limits: Limits | None = None,
-                 labels: dict[str, str] | None = None, tmp_size: str = "256m") -> None:
+                 labels: dict[str, str] | None = None, tmp_size: str = "256m",
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 ro_mounts: list[tuple[str, str]] | tuple = ()) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
+
+        if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
+            raise ValueError(f"max_file_bytes: expected an int > 0, got {max_file_bytes!r}")
 
         self.runtime = runtime
         self.workdir = workdir
@@ -80,8 +112,16 @@ class PodmanSession:
                            "target": workdir, "read_only": False},
                           {"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                            "size": tmp_size, "options": ["rw", "nosuid", "nodev", "mode=1777"]}]
+        for src, target in ro_mounts:
+            args["mounts"].append({"type": "bind", "source": str(Path(src).resolve()),
+                                   "target": target, "read_only": True})
         args["read_only"] = True
-        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp"}
+        # an init as PID 1 reaps what timed-out commands orphan (no zombie pile-up)
+        args["init"] = True
+        args["ulimits"] = [*args["ulimits"], {"Name": "fsize", "Soft": max_file_bytes,
+                                              "Hard": max_file_bytes}]
+        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
+                               "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
         self.container = self._client.containers.create(**args)
@@ -92,19 +132,38 @@ class PodmanSession:
         """Run ``command`` with bash in the container; returns the (truncated) output.
 
         A non-zero exit status or a timeout is appended to the output, as a shell would show it.
+
+        Raises:
+            SandboxExecError: the exec did not start (no start marker in the output:
+                OCI error, pids exhausted, container gone) or the API call failed.
         """
+        # The wrapper prints a fresh marker before the agent's command runs: without it
+        # the runtime never started the command, whatever the exit status says (an
+        # agent's own `exit 125` still comes back as the command's status).
+        marker = f"@@ecredit-start-{uuid.uuid4().hex}@@\n".encode()
+        script = f"printf '%s\\n' '{marker.decode().strip()}'\nexec 2>&1\n{command}"
+        try:
+            code, (out, err) = self.container.exec_run(
+                ["timeout", "-s", "KILL", f"{timeout_s:g}", "bash", "-c", script],
+                workdir=self.workdir, demux=True)
+        except Exception as exc:  # podman-py APIError, connection lost
+            raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
+                                   f"{exc}") from exc
+        out, err = out or b"", err or b""
+        if not out.startswith(marker):
+            said = (out + err).decode("utf-8", errors="replace").strip()[-1000:]
+            raise SandboxExecError(f"exec did not start in {self.name} (exit status {code}): "
+                                   f"{said or 'no output'}")
         # stderr joins stdout inside the shell, so the agent sees them interleaved
-        code, (out, err) = self.container.exec_run(
-            ["timeout", "-s", "KILL", f"{timeout_s:g}", "bash", "-c", "exec 2>&1\n" + command],
-            workdir=self.workdir, demux=True)
-        text = ((out or b"") + (err or b"")).decode("utf-8", errors="replace")
+        text = (out[len(marker):] + err).decode("utf-8", errors="replace")
         if code == 137:  # timeout -s KILL reports 137 when the limit hit
             code = TIMEOUT_EXIT
         return _format(code, text, timeout_s, max_output_chars)
 
     def close(self) -> None:
-        # `sleep` as PID 1 ignores SIGTERM: remove(force=True) alone waits podman's 10 s stop
-        # timeout before its SIGKILL, on every rollout. Kill first.
+        """Kill and remove the container (idempotent; never raises)."""
+        # remove(force=True) alone sends SIGTERM and waits podman's 10 s stop timeout
+        # before its SIGKILL, on every rollout. Kill first.
         try:
             self.container.kill(signal="SIGKILL")
         except Exception:

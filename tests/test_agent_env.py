@@ -10,6 +10,7 @@ from conftest import git
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, tool_schemas
 from sandbox.images import default_image
+from sandbox.snapshot import read_blob
 
 
 @dataclass
@@ -73,7 +74,8 @@ def test_env_runs_tools_in_its_own_container_and_snapshots(task, tmp_path, podma
         assert env.valid_calls == 7
         trees = env.trees
         assert trees[0] == env.base_tree and trees[1] != env.base_tree
-        assert git(env.workdir, "show", f"{env.final_tree}:calc.py").endswith("return a + b")
+        assert read_blob(env.snapshot_repo, env.final_tree, "calc.py")[1].endswith(
+            b"return a + b\n")
     finally:
         release(env)
     assert env.workdir is None
@@ -116,7 +118,7 @@ def test_rollout_bash_is_confined_to_its_working_tree(task, tmp_path, podman_run
         # no capabilities, no privilege escalation, own process namespace
         assert "CapEff:\t0000000000000000" in sh("grep CapEff /proc/self/status")
         assert "NoNewPrivs:\t1" in sh("grep NoNewPrivs /proc/self/status")
-        assert sh("cat /proc/1/cmdline | tr '\\0' ' '").strip() == "sleep infinity"
+        assert sh("cat /proc/1/cmdline | tr '\\0' ' '").split() == ["/run/podman-init", "--", "sleep", "infinity"]
         assert "exit code" in sh("mount -t tmpfs none /mnt 2>&1")
         # no network: only the loopback interface, outside addresses unreachable
         assert sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").split() == ["lo"]

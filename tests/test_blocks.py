@@ -79,8 +79,9 @@ def _expected_restore(repo, final, source, paths):
 
 
 def _script(repo: Path, turns) -> list[str]:
-    """Run each turn function on the working tree, snapshot after each."""
-    with Snapshotter(repo) as snap:
+    """Run each turn function on the working tree, snapshot after each (the fixture's own
+    ``.git`` is the store, so ``repo`` holds the trees after the snapshotter closes)."""
+    with Snapshotter(repo, store=repo / ".git") as snap:
         snaps = [snap.base_tree]
         for fn in turns:
             fn(repo)

@@ -71,3 +71,134 @@ def test_every_bundled_holdout_task_admitted(tmp_path, podman_runtime):
     again = run_controls("bundled:holdout", tmp_path, runtime=podman_runtime,
                          log=lambda *_: None)
     assert again["counts"]["admitted"]["count"] == n and again["wall_s"] < res["wall_s"]
+
+
+# --------------------------------------------------------------------------- flaky tests
+
+FLAKY_TESTS = '''\
+import os
+from pathlib import Path
+
+from calc import add
+
+
+def _run_number(name):
+    """How many times this test ran under this patch (a counter file per test and patch)."""
+    patch = "gold" if add(1, 2) == 3 else "empty"
+    p = Path(os.environ["FLAKY_DIR"]) / f"{name}-{patch}"
+    n = int(p.read_text()) + 1 if p.exists() else 1
+    p.write_text(str(n))
+    return n
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_keep():
+    assert add(0, 0) == 0
+
+
+def test_flaky():  # passes the first time under each patch, then fails
+    assert _run_number("flaky") == 1
+
+
+def test_flaky_f2p():  # fixed by the gold patch, but only the first time
+    assert add(1, 2) == 3 and _run_number("flaky_f2p") == 1
+'''
+
+
+def _flaky_tasks(tmp_path, git):
+    """Two user tasks on one repo (LocalRuntime): A has a flaky P2P test, B a flaky F2P test."""
+    import sys
+
+    from eval.tasks import Task, save_tasks
+
+    r = tmp_path / "repo"
+    r.mkdir()
+    (r / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (r / "test_calc.py").write_text(FLAKY_TESTS)
+    git(r, "init", "-q")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    base = git(r, "rev-parse", "HEAD")
+    gold = ("--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n"
+            "-    return a - b\n+    return a + b\n")
+    tasks = []
+    for name, f2p, p2p in (("a", ["test_add"], ["test_flaky", "test_keep"]),
+                           ("b", ["test_flaky_f2p"], ["test_keep"])):
+        counters = tmp_path / f"counters-{name}"
+        counters.mkdir()
+        script = (f"export FLAKY_DIR={counters}\necho '>>>>> Start Test Output'\n"
+                  f"{sys.executable} -m pytest -rA -p no:cacheprovider test_calc.py\n"
+                  "echo '>>>>> End Test Output'\n")
+        tasks.append(Task(
+            instance_id=f"local__flaky-{name}", repo="local/flaky", base_commit=base,
+            problem_statement="add", patch=gold, test_patch="",
+            FAIL_TO_PASS=[f"test_calc.py::{t}" for t in f2p],
+            PASS_TO_PASS=[f"test_calc.py::{t}" for t in p2p], version="0",
+            environment_setup_commit=base, image="local", eval_script=script,
+            log_parser="parse_log_pytest", repo_dir=str(r)))
+    save_tasks(tasks, tmp_path / "tasks.jsonl")
+    return str(tmp_path / "tasks.jsonl"), tasks
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e", "PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def _reset_counters(tmp_path):
+    for d in tmp_path.glob("counters-*"):
+        for f in d.iterdir():
+            f.unlink()
+
+
+@pytest.mark.filterwarnings("ignore:LocalRuntime is not isolated")
+def test_repeated_controls_name_flaky_tests(tmp_path):
+    from eval.flaky import FLAKY_RULE
+
+    split, tasks = _flaky_tasks(tmp_path, _git)
+    a, b = (t.instance_id for t in tasks)
+    res = run_controls(split, tmp_path / "ctl", runtime="local", concurrency=1, repeats=2,
+                       log=lambda *_: None)
+    man = json.loads((tmp_path / "ctl" / "admission.json").read_text())
+    assert man["repeats"] == 2 and man["keep_flaky"] is False and man["flaky_rule"] == FLAKY_RULE
+    assert man["flaky"][a]["p2p"] == ["test_calc.py::test_flaky"] and man["flaky"][a]["f2p"] == []
+    assert man["flaky"][a]["statuses"] == {"gold": {"test_calc.py::test_flaky": ["PASSED",
+                                                                                 "FAILED"]},
+                                           "empty": {"test_calc.py::test_flaky": ["PASSED",
+                                                                                  "FAILED"]}}
+    assert man["flaky"][b]["f2p"] == ["test_calc.py::test_flaky_f2p"]
+    assert man["p2p_dropped"] == {a: ["test_calc.py::test_flaky"]}
+    assert man["admitted"] == [a]  # the flaky P2P test is dropped, the flaky F2P task is not
+    assert man["not_admitted"][b] == ["flaky FAIL_TO_PASS: test_calc.py::test_flaky_f2p"]
+    c = res["counts"]
+    assert c["flaky"]["ids"] == [a, b] and c["controls"]["count"] == 4
+    assert res["per_task"][a]["gold"]["resolved"] is True
+    assert "test_calc.py::test_flaky" not in res["per_task"][a]["gold"]["p2p"]
+    assert len(list((tmp_path / "ctl" / "logs").iterdir())) == 8  # 2 tasks x 2 patches x 2
+    assert "## Flaky tests" in (tmp_path / "ctl" / "controls.md").read_text()
+    rec = check_admission(tmp_path / "ctl", tasks, runtime="local")
+    assert rec["p2p_dropped"] == man["p2p_dropped"] and rec["repeats"] == 2
+
+    # --keep-flaky: both admitted, nothing dropped, the flaky tests still named
+    _reset_counters(tmp_path)
+    res = run_controls(split, tmp_path / "keep", runtime="local", concurrency=1, repeats=2,
+                       keep_flaky=True, log=lambda *_: None)
+    man = json.loads((tmp_path / "keep" / "admission.json").read_text())
+    assert man["admitted"] == [a, b] and man["p2p_dropped"] == {}
+    assert sorted(man["flaky"]) == [a, b]
+
+    # one run per patch measures nothing
+    _reset_counters(tmp_path)
+    res = run_controls(split, tmp_path / "once", runtime="local", concurrency=1,
+                       log=lambda *_: None)
+    man = json.loads((tmp_path / "once" / "admission.json").read_text())
+    assert man["repeats"] == 1 and man["flaky"] == {} and man["admitted"] == [a, b]
+    with pytest.raises(ValueError, match="--repeats"):
+        run_controls(split, tmp_path / "bad", runtime="local", repeats=0)

@@ -90,3 +90,26 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
     before = sum(1 for r in res["slots"] if r["classification"]["unknown"]
                  and (r["task_id"], r["rollout_index"]) in kept)
     assert s2["unknown"] == before + 1
+    assert res["flaky"]["repeats"] is None and "flaky tests: not measured" in report
+
+    # under an admission manifest: a dropped flaky P2P test is not graded; slots are counted
+    from eval.controls import run_controls
+
+    run_controls(str(split_file), tmp_path / "ctl", runtime=podman_runtime, log=lambda *_: None)
+    man_p = tmp_path / "ctl" / "admission.json"
+    man = json.loads(man_p.read_text())
+    t0 = _lines(split_file)[0]
+    dropped = t0["PASS_TO_PASS"][:1]
+    man["flaky"] = {t0["instance_id"]: {"f2p": [], "p2p": dropped, "statuses": {},
+                                        "repeats": {}}}
+    man["p2p_dropped"] = {t0["instance_id"]: dropped}
+    man_p.write_text(json.dumps(man))
+    res3 = evaluate(out=tmp_path / "ev3", rollouts=out / "rollouts.jsonl", admission=man_p,
+                    **common)
+    assert res3["flaky"] == {"repeats": 1, "tasks_with_flaky": 1, "slots_of_flaky_tasks": 2,
+                             "slots_depending_on_flaky": 0, "p2p_tests_dropped": 1}
+    graded = [r for r in _lines(tmp_path / "ev3" / "slots.jsonl")
+              if r["task_id"] == t0["instance_id"] and r.get("p2p")]
+    assert graded and all(dropped[0] not in r["p2p"] for r in graded)
+    assert all(len(r["p2p"]) == len(t0["PASS_TO_PASS"]) - 1 for r in graded)
+    assert "1 flaky P2P tests dropped" in (tmp_path / "ev3" / "report.md").read_text()

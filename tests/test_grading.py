@@ -25,6 +25,7 @@ from eval.grading import (
     MISSING,
     GradeReport,
     Observation,
+    ParserDisagreement,
     grade,
     parse_log,
     parser_for_repo,
@@ -383,8 +384,10 @@ def odd_log(tmp_path_factory) -> str:
 
 def test_odd_status_map_exact(odd_log):
     r = grade(odd_log, f2p=[], p2p=[], parser="pytest")
+    assert r.reader == "pytest_report"
     assert r.status_map == {
-        ODD + "test_p[a": "FAILED",  # "[a b]" PASSED and "[a c]" FAILED, both cut at the space
+        ODD + "test_p[a b]": "PASSED",  # ids keep their spaces (swebench cuts them at "[a")
+        ODD + "test_p[a c]": "FAILED",
         ODD + "test_p[[x]]": "PASSED",
         ODD + "test_p[\\xe9]": "PASSED",
         ODD + "test_p[x[y]": "PASSED",
@@ -397,33 +400,37 @@ def test_odd_status_map_exact(odd_log):
         ODD + "test_xps": "FAILED",  # strict XPASS is reported as FAILED
         ODD + "test_err": "ERROR",
     }
-    assert r.duplicates == {ODD + "test_p[a": ["PASSED", "FAILED"]}
+    assert r.duplicates == {}
     # the skip summary "SKIPPED [1] test_odd.py:NN: nope" and "XPASS ..." carry no test id
     assert "SKIPPED [1] test_odd.py:" in odd_log and f"XPASS {ODD}test_xp - known" in odd_log
     for o in r.observations:
+        assert o.style == "summary"
         assert line_of(odd_log, o).startswith(o.status + " " + o.test_id)
 
 
-def test_id_with_space_is_missing_not_passed(odd_log, tmp_path):
+def test_id_with_space_is_found_exactly(odd_log, tmp_path):
     """parse_log_pytest splits on whitespace: "PASSED test_odd.py::test_p[a b]" yields the id
-    "test_odd.py::test_p[a" — the listed id is MISSING (never silently passed), and the
-    truncated key also collects "[a c]"'s FAILED (last wins)."""
+    "test_odd.py::test_p[a" (which also collects "[a c]"'s FAILED). The grader recognises the
+    listed id exactly, and counts the case where swebench's verdict differs."""
     assert f"PASSED {ODD}test_p[a b]" in odd_log
     listed = [ODD + "test_p[a b]"]
     r = grade(odd_log, f2p=listed, p2p=[ODD + "TestA::test_same"], parser="pytest")
-    assert r.f2p == {ODD + "test_p[a b]": MISSING}
-    assert r.missing == listed
-    assert (r.complete, r.utility, r.resolved) == (False, None, False)
-    assert r.swebench_report["FAIL_TO_PASS"]["failure"] == listed
-    assert r.classification["unknown"]
-    # the control cannot observe it either, so it can never be attributed
-    a = grade(odd_log, f2p=listed, p2p=[], parser="pytest", control_log=odd_log)
-    assert (a.utility, a.attributed, a.control_complete) == (None, False, False)
-    assert not swebench_resolved(tmp_path, odd_log, listed, [], "parse_log_pytest")
-    # the id as SWE-bench stores such tests (cut at the space) matches the merged key
+    assert r.f2p == {ODD + "test_p[a b]": "PASSED"}
+    assert r.missing == []
+    assert (r.complete, r.utility, r.resolved) == (True, 1.0, True)
+    assert r.classification["strict"] is True
+    assert r.resolved_swebench_parser is False
+    assert r.parser_disagreements == [
+        ParserDisagreement(ODD + "test_p[a b]", "PASSED", MISSING, "id_with_whitespace")]
+    assert not swebench_resolved(tmp_path, odd_log, listed, [ODD + "TestA::test_same"],
+                                 "parse_log_pytest")
+    r = grade(odd_log, f2p=[ODD + "test_p[a c]"], p2p=[], parser="pytest")
+    assert r.f2p == {ODD + "test_p[a c]": "FAILED"} and r.utility == 0.0
+    # the id as SWE-bench stores such tests (cut at the space) reads as swebench reads it
     cut = grade(odd_log, f2p=[ODD + "test_p[a"], p2p=[], parser="pytest")
     assert cut.f2p == {ODD + "test_p[a": "FAILED"} and cut.complete
     assert cut.utility == 0.0 and not cut.classification["strict"]
+    assert cut.parser_disagreements == [] and cut.resolved_swebench_parser is False
 
 
 def test_odd_swebench_semantics(odd_log, tmp_path):
@@ -625,12 +632,12 @@ def test_astropy_snippet_pytest_v2(tmp_path):
     assert parser_for_repo("astropy/astropy")[0] == "parse_log_pytest_v2"
     r = grade(ASTROPY_LOG, f2p=[Q + "test_fmt[unit with space]", Q + "test_color"],
               p2p=[Q + "test_old"], parser="astropy/astropy")
-    # pytest_v2 keeps spaces in ids (unlike parse_log_pytest), strips ANSI colour codes,
-    # reads the old "<id> PASSED" form, and appends an XFAIL line's reason to its id
+    # report lines: spaces kept in ids, ANSI colour codes stripped, the old "<id> PASSED"
+    # form read, an XFAIL line's " - reason" not part of its id
     assert r.status_map == {
         Q + "test_fmt[unit with space]": "PASSED",
         Q + "test_bad": "FAILED",
-        Q + "test_known - reason here": "XFAIL",
+        Q + "test_known": "XFAIL",
         Q + "test_color": "PASSED",
         Q + "test_old": "PASSED",
     }
@@ -641,12 +648,19 @@ def test_astropy_snippet_pytest_v2(tmp_path):
     assert r.resolved == swebench_resolved(
         tmp_path, ASTROPY_LOG, list(r.f2p), list(r.p2p), "parse_log_astropy")
     r = grade(ASTROPY_LOG, f2p=[Q + "test_known"], p2p=[Q + "test_bad"], parser="astropy/astropy")
-    assert r.f2p == {Q + "test_known": MISSING} and r.p2p == {Q + "test_bad": "FAILED"}
-    # the same log through parse_log_pytest (pytest-dev/pytest) cuts the id at the space
+    # the XFAIL line names test_known (pytest_v2 keys it with its reason appended)
+    assert r.f2p == {Q + "test_known": "XFAIL"} and r.p2p == {Q + "test_bad": "FAILED"}
+    assert r.parser_disagreements == [
+        ParserDisagreement(Q + "test_known", "XFAIL", MISSING, "swebench_key_differs")]
+    # listed as swebench's pytest_v2 keys it: read exactly, no disagreement
+    r = grade(ASTROPY_LOG, f2p=[Q + "test_known - reason here"], p2p=[], parser="astropy")
+    assert r.f2p == {Q + "test_known - reason here": "XFAIL"} and r.resolved
+    assert r.parser_disagreements == [] and r.resolved_swebench_parser is True
+    # the same log through parse_log_pytest (pytest-dev/pytest): the spaced id is found too
     r = grade(ASTROPY_LOG, f2p=[Q + "test_fmt[unit with space]"], p2p=[],
               parser="pytest-dev/pytest")
-    assert r.f2p == {Q + "test_fmt[unit with space]": MISSING}
-    assert r.status_map[Q + "test_fmt[unit"] == "PASSED"
+    assert r.f2p == {Q + "test_fmt[unit with space]": "PASSED"}
+    assert [d.reason for d in r.parser_disagreements] == ["id_with_whitespace"]
 
 
 # --------------------------------------------------------------------------- rules, errors
@@ -787,7 +801,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 CLI_KEYS = ["resolved", "complete", "utility", "attributed", "f2p", "p2p", "missing",
-            "duplicates", "classification"]
+            "duplicates", "classification", "resolved_swebench_parser", "parser_disagreements"]
 
 
 def test_cli_django(tmp_path):

@@ -34,6 +34,11 @@ def repo(tmp_path):
     return r
 
 
+def sgit(snap, *args: str) -> str:
+    """git on the snapshotter's private store (where every snapshot tree lives)."""
+    return git(snap.git_dir.parent, f"--git-dir={snap.git_dir}", *args)
+
+
 def _state(r):
     """The agent-visible git state that snapshots must never change."""
     return (git(r, "rev-parse", "HEAD"), git(r, "symbolic-ref", "-q", "HEAD"),
@@ -52,10 +57,11 @@ def test_snapshot_records_tree_without_touching_agent_state(repo):
         before = _state(repo)
         s1 = snap.snapshot()
         assert _state(repo) == before
-    assert git(repo, "show", f"{s1}:pkg/a.py") == "A = 10"
-    assert git(repo, "show", f"{s1}:new.txt") == "untracked"
-    names = git(repo, "ls-tree", "-r", "--name-only", s1).split()
-    assert "x.log" not in names and "pkg/b.py" not in names
+        assert sgit(snap, "show", f"{s1}:pkg/a.py") == "A = 10"
+        assert sgit(snap, "show", f"{s1}:new.txt") == "untracked"
+        names = sgit(snap, "ls-tree", "-r", "--name-only", s1).split()
+        assert "x.log" not in names and "pkg/b.py" not in names
+    assert not snap.git_dir.exists()  # the private store goes with close()
 
 
 def test_changed_paths_kinds(repo):
@@ -70,7 +76,8 @@ def test_changed_paths_kinds(repo):
         (repo / "blob.bin").write_bytes(bytes(data))  # binary
         os.symlink("pkg/a.py", repo / "link")  # symlink created
         s1 = snap.snapshot()
-    got = {c.path: (c.status, c.old_mode, c.new_mode) for c in changed_paths(repo, s0, s1)}
+        got = {c.path: (c.status, c.old_mode, c.new_mode)
+               for c in changed_paths(snap.git_dir, s0, s1)}
     assert got == {
         "blob.bin": ("M", "100644", "100644"),
         "c.py": ("A", "000000", "100644"),
@@ -90,15 +97,16 @@ def test_restore_paths_blob_mode_and_deletion(repo):
         (repo / "c.py").write_text("C\n")
         (repo / "pkg" / "b.py").unlink()
         s2 = snap.snapshot()
-    # undo turn 2 (c.py created, b.py deleted) on the final tree
-    t = restore_paths(repo, s2, s1, ["c.py", "pkg/b.py"])
-    assert t == s1
-    # undo turn 1 on the final tree: a.py and run.sh come back, turn 2 stays
-    t = restore_paths(repo, s2, s0, ["pkg/a.py", "run.sh"])
-    assert git(repo, "show", f"{t}:pkg/a.py") == "A = 1"
-    assert git(repo, "ls-tree", t, "run.sh").split()[0] == "100644"
-    assert git(repo, "show", f"{t}:c.py") == "C"
-    assert "pkg/b.py" not in git(repo, "ls-tree", "-r", "--name-only", t).split()
+        st = snap.git_dir
+        # undo turn 2 (c.py created, b.py deleted) on the final tree
+        t = restore_paths(st, s2, s1, ["c.py", "pkg/b.py"])
+        assert t == s1
+        # undo turn 1 on the final tree: a.py and run.sh come back, turn 2 stays
+        t = restore_paths(st, s2, s0, ["pkg/a.py", "run.sh"])
+        assert sgit(snap, "show", f"{t}:pkg/a.py") == "A = 1"
+        assert sgit(snap, "ls-tree", t, "run.sh").split()[0] == "100644"
+        assert sgit(snap, "show", f"{t}:c.py") == "C"
+        assert "pkg/b.py" not in sgit(snap, "ls-tree", "-r", "--name-only", t).split()
 
 
 def test_restore_to_empty_tree_and_not_restorable(repo):
@@ -111,24 +119,25 @@ def test_restore_to_empty_tree_and_not_restorable(repo):
         assert s1 == EMPTY_TREE
         (repo / "pkg").write_text("now a file\n")  # file where a dir was
         s2 = snap.snapshot()
-    everything = [c.path for c in changed_paths(repo, s0, s1)]
-    assert restore_paths(repo, s1, s0, everything) == s0
-    # restoring pkg/a.py while the final tree has a *file* named pkg fails
-    with pytest.raises(SnapshotError):
-        restore_paths(repo, s2, s0, ["pkg/a.py"])
+        st = snap.git_dir
+        everything = [c.path for c in changed_paths(st, s0, s1)]
+        assert restore_paths(st, s1, s0, everything) == s0
+        # restoring pkg/a.py while the final tree has a *file* named pkg fails
+        with pytest.raises(SnapshotError):
+            restore_paths(st, s2, s0, ["pkg/a.py"])
 
 
 def test_artifact_applies_on_clean_base_binary_included(repo, tmp_path):
     with Snapshotter(repo) as snap:
         s0 = snap.snapshot()
-        assert artifact(repo, s0, s0) == ""
+        assert artifact(snap.git_dir, s0, s0) == ""
         (repo / "pkg" / "a.py").write_text("A = 42\n")
         (repo / "blob.bin").write_bytes(bytes(range(255, -1, -1)) * 3)
         (repo / "new" / "deep").mkdir(parents=True)
         (repo / "new" / "deep" / "f.txt").write_text("hello\n")
         os.chmod(repo / "run.sh", 0o755)
         s1 = snap.snapshot()
-    patch = artifact(repo, s0, s1)
+        patch = artifact(snap.git_dir, s0, s1)
     assert "GIT binary patch" in patch
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(repo), str(clone))
@@ -145,18 +154,19 @@ def test_agent_git_commands_do_not_break_snapshots(repo):
         git(repo, "checkout", "-q", "-b", "agent-branch")
         git(repo, "commit", "-qam", "agent commit")
         s1 = snap.snapshot()
-        assert git(repo, "show", f"{s1}:pkg/a.py") == "A = 5"
+        assert sgit(snap, "show", f"{s1}:pkg/a.py") == "A = 5"
         (repo / "pkg" / "b.py").write_text("B = 7\n")
         git(repo, "stash", "-q")  # the working tree goes back to the agent's commit
         s2 = snap.snapshot()
-        assert git(repo, "show", f"{s2}:pkg/b.py") == "B = 2"
+        assert sgit(snap, "show", f"{s2}:pkg/b.py") == "B = 2"
         git(repo, "stash", "pop", "-q")
         (repo / ".git" / "index").unlink()
         (repo / "untracked.py").write_text("u\n")
         s3 = snap.snapshot()
-    assert git(repo, "show", f"{s3}:pkg/b.py") == "B = 7"
-    assert git(repo, "show", f"{s3}:untracked.py") == "u"
-    assert [c.path for c in changed_paths(repo, s0, s3)] == ["pkg/a.py", "pkg/b.py", "untracked.py"]
+        assert sgit(snap, "show", f"{s3}:pkg/b.py") == "B = 7"
+        assert sgit(snap, "show", f"{s3}:untracked.py") == "u"
+        assert [c.path for c in changed_paths(snap.git_dir, s0, s3)] == [
+            "pkg/a.py", "pkg/b.py", "untracked.py"]
     assert git(repo, "stash", "list") == ""
 
 
@@ -170,3 +180,5 @@ def test_first_snapshot_seeds_from_repo_index(repo, monkeypatch):
 def test_errors_name_the_repo(tmp_path):
     with pytest.raises(SnapshotError, match="not a git working tree"):
         Snapshotter(tmp_path)
+    with pytest.raises(SnapshotError, match="neither a git directory"):
+        changed_paths(tmp_path, EMPTY_TREE, EMPTY_TREE)

@@ -59,6 +59,8 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
     assert len({t["rollout_index"] for t in trajs}) == len(trajs)
     for t in trajs:  # replay format of the credit issue, plus our fields
         assert set(t) >= {"task_id", "rollout_index", "format_error", "turns"}
+        # turns whose only files were generated ones (never recorded) are named, not blocks
+        assert all(g["turn"] not in t["eligible_turns"] for g in t["generated_only"])
         assert sum(turn["generated_tokens"] for turn in t["turns"]) == t["generated_tokens"]
     cf = sum(r["trials_counterfactual"] for r in ledger)
     factual = sum(r["trials_factual"] for r in ledger)

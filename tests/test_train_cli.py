@@ -12,6 +12,8 @@ from conftest import REPO_ROOT
     (["--arm", "B", "--credit_lambda", "-1"], "credit_lambda: must be >= 0, got -1.0"),
     (["--arm", "B", "--config", "/nonexistent.yaml"], "--config: no such file /nonexistent.yaml"),
     (["--arm", "B", "--credit_lamda", "0.3"], "--credit_lamda"),
+    (["--arm", "B", "--snapshot_ignore", "*.pyc", " "],
+     "snapshot_ignore: expected a list of non-empty glob strings"),
 ])
 def test_bad_arguments_fail_with_one_line(args, expected, tmp_path):
     proc = subprocess.run([sys.executable, "ecredit_trl/train.py", *args, "--runs_dir",

@@ -166,3 +166,45 @@ def test_replay_errors(repo, tmp_path):
         replay(traj, repo, base, work)
     with pytest.raises(ReplayError, match="checkout"):
         replay(Trajectory("t", 0, False, ()), repo, "f" * 40, tmp_path / "w3")
+
+
+def test_turn_writes_then_replay_keeps_symlinks_and_modes(repo, tmp_path):
+    """Issue 11 §3: a rollout's trees → turn_writes → JSON → replay gives the same trees
+    (a symlink stays mode 120000, executable bits stay what they are)."""
+    import os
+
+    from ecredit_trl.credit.trajectory import turn_writes
+    from sandbox.snapshot import Snapshotter
+
+    base = git(repo, "rev-parse", "HEAD")
+    agent = tmp_path / "agent"
+    git(tmp_path, "clone", "-q", str(repo), str(agent))
+    with Snapshotter(agent, base=base, objects_from=repo) as snap:
+        trees = [snap.base_tree]
+        os.symlink("pkg/a.py", agent / "link")  # new symlink
+        os.chmod(agent / "run.sh", 0o755)  # mode only
+        (agent / "tool.sh").write_text("#!/bin/sh\n")
+        os.chmod(agent / "tool.sh", 0o755)  # new executable
+        trees.append(snap.snapshot())
+        (agent / "link").unlink()
+        os.symlink("run.sh", agent / "link")  # retargeted symlink
+        (agent / "pkg" / "a.py").unlink()
+        os.symlink("../run.sh", agent / "pkg" / "a.py")  # file -> symlink
+        os.chmod(agent / "run.sh", 0o644)  # exec bit removed
+        trees.append(snap.snapshot())
+        (agent / "link").unlink()
+        (agent / "link").write_text("now a file\n")  # symlink -> file
+        trees.append(snap.snapshot())
+        writes = turn_writes(snap.git_dir, trees)
+    assert writes[0]["link"] == {"symlink": "pkg/a.py"}
+    assert writes[0]["run.sh"] == {"text": "echo hi\n", "executable": True}
+    assert writes[1]["pkg/a.py"] == {"symlink": "../run.sh"}
+    assert writes[2]["link"] == "now a file\n"
+    rec = {"task_id": "t", "rollout_index": 0, "format_error": False,
+           "turns": [{"generated_tokens": 1, "writes": w} for w in writes]}
+    traj = parse_trajectory(json.loads(json.dumps(rec)))
+    assert traj.turns[0].writes["link"] == FileWrite(b"pkg/a.py", symlink=True)
+    assert replay(traj, repo, base, tmp_path / "replayed") == trees
+    with pytest.raises(TrajectoryFormatError, match="symlink"):
+        parse_trajectory(_rec(turns=[{"generated_tokens": 1,
+                                      "writes": {"l": {"symlink": "x", "executable": True}}}]))

@@ -6,11 +6,26 @@ exposes every public method as a tool (schema from signature + docstring).
 Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 ``str_replace``, ``insert``) and ``submit``.
 
-Each rollout gets its own working tree (a shared clone of the task repository
-at ``base_commit``) and, with the Podman runtime, its own container with that
-tree mounted at ``/testbed``. After every tool call the tree is snapshotted
-(``sandbox.snapshot``); the trainer groups those snapshots into turns with the
-assistant messages of the completion (one turn = one assistant message).
+Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
+root commit holding the base tree, objects in a per-task base store) and, with
+the Podman runtime, its own container with that tree mounted at ``/testbed`` and
+the base store's objects mounted read-only at the (container) path the clone's
+alternates name, so git works inside (status, diff, stash, checkout) and the agent can
+neither see history beyond the base nor write what other rollouts share. After every tool call
+the tree is snapshotted through a private git directory outside the agent's mount
+(``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
+git. The trainer groups those snapshots into turns with the assistant messages of
+the completion (one turn = one assistant message); trees live in
+:attr:`SWEAgentEnv.snapshot_repo`.
+
+Every tool call is recorded and followed by a snapshot, whatever it raised
+(issue 11 §2): an editor error is the policy's (``status="error"``); anything else
+(the runtime could not start the exec, an API error, a snapshot error) ends the
+episode as an infra failure of the rollout (:attr:`SWEAgentEnv.failure`), which the
+trainer excludes with its reason. The tree is measured at every snapshot: growth
+past ``tree_budget_bytes`` or a file over ``max_file_bytes`` ends the episode with
+``disk_budget`` and removes the rollout's files. The container is released as soon
+as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
 """
 
 from __future__ import annotations
@@ -25,15 +40,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecredit_trl.agent import editor
-from sandbox.session import open_session
-from sandbox.snapshot import Snapshotter
+from sandbox.agent_repo import agent_clone
+from sandbox.disk import mark_owner, tree_usage
+from sandbox.local_runtime import LocalRuntime
+from sandbox.session import DEFAULT_MAX_FILE_BYTES, open_session
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
+DEFAULT_TREE_BUDGET_BYTES = 2 * 2**30
+"""Growth a rollout may add to its working tree + snapshot store (bytes) before the episode
+ends with ``disk_budget``: room for build outputs of SWE-bench repositories (compiled
+extensions, test caches), far below what 64 rollouts of a round may hold on one host."""
+
+CALL_STATUSES = ("ok", "error", "infra", "after_submit", "ended")
+"""ToolCall.status: ran; refused by the editor/tool (the policy's error); failed in the
+sandbox (infra); refused because the patch was submitted; refused because the episode
+had ended on a failure or the disk budget."""
+
+FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget")
 
 
 @dataclass
 class ToolCall:
-    """One executed tool call: name, arguments, whether it was valid, seconds, tree after."""
+    """One tool call that reached the environment: name, arguments, whether it was valid
+    (``ok``), seconds, the tree after it, the turn that made it, its error text, its
+    ``status`` (one of :data:`CALL_STATUSES`) and the generated files (not recorded,
+    see ``sandbox.snapshot``) that appeared."""
 
     name: str
     arguments: dict
@@ -42,6 +74,8 @@ class ToolCall:
     tree: str
     turn: int
     error: str | None = None
+    status: str = "ok"
+    generated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -54,9 +88,20 @@ class AgentContext:
         runtime: a sandbox runtime (Podman or local) for agent sessions.
         bash_timeout_s: wall-clock limit of one ``bash`` call (seconds).
         max_output_chars: tool output is truncated to this many characters.
-        workroot: where rollout working trees are made (temporary by default).
+        workroot: where rollout working trees are made (default: a fresh
+            ``ecredit-rollouts-*`` temp directory marked with this process as owner,
+            removed by :meth:`close`).
         turn: the assistant generation now running (1-based), advanced by the
             trainer before each generation; tool calls record it as their turn.
+        max_file_bytes: per-file size limit in agent containers (``fsize`` ulimit) and
+            in snapshots (bytes).
+        tree_budget_bytes: growth of one rollout's tree + snapshot store over its size
+            at reset (bytes) before the episode ends with ``disk_budget``.
+
+        snapshot_ignore: generated-file patterns never recorded in snapshots
+            (``ECreditConfig.snapshot_ignore``; not agent-writable).
+
+    Raises: ValueError naming the field for a non-positive limit.
     """
 
     tasks: dict
@@ -65,12 +110,27 @@ class AgentContext:
     max_output_chars: int = 2000
     workroot: str | None = None
     turn: int = 0
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    tree_budget_bytes: int = DEFAULT_TREE_BUDGET_BYTES
+    snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _owns_workroot: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "tree_budget_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name}: expected an int > 0 (bytes), got {v!r}")
         if self.workroot is None:
             self.workroot = tempfile.mkdtemp(prefix="ecredit-rollouts-")
+            mark_owner(self.workroot)
+            self._owns_workroot = True
         Path(self.workroot).mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        """Remove the temp working root this context made (a given ``workroot`` is kept)."""
+        if self._owns_workroot and self.workroot:
+            shutil.rmtree(self.workroot, ignore_errors=True)
 
 
 class SWEAgentEnv:
@@ -91,6 +151,8 @@ class SWEAgentEnv:
         self.calls: list[ToolCall] = []
         self.submitted = False
         self.setup_error: str | None = None
+        self.failure: tuple[str, str] | None = None  # (reason, detail): episode ended on it
+        self.usage_at_reset = 0
         self.started = 0.0
 
     # -- lifecycle -------------------------------------------------------------
@@ -109,30 +171,50 @@ class SWEAgentEnv:
         self.calls = []
         self.submitted = False
         self.setup_error = None
+        self.failure = None
         self.started = time.monotonic()
         if not getattr(self.task, "repo_dir", None):
             raise ValueError(f"repo_dir: task {iid} has no local repository; agent sessions "
                              "need one (SWE-bench image tasks: extract /testbed first)")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
-        _clone_at(self.task.repo_dir, self.task.base_commit, self.workdir)
-        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit)
+        with self.ctx._lock:  # one base store per task, made by the first rollout
+            on_host = self.ctx.runtime is None or isinstance(self.ctx.runtime, LocalRuntime)
+            object_dirs = agent_clone(self.task.repo_dir, self.task.base_commit, self.workdir,
+                                      Path(self.ctx.workroot) / ".bases",
+                                      **({"alternates": None} if on_host else {}))
+        # before the agent runs: the private store borrows the donor's objects, never the clone's
+        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
+                                       objects_from=self.task.repo_dir,
+                                       ignore=self.ctx.snapshot_ignore)
         self.base_tree = self.snapshotter.base_tree
+        store = getattr(self.snapshotter, "_tmp", None)
+        if store is not None:
+            mark_owner(store)  # `python -m sandbox gc` keeps it while we live
+        self.usage_at_reset = self._usage().total_bytes
         if self.ctx.runtime is not None:
+            kw = {}
+            if not _is_local(self.ctx.runtime):
+                kw["max_file_bytes"] = self.ctx.max_file_bytes
             try:
                 self.session = open_session(self.ctx.runtime, self.task.image, self.workdir,
                                             workdir=getattr(self.task, "workdir", "/testbed"),
-                                            labels={"ecredit.task": iid})
-            except Exception as exc:  # counted by the trainer as an infra error
+                                            labels={"ecredit.task": iid},
+                                            ro_mounts=object_dirs, **kw)
+            except Exception as exc:  # an infra failure of this rollout, not the policy's
                 self.session = None
                 self.setup_error = f"{type(exc).__name__}: {exc}"
+                self.failure = ("sandbox_setup", self.setup_error)
         return None
+
+    def _close_session(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            session.close()
 
     def _close(self) -> None:
         """Stop the sandbox and remove the working tree. Private: TRL exposes every
         public method as a tool, so only tools are public here (see :func:`release`)."""
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        self._close_session()
         if self.snapshotter is not None:
             self.snapshotter.close()
             self.snapshotter = None
@@ -140,18 +222,93 @@ class SWEAgentEnv:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
-    def _record(self, name: str, arguments: dict, fn) -> str:
-        t0 = time.monotonic()
-        ok, error = True, None
+    def _fail(self, reason: str, detail: str) -> None:
+        """End the episode on an infra failure or the disk budget (first reason wins)."""
+        if self.failure is None:
+            self.failure = (reason, detail)
+        self._close_session()
+
+    def _stores(self) -> list[Path]:
+        """Git object stores and snapshot directories of this rollout (counted in the
+        budget; their compressed objects are not held to the per-file limit)."""
+        out = []
+        if self.workdir is not None:
+            out.append(self.workdir / ".git" / "objects")
+        store = getattr(self.snapshotter, "_tmp", None)
+        if store is not None:
+            out.append(Path(store))
+        return out
+
+    def _usage(self):
+        return tree_usage([self.workdir] if self.workdir is not None else [], self._stores())
+
+    def _last_tree(self) -> str:
+        return self.calls[-1].tree if self.calls else getattr(self, "base_tree", "")
+
+    def _snapshot_after(self) -> str:
+        """Measure, then snapshot the tree; never raises. A failure or an exhausted disk
+        budget ends the episode and keeps the last good tree."""
+        if self.snapshotter is None or self.workdir is None:
+            return self._last_tree()
+        use = self._usage()
+        grown = use.total_bytes - self.usage_at_reset
+        over = None
+        if use.largest_bytes > self.ctx.max_file_bytes:
+            over = (f"file {Path(use.largest_path).name!r} holds {use.largest_bytes} bytes, "
+                    f"over the per-file limit of {self.ctx.max_file_bytes}")
+        elif grown > self.ctx.tree_budget_bytes:
+            over = (f"the tree grew by {grown} bytes, over the rollout budget of "
+                    f"{self.ctx.tree_budget_bytes}")
+        if over is not None:
+            self._fail("disk_budget", over)
+            self._remove_files()
+            return self._last_tree()
         try:
-            if self.submitted and name != "submit":
-                raise editor.EditorError("The patch was already submitted; no more actions are taken.")
+            return self.snapshotter.snapshot()
+        except Exception as exc:  # noqa: BLE001 - a rollout's records never stop the run
+            self._fail("snapshot_error", f"{type(exc).__name__}: {exc}")
+            return self._last_tree()
+
+    def _remove_files(self) -> None:
+        """Remove the rollout's working tree and snapshot store now (disk budget)."""
+        self._close_session()
+        if self.snapshotter is not None:
+            self.snapshotter.close()
+            self.snapshotter = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _record(self, name: str, arguments: dict, fn) -> str:
+        """Run one tool call, then snapshot and record it, whatever it raised."""
+        t0 = time.monotonic()
+        turn = max(1, self.ctx.turn)
+        if self.failure is not None:  # ended: setup failed, sandbox error, disk budget
+            reason, detail = self.failure
+            msg = f"The episode has ended ({reason}: {detail}); no more actions are taken."
+            self.calls.append(ToolCall(name, arguments, False, 0.0, self._last_tree(), turn,
+                                       msg, "ended"))
+            return f"ERROR: {msg}"
+        if self.submitted and name != "submit":
+            msg = "The patch was already submitted; no more actions are taken."
+            self.calls.append(ToolCall(name, arguments, False, 0.0, self._last_tree(), turn,
+                                       msg, "after_submit"))
+            return f"ERROR: {msg}"
+        ok, error, status = True, None, "ok"
+        try:
             out = fn()
         except editor.EditorError as exc:
-            ok, error, out = False, str(exc), f"ERROR: {exc}"
-        tree = self.snapshotter.snapshot() if self.snapshotter else ""
-        self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree,
-                                   max(1, self.ctx.turn), error))
+            ok, error, status, out = False, str(exc), "error", f"ERROR: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the sandbox failed, not the policy
+            error = f"{type(exc).__name__}: {exc}"
+            ok, status = False, "infra"
+            out = f"ERROR: the sandbox failed ({error}); the episode has ended."
+            self._fail("sandbox_error", error)
+        tree = self._snapshot_after()
+        generated = list(self.snapshotter.generated_new) if self.snapshotter else []
+        self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree, turn,
+                                   error, status, generated))
+        if self.failure is not None and status == "ok":
+            out = f"{out}\nERROR: the episode has ended ({self.failure[0]}: {self.failure[1]})."
         return out
 
     # -- tools (public methods are exposed to the model by TRL) ---------------
@@ -217,13 +374,22 @@ class SWEAgentEnv:
         def run():
             self.submitted = True
             return "Submitted. The repository's current state is the final patch."
-        return self._record("submit", {}, run)
+        out = self._record("submit", {}, run)
+        self._close_session()  # the episode is over: release the container now
+        return out
 
     # -- what the trainer reads after the rollout (properties: not tools) -------
     @property
     def trees(self) -> list[str]:
         """Tree after each tool call, in call order (S after call i)."""
         return [c.tree for c in self.calls]
+
+    @property
+    def snapshot_repo(self) -> Path | None:
+        """The private git directory holding every snapshot tree of this rollout (the
+        ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
+        before ``reset`` and after release."""
+        return self.snapshotter.git_dir if self.snapshotter else None
 
     @property
     def final_tree(self) -> str:
@@ -237,8 +403,23 @@ class SWEAgentEnv:
 
 
 def release(env: SWEAgentEnv) -> None:
-    """Stop ``env``'s sandbox and remove its working tree."""
+    """Stop ``env``'s sandbox and remove its working tree (once its records are written)."""
     env._close()
+
+
+def release_sandbox(env: SWEAgentEnv) -> None:
+    """Release ``env``'s container now (its episode has ended); the working tree stays for
+    the records. Idempotent; never raises."""
+    try:
+        env._close_session()
+    except Exception:  # noqa: BLE001 - close() swallows its own errors; be sure
+        env.session = None
+
+
+def _is_local(runtime) -> bool:
+    from sandbox.local_runtime import LocalRuntime
+
+    return isinstance(runtime, LocalRuntime)
 
 
 def env_factory(context: AgentContext):
@@ -249,7 +430,8 @@ def env_factory(context: AgentContext):
 
 
 def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:
-    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest``."""
+    """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest`` (host-side
+    reading only; agent sessions use ``sandbox.agent_repo.agent_clone``)."""
     env_cmd = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*env_cmd, "clone", "-q", "--shared", "--no-checkout", str(repo_dir),
                     str(dest)], check=True, capture_output=True)

@@ -30,12 +30,14 @@ Each rollout is one JSON line, a superset of the replay format of
 
     {"task_id", "rollout_index", "format_error", "turns": [{"generated_tokens", "writes",
       "text", "tool_calls", "stop"}], "artifact", "artifact_sha256", "generated_tokens",
-     "tool_calls": [{"turn", "name", "arguments", "ok", "seconds", "error"}],
-     "format_errors", "stop_reason", "submitted", "setup_error", "timings": {...},
+     "tool_calls": [{"turn", "name", "arguments", "ok", "status", "seconds", "error"}],
+     "format_errors", "stop_reason", "submitted", "setup_error", "failure", "timings": {...},
      "seed", "model_sha256", "binding", "settings": {...}}
 
 ``stop_reason``: ``submit``, ``no_tool_call``, ``max_turns``, ``token_budget``,
-``context_limit``. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s``,
+``context_limit``. ``failure``: ``[reason, detail]`` when the episode ended on an infra
+failure or the disk budget (:attr:`SWEAgentEnv.failure`; after ``disk_budget`` the files
+are gone: empty artifact, no writes), else null. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s``,
 ``tools_s``, ``artifact_s``, ``total_s``.
 
 Resumable: rows already in ``--out`` with the same binding are kept and their slots skipped;
@@ -124,8 +126,17 @@ def run_rollout(policy: Policy, env, task, *, rollout_index: int, seed: int,
     ep = _episode(policy, env, prompt_ids, settings, rseed)
 
     t0 = time.monotonic()
-    env_calls, snaps = _record_turn_writes(env, ep.turns, ep.stop)
-    patch = artifact(env.workdir, env.base_tree, env.final_tree)
+    failure = list(env.failure) if env.failure else None
+    if failure and failure[0] == "disk_budget":  # its files (and snapshots) are removed
+        env_calls, snaps, patch = list(env.calls), [], ""
+        if not ep.turns:  # keep K >= 1 for the replay format
+            ep.turns.append({"generated_tokens": 0, "text": "", "tool_calls": [],
+                             "executed": False, "stop": ep.stop})
+        for t in ep.turns:
+            t["writes"] = {}
+    else:
+        env_calls, snaps = _record_turn_writes(env, ep.turns, ep.stop)
+        patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
     artifact_s = time.monotonic() - t0
     turns = ep.turns
     return {
@@ -136,9 +147,11 @@ def run_rollout(policy: Policy, env, task, *, rollout_index: int, seed: int,
         "generated_tokens": sum(t["generated_tokens"] for t in turns),
         "completion_tokens": len(ep.completion),
         "tool_calls": [{"turn": c.turn, "name": c.name, "arguments": c.arguments, "ok": c.ok,
-                        "seconds": round(c.seconds, 4), "error": c.error} for c in env_calls],
+                        "status": c.status, "seconds": round(c.seconds, 4), "error": c.error}
+                       for c in env_calls],
         "format_errors": _format_errors(turns, env_calls),
         "stop_reason": ep.stop, "submitted": env.submitted, "setup_error": env.setup_error,
+        "failure": failure,
         "snapshots": snaps, "seed": seed, "sampling_seed": rseed,
         "timings": {"setup_s": round(setup_s, 4), "generate_s": round(ep.gen_s, 4),
                     "tools_s": round(ep.tools_s, 4), "artifact_s": round(artifact_s, 4),
@@ -254,7 +267,7 @@ def _record_turn_writes(env, turns: list[dict], stop: str) -> tuple[list, list[s
     env_calls = list(env.calls)
     snaps = turn_snapshots(env.base_tree, [min(c.turn, n_turns) for c in env_calls],
                            [c.tree for c in env_calls], n_turns)
-    writes = turn_writes(env.workdir, snaps)
+    writes = turn_writes(env.snapshot_repo, snaps)
     for t, w in zip(turns, writes, strict=False):
         t["writes"] = w
     if not turns:  # keep K >= 1 so the replay format has S_0..S_K

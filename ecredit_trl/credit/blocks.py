@@ -36,7 +36,7 @@ import hashlib
 import json
 import operator
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
@@ -363,6 +363,9 @@ class SelectionRecord:
         selected_turn: the selected turn, or None.
         selected_paths: paths of the selected block (empty when none).
         test_patterns: the test-path patterns used.
+        generated_only: turns that made no block because every file they created was a
+            generated file (``sandbox.snapshot.DEFAULT_SNAPSHOT_IGNORE``, never recorded):
+            ``[{"turn": k, "paths": [...]}]``, sorted by turn.
     """
 
     task_id: str
@@ -375,6 +378,7 @@ class SelectionRecord:
     selected_turn: int | None
     selected_paths: list[str] = field(default_factory=list)
     test_patterns: list[str] = field(default_factory=lambda: list(DEFAULT_TEST_PATTERNS))
+    generated_only: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -382,8 +386,13 @@ class SelectionRecord:
     @classmethod
     def build(cls, *, task_id: str, rollout_index: int, run_seed: int,
               blocks: Sequence[EditBlock], judged: Sequence[Eligibility],
-              test_patterns: Iterable[str] = DEFAULT_TEST_PATTERNS) -> SelectionRecord:
+              test_patterns: Iterable[str] = DEFAULT_TEST_PATTERNS,
+              generated: Mapping[int, Sequence[str]] | None = None) -> SelectionRecord:
         """Select (with :func:`select_block`) and record the choice.
+
+        ``generated`` maps a turn to the generated files that appeared in it (not in
+        any snapshot); a turn with such files and no block is reported in
+        ``generated_only``.
 
         Raises: ValueError when ``blocks`` and ``judged`` disagree on turns.
         """
@@ -398,7 +407,10 @@ class SelectionRecord:
                    blocks=[b.to_json() for b in blocks],
                    eligibility=[e.to_json() for e in judged],
                    eligible_turns=eligible, selected_turn=sel, selected_paths=paths,
-                   test_patterns=list(test_patterns))
+                   test_patterns=list(test_patterns),
+                   generated_only=[{"turn": k, "paths": sorted(ps)}
+                                   for k, ps in sorted((generated or {}).items())
+                                   if ps and k not in {b.turn for b in blocks}])
 
 
 # ----------------------------------------------------------------------------

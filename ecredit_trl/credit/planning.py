@@ -7,7 +7,7 @@ verifier-blind and recorded before any trial runs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -41,10 +41,36 @@ def token_turns(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -
     return torch.where(gen, turn, torch.full_like(turn, -1))
 
 
+def credit_turns(turns: torch.Tensor, submit_turns: Sequence[int | None] | None) -> torch.Tensor:
+    """The turn map the credit sees: tokens of turns after the row's submit become -1.
+
+    Args:
+        turns: (B, T) int64 from :func:`token_turns` (-1 on tokens that are not generated).
+        submit_turns: per row, the 1-based turn whose call submitted the patch (None: no
+            submit); None for the whole argument: no row submitted.
+
+    Returns: (B, T) int64; equal to ``turns`` except that ``turns > submit_turn`` is -1.
+    Tokens generated after ``submit`` get C = 0 in every arm and, like tool-result
+    tokens, count in neither L nor m (DESIGN.md §3 "Tokens after submit"), so B and M
+    still carry the same mass s·λ·D·L.
+
+    Raises: ValueError when ``submit_turns`` does not have one entry per row.
+    """
+    if submit_turns is None:
+        return turns
+    if len(submit_turns) != turns.shape[0]:
+        raise ValueError(f"submit_turns: expected {turns.shape[0]} entries, got {len(submit_turns)}")
+    big = torch.iinfo(torch.long).max
+    cut = torch.tensor([big if s is None else int(s) for s in submit_turns],
+                       dtype=torch.long, device=turns.device)
+    return torch.where(turns > cut[:, None], torch.full_like(turns, -1), turns)
+
+
 def per_token_advantages(arm: str, *, advantages: torch.Tensor, completion_mask: torch.Tensor,
                          tool_mask: torch.Tensor | None, contrasts: Sequence[float | None],
                          selected_turns: Sequence[int | None], credit_lambda: float,
-                         credit_cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         credit_cap: float, submit_turns: Sequence[int | None] | None = None,
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask`` (DESIGN.md §2).
 
     Args:
@@ -52,11 +78,14 @@ def per_token_advantages(arm: str, *, advantages: torch.Tensor, completion_mask:
         completion_mask, tool_mask: (B, T) {0,1} (``tool_mask`` may be None).
         contrasts: D per row (None: unavailable, or not used by the arm).
         selected_turns: the selected block's turn per row (None: no selection).
+        submit_turns: per row, the turn of the accepted ``submit`` (None: none); tokens
+            of later turns get C = 0 (:func:`credit_turns`). A still applies to them.
 
     Returns: ``(per_token, C, turns)``: (B, T) float32 advantages for TRL's
-    token-level loss, (B, T) float32 coefficients C, (B, T) int64 turn map.
+    token-level loss, (B, T) float32 coefficients C, (B, T) int64 credit turn map
+    (:func:`credit_turns`: -1 on tool-result tokens and on tokens after submit).
     """
-    turns = token_turns(completion_mask, tool_mask)
+    turns = credit_turns(token_turns(completion_mask, tool_mask), submit_turns)
     A = advantages.to(torch.float32)
     C = credit_coefficients_batch(arm, advantages=A.detach().cpu().tolist(), contrasts=contrasts,
                                   token_turn=turns.cpu(), selected_turns=selected_turns,
@@ -99,6 +128,18 @@ def turn_snapshots(base_tree: str, call_turns: Sequence[int], call_trees: Sequen
     return snaps
 
 
+def generated_by_turn(call_turns: Sequence[int], call_generated: Sequence[Sequence[str]],
+                      num_turns: int) -> dict[int, list[str]]:
+    """Turn (1-based, clipped to ``num_turns``) → generated files that appeared in its
+    calls (``ToolCall.generated``), for ``SelectionRecord.generated_only``; turns
+    without any are left out."""
+    out: dict[int, list[str]] = {}
+    for t, paths in zip(call_turns, call_generated, strict=True):
+        if paths:
+            out.setdefault(min(max(1, t), num_turns), []).extend(paths)
+    return out
+
+
 def contrast(u_factual: float | None, u_ablated: float | None) -> float | None:
     """D = U(P) − U(P\\b); None when either utility is unavailable (DESIGN.md §3)."""
     if u_factual is None or u_ablated is None:
@@ -128,13 +169,16 @@ class QueryPlan:
 
 
 def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: int,
-               run_seed: int, test_patterns: Sequence[str], format_error: bool) -> QueryPlan:
+               run_seed: int, test_patterns: Sequence[str], format_error: bool,
+               generated: Mapping[int, Sequence[str]] | None = None) -> QueryPlan:
     """Blocks, eligibility, selection and ablation for one rollout (no verifier input).
 
     Args:
         repo: git repository holding the snapshot trees.
         snapshots: ``[S_0, ..., S_K]``.
         format_error: the trajectory never produced a valid tool call.
+        generated: turn → generated files that appeared in it (not recorded; reported
+            in ``selection.generated_only`` when the turn made no block).
 
     Returns: :class:`QueryPlan`. Raises SnapshotError for unknown trees.
     """
@@ -143,7 +187,8 @@ def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: i
     blocks = edit_blocks(repo, snapshots)
     judged = eligibility(repo, snapshots, blocks, test_patterns=test_patterns)
     sel = SelectionRecord.build(task_id=task_id, rollout_index=rollout_index, run_seed=run_seed,
-                                blocks=blocks, judged=judged, test_patterns=test_patterns)
+                                blocks=blocks, judged=judged, test_patterns=test_patterns,
+                                generated=generated)
     final = artifact(repo, snapshots[0], snapshots[-1])
     exclusion = None
     if format_error:

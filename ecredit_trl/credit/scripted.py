@@ -124,7 +124,7 @@ def gold_info(task, tmp: Path) -> GoldInfo:
     def reader(path: str) -> bytes:  # reads the task repository, which outlives ``tmp``
         return _git(["cat-file", "blob", f"{task.base_commit}:{path}"], task.repo_dir)
 
-    with Snapshotter(work) as snap:
+    with Snapshotter(work, store=work / ".git") as snap:  # our clone: its .git is ours alone
         _git(["apply", "--whitespace=nowarn", "-"], work, input=task.patch.encode())
         gold_tree = snap.snapshot()
         base_tree = snap.base_tree

@@ -15,7 +15,8 @@ A trajectory file is JSONL, one rollout per line (issue 4):
   newline translation), ``null`` (delete; deleting an absent path is a no-op),
   or an object ``{"base64": str}`` (raw bytes) or ``{"text": str}``; either object
   form may add ``"executable": bool`` (mode 100755 / 100644; absent = keep the
-  file's current mode, 100644 for a new file). Within a turn, deletions are
+  file's current mode, 100644 for a new file); ``{"symlink": str}`` makes the path a
+  symbolic link (mode 120000) to that target, as git records it. Within a turn, deletions are
   applied first (directories they leave empty are removed), then writes in
   path order; a turn with no writes is allowed (it still has a snapshot).
 * ``generated_tokens`` (int >= 0) counts the policy-generated tokens of the
@@ -45,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from sandbox.snapshot import Snapshotter
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 __all__ = [
     "FileWrite",
@@ -82,14 +83,18 @@ class FileWrite:
         data: the bytes to write, or None to delete the path.
         executable: True → mode 100755, False → 100644, None → keep the
             current mode (100644 for a new file).
+        symlink: the path becomes a symbolic link whose target is ``data``.
     """
 
     data: bytes | None
     executable: bool | None = None
+    symlink: bool = False
 
     def to_json(self):
         if self.data is None:
             return None
+        if self.symlink:
+            return {"symlink": self.data.decode("utf-8", errors="surrogateescape")}
         try:
             text = self.data.decode("utf-8")
         except UnicodeDecodeError:
@@ -190,6 +195,13 @@ def _parse_write(where: str, field_: str, value: object) -> FileWrite:
         return FileWrite(value.encode("utf-8", errors="surrogateescape"))
     if isinstance(value, dict):
         keys = set(value)
+        if "symlink" in keys:
+            if keys != {"symlink"} or not isinstance(value["symlink"], str) \
+                    or not value["symlink"] or "\0" in value["symlink"]:
+                raise _fail(where, f"{field_}.symlink", "expected {'symlink': non-empty "
+                            "target string} and no other key")
+            return FileWrite(value["symlink"].encode("utf-8", errors="surrogateescape"),
+                             symlink=True)
         allowed = {"base64", "text", "executable"}
         if keys - allowed:
             raise _fail(where, field_, f"unknown keys {sorted(keys - allowed)} "
@@ -379,9 +391,12 @@ def _apply_write(work: Path, path: str, w: FileWrite, turn: int) -> None:
     mode = None
     if dest.is_file() and not dest.is_symlink():
         mode = stat.S_IMODE(dest.stat().st_mode)
-    if dest.is_symlink():
+    if dest.is_symlink() or (w.symlink and dest.exists()):
         dest.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if w.symlink:
+        os.symlink(os.fsdecode(w.data), dest)
+        return
     dest.write_bytes(w.data)
     if w.executable is not None:
         mode = 0o755 if w.executable else 0o644
@@ -390,7 +405,8 @@ def _apply_write(work: Path, path: str, w: FileWrite, turn: int) -> None:
 
 
 def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str,
-           workdir: str | os.PathLike) -> list[str]:
+           workdir: str | os.PathLike, *,
+           ignore: Sequence[str] = DEFAULT_SNAPSHOT_IGNORE) -> list[str]:
     """Replay a trajectory's writes and snapshot after every turn.
 
     Args:
@@ -401,6 +417,7 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
         workdir: an absent or empty directory; it becomes the replay clone and
             holds every snapshot tree (pass it as ``repo`` to
             :mod:`ecredit_trl.credit.blocks`). The caller removes it.
+        ignore: generated-file patterns never recorded (see ``sandbox.snapshot``).
 
     Returns:
         ``[S_0, S_1, ..., S_K]`` tree ids (length K + 1).
@@ -413,7 +430,8 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
     source: DESIGN.md §3 "Trajectory"
     """
     work = checkout_base(repo_dir, base_commit, workdir)
-    with Snapshotter(work, base="HEAD") as snap:
+    # the clone's .git is ours alone: it becomes the private store (our config, attributes)
+    with Snapshotter(work, base="HEAD", store=work / ".git", ignore=ignore) as snap:
         snaps = [snap.base_tree]
         for k, turn in enumerate(trajectory.turns, start=1):
             ordered = sorted(turn.writes.items(), key=lambda kv: (kv[1].data is not None, kv[0]))
@@ -430,38 +448,31 @@ def remove_workdir(workdir: str | os.PathLike) -> None:
 
 def turn_writes(repo, snaps: Sequence[str]) -> list[dict]:
     """Per turn k = 1..K, the replay-format writes from ``S_{k-1}`` to ``S_k``: path → UTF-8
-    text, ``None`` (deleted), ``{"base64": ...}`` for bytes that are not UTF-8, or
-    ``{"text"|"base64": ..., "executable": bool}`` when the mode changed to/from 100755.
+    text, ``None`` (deleted), ``{"base64": ...}`` for bytes that are not UTF-8,
+    ``{"text"|"base64": ..., "executable": bool}`` when the mode changed to/from 100755, and
+    ``{"symlink": target}`` for a symbolic link (mode 120000), so :func:`replay` rebuilds
+    the same trees (modes included).
 
+    Args: ``repo``: the store holding the trees (``sandbox.snapshot.store_of``).
     Raises: SnapshotError for a tree unknown in ``repo``.
     """
-    import base64
-    import subprocess
-
-    from sandbox.snapshot import changed_paths
+    from sandbox.snapshot import changed_paths, read_blob
 
     out = []
     for k in range(1, len(snaps)):
         writes: dict = {}
         if snaps[k] != snaps[k - 1]:
             for ch in changed_paths(repo, snaps[k - 1], snaps[k]):
-                if ch.status == "D":
+                if ch.status == "D" or ch.new_mode == "160000":
                     writes[ch.path] = None
                     continue
-                blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob",
-                                       f"{snaps[k]}:{ch.path}"], capture_output=True,
-                                      check=True).stdout
-                try:
-                    value: object = blob.decode("utf-8")
-                    key = "text"
-                except UnicodeDecodeError:
-                    value = base64.b64encode(blob).decode("ascii")
-                    key = "base64"
+                mode, blob = read_blob(repo, snaps[k], ch.path)
+                if mode == "120000":
+                    writes[ch.path] = FileWrite(blob, symlink=True).to_json()
+                    continue
                 exe_old = ch.old_mode == "100755"
-                exe_new = ch.new_mode == "100755"
-                if exe_new or (ch.status != "A" and exe_old != exe_new):
-                    writes[ch.path] = {key: value, "executable": exe_new}
-                else:
-                    writes[ch.path] = value if key == "text" else {"base64": value}
+                exe_new = mode == "100755"
+                keep_mode = not exe_new and (ch.status == "A" or exe_old == exe_new)
+                writes[ch.path] = FileWrite(blob, None if keep_mode else exe_new).to_json()
         out.append(writes)
     return out

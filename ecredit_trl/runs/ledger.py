@@ -7,7 +7,15 @@ the counts across ranks; the functions here only assemble rows from what it hand
 
 from __future__ import annotations
 
+from ecredit_trl.credit.planning import EXCLUSION_ORDER
 from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
+
+GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
+                    "record_error")
+"""Exclusions before any trial (issue 11 §2, §4): the agent container could not start, an
+exec or API call failed, a snapshot failed, the disk budget ran out, building the
+rollout's records raised."""
+EXCLUSIONS = GUARD_EXCLUSIONS + EXCLUSION_ORDER
 
 
 def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[float, float]:
@@ -33,10 +41,13 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
     """One ``trajectories.jsonl`` row: the rollout record ``rec``, its turns (generated
     tokens and writes per turn), its terminal advantage and its credit statistics
     (``stats``: :class:`~ecredit_trl.credit.coefficients.CreditStats`-like, with
-    ``s``, ``cap_active``, ``m``, ``L``)."""
+    ``s``, ``cap_active``, ``m``, ``L``). Turns after the rollout's accepted ``submit``
+    carry ``"after_submit": true`` (their tokens get C = 0 and are not in L)."""
     per_turn = tokens_per_turn
+    sub = getattr(rec, "submit_turn", None)
     turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,
-                   "writes": rec.writes[k] if k < len(rec.writes) else {}}
+                   "writes": rec.writes[k] if k < len(rec.writes) else {},
+                   **({"after_submit": True} if sub is not None and k + 1 > sub else {})}
                   for k in range(rec.num_turns)]
     return {
         "task_id": rec.task_id, "rollout_index": rec.rollout_index,
@@ -46,12 +57,16 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
         "utility_ablated": rec.utility_ablated, "contrast": rec.contrast,
         "advantage": advantage, "selected_turn": rec.selected_turn,
         "selected_paths": rec.selected_paths, "eligible_turns": rec.eligible_turns,
+        "generated_only": getattr(rec, "generated_only", []),
         "exclusion": rec.exclusion, "shrinkage": stats.s, "cap_active": stats.cap_active,
         "m": stats.m, "L": stats.L, "format_errors": rec.format_errors,
         "tool_calls": rec.tool_calls, "factual": rec.factual,
         "counterfactual": rec.counterfactual, "ablation": rec.ablation,
         "setup_error": rec.setup_error, "factual_outcome": rec.factual_outcome,
-        "counterfactual_outcome": rec.counterfactual_outcome}
+        "counterfactual_outcome": rec.counterfactual_outcome,
+        "calls_not_run": rec.calls_not_run, "calls_after_submit": rec.calls_after_submit,
+        "submit_turn": rec.submit_turn, "failure": rec.failure,
+        "record_error": rec.record_error}
 
 
 def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
@@ -90,9 +105,13 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "credit_applied": sum(1 for s in stats if s["applied"]),
         "format_error_rollouts": sum(1 for r in records if r.format_error),
         "format_errors": sum(r.format_errors for r in records),
+        "calls_not_run": sum(r.calls_not_run for r in records),
+        "calls_after_submit": sum(r.calls_after_submit for r in records),
         "sel_abs_c": sum(s["sel_mean"] for s in stats),
         "other_abs_c": sum(s["other_mean"] for s in stats),
     }
+    for x in EXCLUSIONS:  # rollouts by exclusion reason (fixed keys: summed over ranks)
+        local[f"excluded_{x}"] = sum(1 for r in records if r.exclusion == x)
     for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
         local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
                                                                  r.counterfactual_outcome)
@@ -141,5 +160,9 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "cap_active": int(tot["cap_active"]),
             "format_error_rollouts": int(tot["format_error_rollouts"]),
             "protected_paths_touched": int(tot["protected_paths_touched"]),
+            "calls_not_run": int(tot["calls_not_run"]),
+            "calls_after_submit": int(tot["calls_after_submit"]),
+            "rollouts_excluded": {x: int(tot[f"excluded_{x}"]) for x in EXCLUSIONS
+                                  if tot[f"excluded_{x}"]},
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
                                if tot[f"outcome_{o}"]}}

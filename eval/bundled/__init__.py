@@ -19,13 +19,16 @@ Pipeline (issue 3, "Bundled tasks from real code"):
    and checked to parse and to change the AST. Each screened candidate becomes a commit
    whose parent is the pristine commit (again with fixed metadata).
 3. **Screening** (Podman, :class:`sandbox.VerifierPool`): the pristine tree runs all the
-   recipe's test files once; a candidate runs the test files of its module. FAIL_TO_PASS =
+   recipe's test files twice (a test whose status differs between the two runs is flaky and
+   never listed); a candidate runs the test files of its module. FAIL_TO_PASS =
    listed tests PASSED on pristine and FAILED/ERROR on the mutant; PASS_TO_PASS = PASSED on
    both. A candidate is kept when FAIL_TO_PASS is non-empty (at most ``max_fail_to_pass``)
    and every other listed test still passes. Tests whose parsed id is ambiguous (seen twice
    in the pristine log, or truncated by the parser: unbalanced ``[``) run but are not listed.
 4. **Controls**: gold (the reverse patch) must resolve and the empty patch must not (every
-   F2P test failing, every P2P test passing), both graded by :func:`eval.grading.grade`.
+   F2P test failing, every P2P test passing), both graded by :func:`eval.grading.grade`;
+   gold runs twice and a candidate whose listed tests differ between the two is dropped
+   as flaky (issue 12 §3, :mod:`eval.flaky`).
 5. The first ``target_per_project`` validated candidates of each project (in candidate
    order, so batch sizes never change the result) become tasks. The problem statement is
    made from the failing tests' ids and their ``E`` assertion lines in the mutant's log,

@@ -167,33 +167,41 @@ def make_candidate(ws: Workspace, p: ProjectRecipe, k: int) -> Candidate:
 
 
 def run_pristine(ws: Workspace, trials: _Trials, stats: dict, log) -> dict[str, dict[str, str]]:
-    """Step 2: all the recipe's tests on each pristine tree; returns project → {listable
-    test id: "PASSED"}.
+    """Step 2: all the recipe's tests on each pristine tree, twice (issue 12 §3); returns
+    project → {listable test id: "PASSED"}: listable and PASSED in both runs. Tests whose
+    status differs between the two runs are flaky (``eval.flaky``): never listed, and named
+    in ``build.json`` (``pristine_flaky``).
 
     Raises: BuildError when a pristine run fails or passes no listable test.
     """
+    from eval.flaky import varying_statuses
     from eval.grading import parse_log
 
     recipe = ws.recipe
-    pre_specs = [trials.spec(f"pristine-{p.name}", p, ws.pristine[p.name],
+    pre_specs = [trials.spec(f"pristine{rep}-{p.name}", p, ws.pristine[p.name],
                              make_eval_script(p, p.all_tests, ws.files[p.name]))
-                 for p in recipe.projects]
+                 for rep in ("", "2") for p in recipe.projects]
+    results = trials.run(pre_specs)
+    n = len(recipe.projects)
     base_status: dict[str, dict[str, str]] = {}
-    for p, r in zip(recipe.projects, trials.run(pre_specs), strict=True):
-        parsed = parse_log(r.log, PARSER)
-        ok = listable_ids(parsed)
+    for p, r, r2 in zip(recipe.projects, results[:n], results[n:], strict=True):
+        parsed, parsed2 = parse_log(r.log, PARSER), parse_log(r2.log, PARSER)
+        ok = listable_ids(parsed) & listable_ids(parsed2)
+        either = sorted(listable_ids(parsed) | listable_ids(parsed2))
+        flaky = varying_statuses([{i: x.status_map.get(i, "MISSING") for i in either}
+                                  for x in (parsed, parsed2)])
         base_status[p.name] = {i: s for i, s in parsed.status_map.items()
-                               if i in ok and s == "PASSED"}
+                               if i in ok and i not in flaky and s == "PASSED"}
         n_fail = sum(1 for s in parsed.status_map.values() if s in ("FAILED", "ERROR"))
-        if r.exit_class != "ok" or not base_status[p.name]:
-            raise BuildError(f"{p.name}: pristine test run {r.exit_class}, "
+        if r.exit_class != "ok" or r2.exit_class != "ok" or not base_status[p.name]:
+            raise BuildError(f"{p.name}: pristine test run {r.exit_class}/{r2.exit_class}, "
                              f"{len(base_status[p.name])} passing: {r.log[-1500:]}")
         stats["projects"][p.name] = {
             "pristine_commit": ws.pristine[p.name], "pristine_passed": len(base_status[p.name]),
             "pristine_failed": n_fail, "pristine_test_s": round(r.test_s, 2),
-            "candidates": len(ws.cands[p.name])}
-        log(f"[{p.name}] pristine: {len(base_status[p.name])} listable tests pass, "
-            f"{n_fail} fail ({r.test_s:.2f} s)")
+            "pristine_flaky": sorted(flaky), "candidates": len(ws.cands[p.name])}
+        log(f"[{p.name}] pristine (twice): {len(base_status[p.name])} listable tests pass, "
+            f"{n_fail} fail, {len(flaky)} flaky ({r.test_s:.2f} s)")
     return base_status
 
 
@@ -228,8 +236,9 @@ def plan_round(ws: Workspace, all_cands: list[Candidate], cursor: dict[str, int]
 
 def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
               to_control: list[Candidate], base_status: dict[str, dict[str, str]]) -> None:
-    """Screen ``to_screen`` and run gold + empty controls of ``to_control`` in one batch of
-    trials; sets each candidate's outcome (and a screened candidate's gold patch)."""
+    """Screen ``to_screen`` and run gold (twice: the flaky check) + empty controls of
+    ``to_control`` in one batch of trials; sets each candidate's outcome (and a screened
+    candidate's gold patch)."""
     from eval.grading import grade, parse_log
 
     specs = [trials.spec(f"screen-{c.project.name}-{c.index:04d}", c.project, c.commit,
@@ -239,6 +248,8 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
                                  c.commit, c.eval_script, c.gold))
         specs.append(trials.spec(f"empty-{c.project.name}-{c.index:04d}", c.project,
                                  c.commit, c.eval_script, ""))
+        specs.append(trials.spec(f"gold2-{c.project.name}-{c.index:04d}", c.project,
+                                 c.commit, c.eval_script, c.gold))
     results = trials.run(specs)
     for c, r in zip(to_screen, results, strict=False):
         screen(c, r, base_status[c.project.name], ws.recipe, parse_log)
@@ -246,7 +257,7 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
             c.gold = ws.repos[c.project.name].diff(c.commit, ws.pristine[c.project.name])
     ctrl = results[len(to_screen):]
     for j, c in enumerate(to_control):
-        control(c, ctrl[2 * j], ctrl[2 * j + 1], grade)
+        control(c, ctrl[3 * j], ctrl[3 * j + 1], grade, gold2=ctrl[3 * j + 2])
 
 
 def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, dict[str, str]],

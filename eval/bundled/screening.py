@@ -69,15 +69,25 @@ def screen(c: Candidate, r, base: dict[str, str], recipe: Recipe, parse_log) -> 
         c.outcome = "screened"
 
 
-def control(c: Candidate, g, e, grade) -> None:
-    """Gold must resolve (complete); empty must not: every F2P FAILED/ERROR, every P2P PASSED."""
+def control(c: Candidate, g, e, grade, gold2=None) -> None:
+    """Gold must resolve (complete); empty must not: every F2P FAILED/ERROR, every P2P PASSED.
+    With ``gold2`` (a second gold trial) the listed tests' statuses must be the same in both
+    gold runs: a candidate with a flaky listed test is dropped (issue 12 §3)."""
+    from eval.flaky import varying_statuses
+
     gr = grade(g.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
     er = grade(e.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
     empty_ok = (er.complete and not er.resolved
                 and all(s in ("FAILED", "ERROR") for s in er.f2p.values())
                 and all(s == "PASSED" for s in er.p2p.values()))
+    flaky: dict[str, list[str]] = {}
+    if gold2 is not None:
+        g2 = grade(gold2.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
+        flaky = varying_statuses([{**gr.f2p, **gr.p2p}, {**g2.f2p, **g2.p2p}])
+        if gold2.exit_class != "ok":
+            flaky = flaky or {"(second gold run)": [g.exit_class, gold2.exit_class]}
     if g.exit_class == "ok" and e.exit_class == "ok" and gr.resolved and gr.complete and empty_ok:
-        c.outcome = "kept"
+        c.outcome = "kept" if not flaky else f"rejected(flaky: {', '.join(sorted(flaky)[:3])})"
     else:
         c.outcome = (f"control_failed(gold {g.exit_class} resolved={gr.resolved}, "
                      f"empty {e.exit_class} ok={empty_ok})")

@@ -257,6 +257,14 @@ def render_report(results: dict) -> str:
               f"{cost.get('retries', 0)} infra retries",
               f"- trial service time: {cost.get('service_s', 0.0):.1f} s",
               ]
+    fl = results.get("flaky") or {}
+    if fl.get("repeats") is None:
+        lines.append("- flaky tests: not measured (no admission manifest)")
+    else:
+        lines.append(f"- flaky tests (admission manifest, {fl['repeats']} repeats per patch): "
+                     f"{fl['tasks_with_flaky']} tasks, {fl['slots_depending_on_flaky']} slots "
+                     f"graded on a flaky test, {fl['p2p_tests_dropped']} flaky P2P tests "
+                     "dropped")
     if results.get("rollouts_exit_code") not in (None, 0):
         lines += ["", f"**The rollout subprocess exited with {results['rollouts_exit_code']}**; "
                   "its missing slots are unknown (`no_rollout`)."]
