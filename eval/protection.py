@@ -77,33 +77,35 @@ def protected_set(task) -> tuple[str, ...]:
     return tuple(dict.fromkeys(pats))
 
 
-def verdict_fields(task, res, resolved: bool | None) -> dict:
+def verdict_fields(task, res, rep) -> dict:
     """The protection-related fields of one graded trial (issue 12 §1).
 
     Args:
         task: the task (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
         res: a :class:`sandbox.TrialResult` (objects without ``protected_touched`` /
             ``log_swebench`` count as touching nothing).
-        resolved: the protected verdict already graded from ``res.log``.
+        rep: the :class:`eval.grading.GradeReport` of ``res.log`` (the protected run).
 
     Returns: ``{"protected_touched": [paths], "resolved_swebench": bool | None}``.
-    ``resolved_swebench`` is the SWE-bench harness's semantics (no protected set): equal to
-    ``resolved`` when the artifact touched no protected path (protection changed nothing,
-    the one log serves both), graded from ``res.log_swebench`` (the unprotected second run
-    of the same trial) when it did, and None when it did but that run did not happen
+    ``resolved_swebench`` is the SWE-bench harness's own verdict: swebench's parser and
+    ``get_eval_report`` semantics (``GradeReport.resolved_swebench_parser``) on the log of a
+    run without the protected set. When the artifact touched no protected path that run is
+    the protected one (protection changed nothing); when it did, it is the unprotected
+    second run of the same trial (``res.log_swebench``); None when that run did not happen
     (``repo_dir`` tasks, a trial that did not end ``ok``).
     """
     from eval.grading import grade
 
     touched = list(getattr(res, "protected_touched", None) or [])
-    if not touched:
-        return {"protected_touched": [], "resolved_swebench": resolved}
-    log = getattr(res, "log_swebench", None)
-    if log is None:
-        return {"protected_touched": touched, "resolved_swebench": None}
-    rep = grade(log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
-                parser=task.log_parser)
-    return {"protected_touched": touched, "resolved_swebench": bool(rep.resolved)}
+    if touched:
+        log = getattr(res, "log_swebench", None)
+        if log is None:
+            return {"protected_touched": touched, "resolved_swebench": None}
+        rep = grade(log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
+                    parser=task.log_parser)
+    swe = getattr(rep, "resolved_swebench_parser", None)
+    return {"protected_touched": touched,
+            "resolved_swebench": bool(rep.resolved if swe is None else swe)}
 
 
 __all__ = ["check_protected_paths", "protected_set", "verdict_fields"]
