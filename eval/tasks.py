@@ -52,6 +52,12 @@ class Task:
             when the image already holds the repository at base (SWE-bench images).
         workdir: repository path inside the sandbox.
         extra: everything else (source row fields we do not model, build metadata).
+        protected_paths: how this task changes the verifier's default protected set
+            (issue 12 §1): ``None`` (the default set) or ``{"add": [patterns],
+            "remove": [patterns]}``; ``remove`` may only name patterns of
+            :data:`sandbox.protect.DEFAULT_PROTECTED`. Add ``setup.cfg`` /
+            ``pyproject.toml`` to protect pytest config kept there. See
+            :func:`protected_set`.
     """
 
     instance_id: str
@@ -70,10 +76,16 @@ class Task:
     repo_dir: str | None = None
     workdir: str = "/testbed"
     extra: dict = field(default_factory=dict)
+    protected_paths: dict | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back."""
-        return asdict(self)
+        """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back.
+        ``protected_paths`` is left out when None, so task files written before the field
+        existed keep their bytes (the bundled cache is compared byte for byte)."""
+        d = asdict(self)
+        if d["protected_paths"] is None:
+            del d["protected_paths"]
+        return d
 
 
 _TASK_FIELDS = {f.name for f in fields(Task)}
@@ -195,6 +207,9 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         raise ValueError(f"{where}: field 'repo_dir' must be a string or null")
     if row.get("extra") is not None and not isinstance(row["extra"], dict):
         raise ValueError(f"{where}: field 'extra' must be an object")
+    from eval.protection import check_protected_paths
+
+    protected_paths = check_protected_paths(row.get("protected_paths"), where)
 
     extra = dict(row.get("extra") or {})
     for key, value in row.items():
@@ -224,7 +239,7 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         PASS_TO_PASS=row["PASS_TO_PASS"], version=row["version"],
         environment_setup_commit=row["environment_setup_commit"], image=image,
         eval_script=eval_script, log_parser=log_parser, repo_dir=repo_dir,
-        workdir=row.get("workdir") or "/testbed", extra=extra)
+        workdir=row.get("workdir") or "/testbed", extra=extra, protected_paths=protected_paths)
 
 
 def tasks_from_rows(rows, *, source: str, official: bool = False,

@@ -1,9 +1,9 @@
-"""The verifier trial of a task: :func:`task_trial_spec` (and the cached ``git archive`` of a
-bundled task's repository that it ships into the sandbox)."""
+"""The verifier trial of a task: :func:`task_trial_spec` (and the cached base tree of a
+bundled task's repository that it ships into the sandbox: the agent's checkout, not a
+``git archive``; issue 11 §5)."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from pathlib import Path
 
@@ -14,41 +14,50 @@ _ARCHIVE_LOCK = threading.Lock()
 
 
 def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
-    """``git archive --format=tar <commit>`` of ``repo_dir`` (bytes), cached per
-    ``(resolved repo_dir, commit)`` for the life of the process.
+    """The agent's starting tree of ``repo_dir`` at ``commit`` as tar bytes
+    (:func:`sandbox.basetree.base_tree_tar`: a checkout, not ``git archive``, so export
+    attributes and checkout conversions give the same bytes the agent starts from; issue
+    11 §5), cached per ``(resolved repo_dir, commit)`` for the life of the process.
 
-    Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot archive it.
+    Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot check it out.
     """
+    from sandbox.basetree import base_tree_tar
+
     key = (str(Path(repo_dir).resolve()), commit)
     with _ARCHIVE_LOCK:
         hit = _ARCHIVES.get(key)
     if hit is not None:
         return hit
-    proc = subprocess.run(["git", "-C", key[0], "archive", "--format=tar", commit],
-                          capture_output=True)
-    if proc.returncode != 0:
-        raise ValueError(f"repo_dir/base_commit: git archive {commit} in {key[0]} failed: "
-                         f"{proc.stderr.decode(errors='replace').strip()[:300]}")
+    try:
+        data = base_tree_tar(key[0], commit)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (repo_dir {key[0]}, base_commit {commit})") from None
     with _ARCHIVE_LOCK:
-        _ARCHIVES[key] = proc.stdout
-    return proc.stdout
+        _ARCHIVES[key] = data
+    return data
 
 
 def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: float = 600.0,
-                    limits=None, labels: dict[str, str] | None = None):
+                    limits=None, labels: dict[str, str] | None = None,
+                    swebench_pass: bool | None = None):
     """The :class:`sandbox.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
     may be empty) on ``task``.
 
-    ``repo_archive`` is the ``git archive`` of ``task.repo_dir`` at ``base_commit`` for
-    bundled tasks (cached), ``None`` for SWE-bench images that hold ``/testbed`` already.
+    ``repo_archive`` is the agent's starting tree of ``task.repo_dir`` at ``base_commit``
+    for bundled tasks (:func:`repo_archive`, cached), ``None`` for SWE-bench images that hold
+    ``/testbed`` already. ``protected`` is :func:`eval.protection.protected_set`.
 
     Args:
         timeout_s: wall-clock limit of apply + eval, seconds.
         limits: :class:`sandbox.Limits` (default limits when None).
+        swebench_pass: also run the eval script without protection when the artifact touched
+            a protected path (for ``resolved_swebench``); default: for tasks whose image
+            holds the repository (SWE-bench rows), not for ``repo_dir`` tasks.
 
     Raises:
         ValueError: the task has no eval script, or its repository cannot be archived.
     """
+    from eval.protection import protected_set
     from sandbox import Limits, TrialSpec
 
     if not task.eval_script:
@@ -59,4 +68,7 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
     return TrialSpec(trial_id=trial_id, image=task.image, eval_script=task.eval_script,
                      artifact=artifact or "", repo_archive=archive, workdir=task.workdir,
                      timeout_s=timeout_s, limits=limits or Limits(),
-                     labels={"ecredit.task": task.instance_id[:60], **(labels or {})})
+                     labels={"ecredit.task": task.instance_id[:60], **(labels or {})},
+                     protected=protected_set(task),
+                     swebench_pass=(task.repo_dir is None) if swebench_pass is None
+                     else swebench_pass)

@@ -18,7 +18,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sandbox.trial import TrialResult, TrialSpec, control_files, finish
+from sandbox.trial import SWEBENCH_LOG, TrialResult, TrialSpec, control_files, finish
 
 
 class LocalRuntime:
@@ -51,7 +51,8 @@ class LocalRuntime:
 
     def run_trial(self, spec: TrialSpec) -> TrialResult:
         """Run one trial in a fresh temporary directory; see PodmanRuntime.run_trial."""
-        res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint="local")
+        res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint="local",
+                          protected=list(spec.protected))
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"ecredit-trial-{spec.trial_id}-") as tmp:
             root = Path(tmp)
@@ -65,7 +66,9 @@ class LocalRuntime:
             except Exception as exc:
                 res.error = f"{type(exc).__name__}: {exc}"
                 return res
-            env = dict(os.environ, ECREDIT_DIR=str(root / "ecredit"), ECREDIT_WORKDIR=str(work))
+            # no cgroup of its own: the host's OOM counter would say nothing about this trial
+            env = dict(os.environ, ECREDIT_DIR=str(root / "ecredit"), ECREDIT_WORKDIR=str(work),
+                       ECREDIT_OOM_COUNTER="off")
             t_started = time.monotonic()
             res.setup_s = t_started - t0
             timed_out = False
@@ -81,6 +84,10 @@ class LocalRuntime:
             t_done = time.monotonic()
             finish(res, out.decode("utf-8", errors="replace"), run_s=t_done - t_started,
                    exit_code=proc.returncode, timed_out=timed_out, oom=False)
+            swe_log = root / "ecredit" / SWEBENCH_LOG
+            if spec.swebench_pass and res.protected_touched and res.exit_class == "ok" \
+                    and swe_log.is_file():
+                res.log_swebench = swe_log.read_text(errors="replace")
             t_clean = time.monotonic()
         res.cleanup_s = time.monotonic() - t_clean
         return res

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sandbox.disk import mark_owner
 from sandbox.trial import (
+    SWEBENCH_LOG,
     Limits,
     TrialResult,
     TrialSpec,
@@ -316,6 +317,7 @@ class PodmanRuntime:
                     labels={TRIAL_LABEL: spec.trial_id, ROLE_LABEL: "verifier", **spec.labels},
                     limits=spec.limits, command=["/bin/bash", "/ecredit/trial.sh"])
                 args["environment"]["ECREDIT_WORKDIR"] = spec.workdir
+                res.protected = list(spec.protected)
                 container = client.containers.create(**args)
                 self._live[name] = endpoint
                 if spec.repo_archive is not None:
@@ -351,11 +353,16 @@ class PodmanRuntime:
                     log = ""
                 container.reload()
                 state = container.attrs.get("State", {})
+                # OOMKilled covers the container's main process only (and stays false under
+                # cgroup v1 here); kills of any other process come from the cgroup counter
+                # the trial script reports (sandbox.trial.finish).
                 oom = bool(state.get("OOMKilled"))
                 if exit_code is None and not timed_out:
                     exit_code = state.get("ExitCode")
                 finish(res, log, run_s=t_done - t_started, exit_code=exit_code,
                        timed_out=timed_out, oom=oom)
+                if spec.swebench_pass and res.protected_touched and res.exit_class == "ok":
+                    res.log_swebench = _read_file(container, f"/ecredit/{SWEBENCH_LOG}")
         except Exception as exc:
             res.exit_class = "infra_error"
             res.error = f"{type(exc).__name__}: {exc}"
@@ -371,6 +378,22 @@ def _read_logs(container) -> str:
     if not isinstance(data, (bytes, bytearray)):
         data = b"".join(data)
     return bytes(data).decode("utf-8", errors="replace")
+
+
+def _read_file(container, path: str) -> str | None:
+    """Text of one file in a (stopped) container, None when it is not there."""
+    import io
+    import tarfile
+
+    try:
+        stream, _ = container.get_archive(path)
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            fh = tar.extractfile(member) if member is not None else None
+            return fh.read().decode("utf-8", errors="replace") if fh else None
+    except Exception:
+        return None
 
 
 def gc(run_id: str | None = None) -> list[str]:

@@ -1,19 +1,30 @@
 """One verifier trial: records in, records out, and the in-sandbox script.
 
 A trial = fresh environment from the task image → repository at base → apply
-the artifact (``git apply``, then the SWE-bench fallback chain) → run the task's
-eval script → collect the full log → remove the environment. Runtimes
+the artifact all or nothing (``git apply``, else ``patch --forward --fuzz=5``, each
+checked by a dry run on the pristine base first) → put the protected set back to
+base (:mod:`sandbox.protect`) → run the task's eval script → collect the full log →
+remove the environment. The script itself is :mod:`sandbox.trial_script`. Runtimes
 (:mod:`sandbox.podman_runtime`, :mod:`sandbox.local_runtime`) execute the same
 script, so a trial means the same thing in both.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
+
+from sandbox.protect import artifact_paths, check_pattern, matches
+from sandbox.trial_script import (
+    APPLY_FAILED_EXIT,
+    APPLY_UNEXPECTED_EXIT,
+    PROTECT_FAILED_EXIT,
+    TRIAL_SCRIPT,
+)
 
 # Same marker strings as swebench.harness.constants, so SWE-bench tooling can
 # read our logs. Kept literal here: `sandbox` must not depend on swebench.
@@ -23,33 +34,14 @@ _APPLY_START = ">>>>> ecredit apply-start"
 _TEST_START = ">>>>> ecredit test-start"
 _TEST_END = ">>>>> ecredit test-end"
 
-APPLY_FAILED_EXIT = 97
-"""Exit code of the trial script when no method could apply the artifact."""
-
 EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom")
 
-# Source: swebench.harness.run_evaluation (GIT_APPLY_CMDS): git apply, then
-# git apply --reject, then patch --fuzz=5. The first that succeeds is recorded.
-TRIAL_SCRIPT = r"""#!/bin/bash
-set -u
-ED="${ECREDIT_DIR:-/ecredit}"
-cd "${ECREDIT_WORKDIR:-/testbed}" || { echo "ecredit: no workdir"; exit 98; }
-echo ">>>>> ecredit apply-start $(date +%s.%N)"
-if [ -s "$ED/artifact.patch" ]; then
-  if git apply --verbose "$ED/artifact.patch"; then how="git apply --verbose"
-  elif git apply --verbose --reject "$ED/artifact.patch"; then how="git apply --verbose --reject"
-  elif patch --batch --fuzz=5 -p1 -i "$ED/artifact.patch"; then how="patch --batch --fuzz=5 -p1 -i"
-  else echo ">>>>> Patch Apply Failed"; exit 97; fi
-  echo ">>>>> Applied Patch ($how)"
-else
-  echo ">>>>> Applied Patch (empty artifact)"
-fi
-echo ">>>>> ecredit test-start $(date +%s.%N)"
-bash "$ED/eval.sh"
-rc=$?
-echo ">>>>> ecredit test-end $(date +%s.%N) $rc"
-exit 0
-"""
+_SWEBENCH_PASS = ">>>>> ecredit swebench-pass"
+_OOM_START = ">>>>> ecredit oom-kills-start"
+_OOM_END = ">>>>> ecredit oom-kills-end"
+_TOUCHED = ">>>>> ecredit protected-touched"
+SWEBENCH_LOG = "swebench.log"
+"""File (in the control directory) holding the unprotected SWE-bench pass's output."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +71,13 @@ class TrialSpec:
             sandbox is killed and the trial is ``timeout``.
         limits: memory / pids / CPU limits.
         labels: extra container labels (the runtime adds run and trial ids).
+        protected: the protected set (patterns of :func:`sandbox.protect.matches`): every
+            path the artifact names that matches is put back to its base content before
+            the tests run (issue 12 §1). ``.git/`` is always added. Empty = nothing
+            protected but ``.git/``.
+        swebench_pass: run the eval script a second time without protection when the
+            artifact touched a protected path (SWE-bench harness semantics, for
+            ``resolved_swebench``); otherwise the one log serves both verdicts.
     """
 
     trial_id: str
@@ -90,6 +89,8 @@ class TrialSpec:
     timeout_s: float = 600.0
     limits: Limits = field(default_factory=Limits)
     labels: dict[str, str] = field(default_factory=dict)
+    protected: tuple[str, ...] = ()
+    swebench_pass: bool = False
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.trial_id or ""):
@@ -98,6 +99,19 @@ class TrialSpec:
             raise ValueError("image: empty")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+        if isinstance(self.protected, str):
+            raise ValueError("protected: expected a sequence of patterns, got a string")
+        for i, pat in enumerate(self.protected):
+            check_pattern(pat, f"protected[{i}]")
+        self.protected = tuple(dict.fromkeys([*self.protected, ".git/"]))
+
+    def artifact_paths(self) -> list[str]:
+        """Every path the artifact could touch (:func:`sandbox.protect.artifact_paths`)."""
+        return artifact_paths(self.artifact)
+
+    def protected_named(self) -> list[str]:
+        """The artifact's paths that are in the protected set (stashed and restored)."""
+        return [p for p in self.artifact_paths() if matches(p, self.protected)]
 
 
 @dataclass
@@ -119,6 +133,14 @@ class TrialResult:
             is filled by :class:`sandbox.pool.VerifierPool`; the rest are service time.
         attempts: number of tries (1 + infra retries).
         retried_errors: the error messages of the retried attempts.
+        protected: the protected set the trial used (patterns; issue 12 §1).
+        protected_touched: protected paths whose content, mode or existence the artifact
+            changed (each was put back to base before the tests ran), sorted.
+        log_swebench: output of the unprotected SWE-bench pass (see
+            :attr:`TrialSpec.swebench_pass`); None when it did not run (then ``log`` is
+            also the SWE-bench verdict's log, protection having changed nothing).
+        oom_kills: OOM kills of any process in the sandbox during the trial (cgroup
+            ``oom_kill`` counter difference), None where the counter was not readable.
     """
 
     trial_id: str
@@ -136,6 +158,10 @@ class TrialResult:
     cleanup_s: float = 0.0
     attempts: int = 1
     retried_errors: list[str] = field(default_factory=list)
+    protected: list[str] = field(default_factory=list)
+    protected_touched: list[str] = field(default_factory=list)
+    log_swebench: str | None = None
+    oom_kills: int | None = None
 
     @property
     def service_s(self) -> float:
@@ -150,19 +176,29 @@ class TrialResult:
         d = asdict(self)
         if not with_log:
             d.pop("log")
+            d.pop("log_swebench")
         d["service_s"] = self.service_s
         return d
 
 
 def control_files(spec: TrialSpec) -> bytes:
-    """Tar (bytes) holding ``ecredit/{trial.sh,eval.sh,artifact.patch}``."""
+    """Tar (bytes) holding ``ecredit/``: ``trial.sh``, ``eval.sh``, ``artifact.patch``,
+    ``paths.list`` (every path the artifact names) and ``protected.list`` (those in the
+    protected set), both NUL-separated, and ``swebench.pass`` when asked for."""
     buf = io.BytesIO()
+    named = spec.artifact_paths()
+    protected = [p for p in named if matches(p, spec.protected)]
     with tarfile.open(fileobj=buf, mode="w") as tar:
         _add(tar, "ecredit", None, mode=0o755)
         _add(tar, "ecredit/trial.sh", TRIAL_SCRIPT.encode(), mode=0o755)
         _add(tar, "ecredit/eval.sh", spec.eval_script.encode(), mode=0o755)
         _add(tar, "ecredit/artifact.patch",
              spec.artifact.encode("utf-8", errors="surrogateescape"), mode=0o644)
+        for name, paths in (("paths.list", named), ("protected.list", protected)):
+            data = b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
+            _add(tar, f"ecredit/{name}", data, mode=0o644)
+        if spec.swebench_pass:
+            _add(tar, "ecredit/swebench.pass", b"", mode=0o644)
     return buf.getvalue()
 
 
@@ -181,27 +217,49 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> None
 def parse_script_log(log: str) -> dict:
     """Read the trial script's own markers out of a log.
 
-    Returns a dict with ``apply_start``, ``test_start``, ``test_end`` (epoch
-    seconds or None), ``test_exit_code`` (int or None), ``applied_with`` (str or
-    None) and ``apply_failed`` (bool).
+    Apply, protection and OOM-baseline markers are read only *before* the first
+    ``test-start`` marker: the script prints them before any code of the artifact runs,
+    so nothing a test prints can forge them.
+
+    Returns a dict with ``apply_start``, ``test_start``, ``test_end`` (epoch seconds or
+    None), ``test_exit_code`` (int or None), ``applied_with`` (str or None),
+    ``apply_failed`` (bool), ``protected_touched`` (list of paths), ``oom_start`` /
+    ``oom_end`` (int counters or None) and ``swebench_pass`` (bool).
     """
     out: dict = {"apply_start": None, "test_start": None, "test_end": None,
-                 "test_exit_code": None, "applied_with": None, "apply_failed": False}
+                 "test_exit_code": None, "applied_with": None, "apply_failed": False,
+                 "protected_touched": [], "oom_start": None, "oom_end": None,
+                 "swebench_pass": False}
+    before_tests = True
     for line in log.splitlines():
-        if line.startswith(_APPLY_START):
-            out["apply_start"] = _float(line[len(_APPLY_START):])
-        elif line.startswith(_TEST_START):
-            out["test_start"] = _float(line[len(_TEST_START):])
+        if before_tests:
+            if line.startswith(_TEST_START):
+                out["test_start"] = _float(line[len(_TEST_START):])
+                before_tests = False
+            elif line.startswith(_APPLY_START):
+                out["apply_start"] = _float(line[len(_APPLY_START):])
+            elif line.startswith(_OOM_START):
+                out["oom_start"] = _int(line[len(_OOM_START):])
+            elif line.startswith(_TOUCHED):
+                out["protected_touched"].append(_b64(line[len(_TOUCHED):]))
+            elif line.startswith(APPLY_PATCH_FAIL):
+                out["apply_failed"] = True
+            elif line.startswith(APPLY_PATCH_PASS + " (") and out["applied_with"] is None:
+                out["applied_with"] = line[len(APPLY_PATCH_PASS) + 2:].rstrip(")")
         elif line.startswith(_TEST_END):
             parts = line[len(_TEST_END):].split()
             if parts:
                 out["test_end"] = _float(parts[0])
             if len(parts) > 1 and parts[1].lstrip("-").isdigit():
                 out["test_exit_code"] = int(parts[1])
-        elif line.startswith(APPLY_PATCH_FAIL):
-            out["apply_failed"] = True
-        elif line.startswith(APPLY_PATCH_PASS + " ("):
-            out["applied_with"] = line[len(APPLY_PATCH_PASS) + 2:].rstrip(")")
+        elif line.startswith(_OOM_END):
+            # the last one the script printed; a forged one can only claim *more* kills
+            end = _int(line[len(_OOM_END):])
+            if end is not None:
+                out["oom_end"] = max(end, out["oom_end"] or 0)
+        elif line.rstrip() == _SWEBENCH_PASS:
+            out["swebench_pass"] = True
+    out["protected_touched"] = sorted(set(out["protected_touched"]))
     return out
 
 
@@ -211,21 +269,41 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
 
     ``run_s``: seconds from sandbox start to its end. The script's own markers
     split it into apply and test time; the remainder (process start-up) is
-    added to ``setup_s``.
+    added to ``setup_s``. ``oom``: the runtime saw the sandbox's main process
+    OOM-killed; an OOM kill of any other process is read from the cgroup counter
+    the script reports (``oom_kills``), and either makes the trial ``oom``.
     """
     markers = parse_script_log(log)
     res.log = log
     res.applied_with = markers["applied_with"]
     res.test_exit_code = markers["test_exit_code"]
+    res.protected_touched = markers["protected_touched"]
+    if markers["oom_start"] is not None and markers["oom_end"] is not None:
+        res.oom_kills = max(0, markers["oom_end"] - markers["oom_start"])
     if markers["apply_start"] and markers["test_start"]:
         res.apply_s = max(0.0, markers["test_start"] - markers["apply_start"])
         res.test_s = max(0.0, (markers["test_end"] or time.time()) - markers["test_start"])
         res.setup_s += max(0.0, run_s - res.apply_s - res.test_s)
     else:
         res.test_s = run_s
-    res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out, oom=oom)
+    res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out,
+                              oom=oom or bool(res.oom_kills))
     if res.exit_class == "infra_error" and res.error is None:
-        res.error = f"sandbox ended with exit code {exit_code} before the eval script finished"
+        res.error = (f"the trial's protected set could not be stashed or restored (exit "
+                     f"{exit_code})" if exit_code == PROTECT_FAILED_EXIT else
+                     f"sandbox ended with exit code {exit_code} before the eval script finished")
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _b64(text: str) -> str:
+    try:
+        return base64.b64decode(text.strip(), validate=True).decode("utf-8", "surrogateescape")
+    except (ValueError, UnicodeDecodeError):
+        return text.strip()
 
 
 def _float(text: str) -> float | None:
@@ -247,7 +325,7 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
         return "timeout"
     if oom:
         return "oom"
-    if markers["apply_failed"] and exit_code == APPLY_FAILED_EXIT:
+    if markers["apply_failed"] and exit_code in (APPLY_FAILED_EXIT, APPLY_UNEXPECTED_EXIT):
         return "apply_failed"
     if error is None and markers["test_end"] is not None and exit_code == 0:
         return "ok"

@@ -58,6 +58,14 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert f"**{s['resolved']} / 4 = " in report and "| unknown |" in report
+    # both verdicts per slot (issue 12 §1): on these -rA logs with space-free ids the
+    # parsers agree, so they are equal wherever nothing protected was touched
+    for r in res["slots"]:
+        if not r["classification"]["unknown"] and not r["protected_touched"]:
+            assert r["resolved_swebench"] == r["resolved"]
+    assert s["protected_paths_touched"] == sum(1 for r in res["slots"]
+                                               if r.get("protected_touched"))
+    assert "`resolved_swebench`: no protected set" in report
     rollouts = _lines(out / "rollouts.jsonl")
     assert len(rollouts) == 4 and {r["binding"] for r in rollouts} == {res["binding"]}
     assert all(r["turns"] and r["model_sha256"] == res["model"]["sha256"] for r in rollouts)

@@ -272,7 +272,7 @@ def test_bundled_style_trial_spec_archives_base_commit_once(tmp_path):
     assert s1.repo_archive is s2.repo_archive  # cached per (repo_dir, commit)
     with tarfile.open(fileobj=io.BytesIO(s1.repo_archive)) as tar:
         assert tar.extractfile("calc.py").read() == b"def add(a, b):\n    return a - b\n"
-    with pytest.raises(ValueError, match="git archive"):
+    with pytest.raises(ValueError, match="base_commit"):
         repo_archive(repo, "0" * 40)
 
 

@@ -65,6 +65,10 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
     cf = sum(r["trials_counterfactual"] for r in ledger)
     factual = sum(r["trials_factual"] for r in ledger)
     assert factual == len(trajs)  # one factual trial per rollout
+    # issue 12 §1: each factual record states its protected set and what the artifact touched
+    assert all("conftest.py" in t["factual"]["protected"] for t in trajs if t["factual"])
+    assert sum(r["protected_paths_touched"] for r in ledger) == sum(
+        1 for t in trajs if t["factual"] and t["factual"]["protected_touched"])
     if arm in ("B", "M"):
         assert cf >= 1, "no counterfactual trial was answered"
         queried = [t for t in trajs if t["counterfactual"]]

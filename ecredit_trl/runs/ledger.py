@@ -79,6 +79,9 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         trials: (kind, TrialResult) pairs, kind in factual / counterfactual / control.
 
     Returns: counts and seconds by name, plus ``outcome_<o>`` for every trial outcome.
+    ``protected_paths_touched`` counts the rollouts whose factual trial found the artifact
+    changing a path of the verifier's protected set (issue 12 §1: test infrastructure put
+    back to base before the tests ran), so a policy drifting toward test tampering shows.
     """
     local = {
         "rollouts": len(records),
@@ -88,6 +91,8 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "trials_control": sum(1 for k, _ in trials if k == "control"),
         "retries": sum(r.retries for _, r in trials),
         "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
+        "protected_paths_touched": sum(1 for k, r in trials if k == "factual"
+                                       and getattr(r, "protected_touched", None)),
         "queue_wait_s": sum(r.queue_wait_s for _, r in trials),
         "setup_s": sum(r.setup_s for _, r in trials),
         "verify_s": sum(r.apply_s + r.test_s for _, r in trials),
@@ -127,6 +132,7 @@ def round_metrics(tot: dict[str, float]) -> dict[str, float]:
         "ecredit/mean_abs_c_selected": tot["sel_abs_c"] / n,
         "ecredit/mean_abs_c_other": tot["other_abs_c"] / n,
         "ecredit/format_error_rate": tot["format_error_rollouts"] / n,
+        "ecredit/protected_paths_touched": tot["protected_paths_touched"],
         "ecredit/trials_per_rollout": (tot["trials_factual"] + tot["trials_counterfactual"]) / n,
         "ecredit/queue_wait_s": tot["queue_wait_s"],
         "ecredit/service_s": tot["setup_s"] + tot["verify_s"] + tot["cleanup_s"],
@@ -153,6 +159,7 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "nonzero_contrasts": int(tot["nonzero_contrasts"]),
             "cap_active": int(tot["cap_active"]),
             "format_error_rollouts": int(tot["format_error_rollouts"]),
+            "protected_paths_touched": int(tot["protected_paths_touched"]),
             "calls_not_run": int(tot["calls_not_run"]),
             "calls_after_submit": int(tot["calls_after_submit"]),
             "rollouts_excluded": {x: int(tot[f"excluded_{x}"]) for x in EXCLUSIONS

@@ -23,9 +23,10 @@ def trial_outcome(task, res, control_log: str | None):
         control_log: the task's empty-patch control log (for attribution) or None.
 
     Returns: ``(utility: float | None, resolved: bool | None, outcome: str)`` with
-    ``outcome`` in :data:`TRIAL_OUTCOMES`. A trial that did not end ``ok``
-    (timeout, artifact that does not apply, sandbox killed, OOM) and a test log
-    cut off between SWE-bench's start and end markers (``truncated_log``) give
+    ``outcome`` in :data:`TRIAL_OUTCOMES`. A trial that did not end ``ok`` (timeout,
+    artifact that does not apply, sandbox killed, an OOM kill of any process in the
+    sandbox) and a test log cut off between SWE-bench's start and end markers
+    (``truncated_log``) give
     ``(None, None, outcome)``: the reward is unavailable, not 0.
     """
     from eval.grading import grade

@@ -28,12 +28,18 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
 
     Returns:
         ``{"denominator": {"tasks", "n", "slots"}, "success", "resolved", "failed",
-        "unknown", "success_bounds": [lo, hi], "classification": {key: {"count", "rate"}},
+        "unknown", "success_bounds": [lo, hi], "resolved_swebench", "success_swebench",
+        "swebench_unavailable", "verdicts_differ", "protected_paths_touched",
+        "classification": {key: {"count", "rate"}},
         "unknown_reasons", "unknown_slots": [...], "per_task": {id: {...}},
         "per_repo": {repo: {...}}, "task_success_distribution": {"k/n": tasks},
         "format_error_slots", "stop_reasons", "generated_tokens": {"total", "mean"},
         "ignored_rows"}``. ``success = resolved / slots``; ``failed = slots - resolved -
         unknown``; the bounds take every unknown slot as failed / as resolved.
+        ``resolved_swebench`` counts known slots whose ``resolved_swebench`` (the harness's
+        verdict without the protected set) is true, ``swebench_unavailable`` known slots where
+        it is None (missing), ``verdicts_differ`` slots where both exist and differ, and
+        ``protected_paths_touched`` slots whose artifact changed a protected path.
 
     Raises:
         ValueError: ``n < 1``, ``len(tasks) != denominator``, duplicate task ids, or a row
@@ -58,6 +64,7 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "failed": total - resolved - unknown,
         "unknown": unknown,
         "success_bounds": [resolved / total, (resolved + unknown) / total],
+        **_swebench_counts(rows, total),
         "classification": classification,
         "unknown_reasons": dict(sorted(Counter(r.get("unknown_reason") or "?"
                                                for r in rows if _is_unknown(r)).items())),
@@ -72,6 +79,17 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "generated_tokens": {"total": sum(gen), "mean": (sum(gen) / len(gen)) if gen else None},
         "ignored_rows": ignored,
     }
+
+
+def _swebench_counts(rows: list[dict], total: int) -> dict:
+    """The two-verdict counts of :func:`summarize` (issue 12 §1)."""
+    known = [r for r in rows if not _is_unknown(r)]
+    swe = sum(1 for r in known if r.get("resolved_swebench") is True)
+    return {"resolved_swebench": swe, "success_swebench": swe / total,
+            "swebench_unavailable": sum(1 for r in known if r.get("resolved_swebench") is None),
+            "verdicts_differ": sum(1 for r in known if r.get("resolved_swebench") is not None
+                                   and bool(r["resolved"]) != r["resolved_swebench"]),
+            "protected_paths_touched": sum(1 for r in rows if r.get("protected_touched"))}
 
 
 def _is_unknown(r: dict) -> bool:
@@ -196,6 +214,7 @@ def render_report(results: dict) -> str:
         f"Unknown: **{s['unknown']}** (in the denominator, not resolved, listed below); "
         f"failed: {s['failed']}. Bounds with every unknown as failed / resolved: "
         f"{pct(s['success_bounds'][0])} – {pct(s['success_bounds'][1])}.",
+        *_swebench_lines(s, den["slots"]),
         "", "| slot view | count | rate |", "|---|---|---|"]
     for k in SLOT_KEYS:
         c = s["classification"][k]
@@ -251,6 +270,17 @@ def render_report(results: dict) -> str:
                   "its missing slots are unknown (`no_rollout`)."]
     lines.append("")
     return "\n".join(lines)
+
+
+def _swebench_lines(s: dict, slots: int) -> list[str]:
+    """The two-verdict paragraph of ``report.md`` (none for results written before it)."""
+    if "resolved_swebench" not in s:
+        return []
+    return ["", f"SWE-bench harness verdict (`resolved_swebench`: no protected set): "
+            f"**{s['resolved_swebench']} / {slots} = {pct(s['success_swebench'])}**; slots whose "
+            f"artifact changed a protected path: {s['protected_paths_touched']}; verdicts "
+            f"differ: {s['verdicts_differ']}; harness verdict unavailable: "
+            f"{s['swebench_unavailable']}."]
 
 
 def render_replay(rep: dict) -> str:

@@ -38,9 +38,13 @@ def grade_trial(task, res, control_log: str | None) -> dict:
 
     ``infra_error`` → unknown (``trial_infra_error``). Any other exit class is graded from
     its log (``harness_exit`` = the exit class unless ``ok``, where the test exit code in
-    the log decides), with ``control_log`` for attribution.
+    the log decides), with ``control_log`` for attribution. ``resolved`` is the verdict with
+    the protected set; ``resolved_swebench`` the harness's own (swebench's parser, no
+    protection) and ``protected_touched`` the protected paths the artifact changed
+    (:func:`eval.protection.verdict_fields`).
     """
     from eval.grading import grade
+    from eval.protection import verdict_fields
 
     base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
     if res.exit_class == "infra_error":
@@ -54,6 +58,7 @@ def grade_trial(task, res, control_log: str | None) -> dict:
            "unknown_reason": "incomplete_report" if rep.classification["unknown"] else None,
            "f2p": dict(rep.f2p), "p2p": dict(rep.p2p), "missing": list(rep.missing),
            "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status}
+    out.update(verdict_fields(task, res, rep))
     return out
 
 
