@@ -48,8 +48,11 @@ class Proc:
     """A training process whose output lines are collected as they come."""
 
     def __init__(self, runs: Path, *args: str) -> None:
+        # killed sessions leave their temp roots behind (gc's job): keep them in the test's dir
+        tmp = runs.parent / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
         self.cmd = [sys.executable, "ecredit_trl/train.py", "--runs_dir", str(runs), *args]
         self.p = subprocess.Popen(self.cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, env=env)
