@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,28 @@ def podman_runtime():
     rt.close()
     leftovers = gc(rt.run_id)
     assert leftovers == [], f"containers left after the suite: {leftovers}"
+
+
+@dataclass
+class AgentTask:
+    """The fields of a task row an agent session needs (a stand-in for ``eval.tasks.Task``)."""
+
+    instance_id: str
+    repo_dir: str
+    base_commit: str
+    image: str
+    workdir: str = "/testbed"
+
+
+@pytest.fixture
+def calc_task(tmp_path):
+    """A one-file repository whose ``add`` subtracts (the bug), as an :class:`AgentTask`."""
+    from sandbox.images import default_image
+
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return AgentTask("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())

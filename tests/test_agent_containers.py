@@ -8,38 +8,21 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, git
+from conftest import REPO_ROOT
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from sandbox.disk import OWNER_FILE, gc_temp_dirs, mark_owner, tree_usage
-from sandbox.images import default_image
 from sandbox.session import SandboxExecError
 
 MiB = 2**20
 
 
-@dataclass
-class _Task:
-    instance_id: str
-    repo_dir: str
-    base_commit: str
-    image: str
-    workdir: str = "/testbed"
-
-
 @pytest.fixture
-def task(tmp_path):
-    repo = tmp_path / "origin"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    return _Task("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+def task(calc_task):
+    return calc_task
 
 
 def _env(task, tmp_path, runtime, **kw) -> tuple[SWEAgentEnv, AgentContext]:

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import git
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, tool_schemas
-from sandbox.images import default_image
 from sandbox.snapshot import read_blob
 
 
-@dataclass
-class _Task:
-    instance_id: str
-    repo_dir: str
-    base_commit: str
-    image: str
-    workdir: str = "/testbed"
-
-
 @pytest.fixture
-def task(tmp_path):
-    repo = tmp_path / "origin"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    return _Task("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+def task(calc_task):
+    return calc_task
 
 
 def test_tool_schemas_cover_the_tool_set():

@@ -11,25 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import AgentTask, git
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.credit.planning import generated_by_turn, plan_query, turn_snapshots
 from sandbox.images import default_image
 from sandbox.snapshot import artifact, changed_paths, read_blob
-
-
-@dataclass
-class _Task:
-    instance_id: str
-    repo_dir: str
-    base_commit: str
-    image: str
-    workdir: str = "/testbed"
 
 
 @pytest.fixture
@@ -48,7 +38,7 @@ def task(tmp_path):
     git(repo, "commit", "-qm", "pristine")
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     git(repo, "commit", "-qam", "mutation")
-    return _Task("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+    return AgentTask("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
 
 
 def _env(task, tmp_path, runtime) -> tuple[SWEAgentEnv, AgentContext]:
