@@ -31,15 +31,14 @@ source: DESIGN.md §3
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import operator
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
 
+from sandbox.protect import check_pattern, matches
 from sandbox.snapshot import SnapshotError, artifact, changed_paths, restore_paths
 
 __all__ = [
@@ -165,33 +164,15 @@ def is_test_path(path: str, patterns: Iterable[str] = DEFAULT_TEST_PATTERNS) -> 
       whole path from the repository root, where ``*`` does not cross ``/``;
       with a trailing slash it matches that directory's prefix.
 
-    Raises: ValueError for an empty pattern.
+    Raises: ValueError naming the pattern for an empty one or one with a ``..`` component.
+
+    One matcher serves the test-path patterns here and the verifier's protected set
+    (:func:`sandbox.protect.matches`), so both read a pattern the same way.
     """
-    parts = PurePosixPath(path).parts
-    if not parts:
-        return False
-    dirs, base = parts[:-1], parts[-1]
+    patterns = list(patterns)
     for pat in patterns:
-        if not pat or pat == "/":
-            raise ValueError(f"test pattern: empty pattern {pat!r}")
-        is_dir = pat.endswith("/")
-        body = pat.rstrip("/")
-        if "/" not in body:
-            if is_dir:
-                if any(fnmatch.fnmatchcase(d, body) for d in dirs):
-                    return True
-            elif fnmatch.fnmatchcase(base, body):
-                return True
-            continue
-        pparts = PurePosixPath(body.lstrip("/")).parts
-        if is_dir:
-            if len(dirs) >= len(pparts) and all(
-                    fnmatch.fnmatchcase(p, q) for p, q in zip(dirs, pparts, strict=False)):
-                return True
-        elif len(parts) == len(pparts) and all(
-                fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pparts, strict=True)):
-            return True
-    return False
+        check_pattern(pat, "test pattern")
+    return matches(path, patterns)
 
 
 # ----------------------------------------------------------------------------
