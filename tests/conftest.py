@@ -75,3 +75,21 @@ def calc_task(tmp_path):
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     return AgentTask("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+
+
+def swebench_resolved(tmp_path: Path, log_text: str, f2p, p2p, parser_name: str) -> bool:
+    """swebench's own end-to-end verdict (get_eval_report on a log file)."""
+    from swebench.harness.grading import get_eval_report
+    from swebench.types import TestSpec as SweTestSpec
+
+    path = tmp_path / "swebench_test_output.txt"
+    path.write_text(log_text)
+    spec = SweTestSpec(
+        instance_id="x__y-1", image="", eval_script_list=[], repo="x/y", version="0",
+        FAIL_TO_PASS=list(f2p), PASS_TO_PASS=list(p2p), log_parser=parser_name,
+        eval_type="pass_and_fail",
+    )
+    pred = {"instance_id": "x__y-1", "model_patch": "diff", "model_name_or_path": "m"}
+    return get_eval_report(spec, pred, str(path), include_tests_status=False)["x__y-1"][
+        "resolved"
+    ]

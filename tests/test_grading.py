@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import swebench_resolved
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from swebench.harness.grading import get_eval_report
-from swebench.types import TestSpec as SweTestSpec
 
 from eval.grading import (
     MAP_REPO_TO_PARSER,
@@ -67,21 +66,6 @@ def harness_log(body: str, exit_code: int | None) -> str:
         )
     tail += "+ git checkout abc123 test_calc.py\n"
     return head + body + ("" if body.endswith("\n") else "\n") + tail
-
-
-def swebench_resolved(tmp_path: Path, log_text: str, f2p, p2p, parser_name: str) -> bool:
-    """swebench's own end-to-end verdict (get_eval_report on a log file)."""
-    path = tmp_path / "swebench_test_output.txt"
-    path.write_text(log_text)
-    spec = SweTestSpec(
-        instance_id="x__y-1", image="", eval_script_list=[], repo="x/y", version="0",
-        FAIL_TO_PASS=list(f2p), PASS_TO_PASS=list(p2p), log_parser=parser_name,
-        eval_type="pass_and_fail",
-    )
-    pred = {"instance_id": "x__y-1", "model_patch": "diff", "model_name_or_path": "m"}
-    return get_eval_report(spec, pred, str(path), include_tests_status=False)["x__y-1"][
-        "resolved"
-    ]
 
 
 def line_of(log_text: str, obs: Observation) -> str:

@@ -21,31 +21,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import swebench_resolved
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from swebench.harness.grading import get_eval_report
-from swebench.types import TestSpec as SweTestSpec
 
 from eval.grading import MISSING, ParserDisagreement, grade, read_log
 from eval.pytest_report import fold_statuses, line_zones, read_report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTEST_PARSERS = ("parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2")
-
-
-def swebench_resolved(tmp_path: Path, log_text: str, f2p, p2p, parser_name: str) -> bool:
-    """swebench's own end-to-end verdict (get_eval_report on a log file)."""
-    path = tmp_path / "swebench_test_output.txt"
-    path.write_text(log_text)
-    spec = SweTestSpec(
-        instance_id="x__y-1", image="", eval_script_list=[], repo="x/y", version="0",
-        FAIL_TO_PASS=list(f2p), PASS_TO_PASS=list(p2p), log_parser=parser_name,
-        eval_type="pass_and_fail",
-    )
-    pred = {"instance_id": "x__y-1", "model_patch": "diff", "model_name_or_path": "m"}
-    return get_eval_report(spec, pred, str(path), include_tests_status=False)["x__y-1"][
-        "resolved"
-    ]
 
 
 # --------------------------------------------------------------------------- SWE-bench cases

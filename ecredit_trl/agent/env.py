@@ -214,13 +214,8 @@ class SWEAgentEnv:
     def _close(self) -> None:
         """Stop the sandbox and remove the working tree. Private: TRL exposes every
         public method as a tool, so only tools are public here (see :func:`release`)."""
-        self._close_session()
-        if self.snapshotter is not None:
-            self.snapshotter.close()
-            self.snapshotter = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        self._remove_files()
+        self.workdir = None
 
     def _fail(self, reason: str, detail: str) -> None:
         """End the episode on an infra failure or the disk budget (first reason wins)."""
