@@ -7,7 +7,8 @@ runs the parsed tool calls of every episode concurrently in a thread pool of
 ``agent_concurrency`` workers - one job per episode and turn, so an episode's own calls run in
 order, and its environment's turn counter (its own :class:`~ecredit_trl.agent.env.AgentContext`
 view) tags them with that episode's turn. Environment resets and the finished episode's records
-(snapshots, artifact) run in the same pool. A slot's row is handed to ``emit`` (append + flush)
+(snapshots, artifact) run in the same pool; the tokenizer (prompts, parsing, tool suffixes) is
+used on the calling thread only. A slot's row is handed to ``emit`` (append + flush)
 the moment its episode's records are done, and a new slot takes its place.
 
 Each episode follows :class:`~ecredit_trl.agent.episode.EpisodeTurns`, the rules the
@@ -33,9 +34,9 @@ from ecredit_trl.agent.episode import (
     EpisodeTurns,
     rollout_row,
     run_tool_calls,
-    start_episode,
 )
 from ecredit_trl.agent.generation import GenerationSettings, Policy, rollout_seed
+from ecredit_trl.agent.prompts import task_prompt
 
 __all__ = ["MAX_GATHER_S", "episode_context", "run_batched"]
 
@@ -71,10 +72,12 @@ class _Slot:
     setup_s: float = 0.0
 
 
-def _setup(policy: Policy, slot: _Slot) -> list[int]:
-    ids = start_episode(policy, slot.env, slot.task)
+def _setup(slot: _Slot) -> None:
+    """Reset the slot's environment (pool thread; the prompt is rendered on the main thread,
+    which alone uses the tokenizer)."""
+    slot.env.ctx.turn = 0
+    slot.env.reset(instance_id=slot.task.instance_id)
     slot.setup_s = time.monotonic() - slot.t_start
-    return ids
 
 
 def _tools(slot: _Slot, calls: list[dict]) -> list[dict]:
@@ -172,7 +175,7 @@ class _Batcher:
             task, i = queue.popleft()
             slot = _Slot(task, i, SWEAgentEnv(episode_context(self.ctx)),
                          rollout_seed(self.seed, task.instance_id, i), time.monotonic())
-            slot.fut = self.pool.submit(_setup, self.policy, slot)
+            slot.fut = self.pool.submit(_setup, slot)
             self.live.append(slot)
 
     def _collect(self) -> None:
@@ -183,7 +186,8 @@ class _Batcher:
                 self.live.remove(slot)
                 continue
             if slot.phase == "setup":
-                slot.turns = EpisodeTurns(self.policy, slot.env, out, self.settings)
+                ids = self.policy.render_prompt(task_prompt(slot.task))
+                slot.turns = EpisodeTurns(self.policy, slot.env, ids, self.settings)
                 slot.sampler = self.engine.row_sampler(slot.rseed)
             else:
                 slot.turns.after_tools(out)

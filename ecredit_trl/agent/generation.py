@@ -229,8 +229,11 @@ class Policy:
         ids, mask = ids.to(self.device), mask.to(self.device)
         limit_t = torch.tensor(limits, device=self.device)
         processors = LogitsProcessorList()
-        if not settings.greedy:
-            processors.append(_RowSampling(settings, samplers, width, limit_t, self.eos_token_ids))
+        if not settings.greedy:  # min_p None: the model's default, as generate() fills it
+            min_p = (settings.min_p if settings.min_p is not None
+                     else getattr(self.model.generation_config, "min_p", None))
+            processors.append(_RowSampling(settings, samplers, width, limit_t, self.eos_token_ids,
+                                           min_p=min_p))
         gc = GenerationConfig(
             max_new_tokens=max(limits), do_sample=False, pad_token_id=self.pad_token_id,
             bos_token_id=self.tokenizer.bos_token_id, eos_token_id=self.eos_token_ids,
@@ -287,7 +290,7 @@ class _RowSampling:
     """
 
     def __init__(self, settings: GenerationSettings, samplers: list[RowSampler], start: int,
-                 limits, eos_ids: list[int]) -> None:
+                 limits, eos_ids: list[int], min_p: float | None = None) -> None:
         from transformers import (
             LogitsProcessorList,
             MinPLogitsWarper,
@@ -303,8 +306,8 @@ class _RowSampling:
             w.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
         if settings.top_p < 1.0:
             w.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
-        if settings.min_p is not None:
-            w.append(MinPLogitsWarper(min_p=settings.min_p, min_tokens_to_keep=1))
+        if min_p is not None:
+            w.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
         self.warpers, self.samplers, self.start = w, samplers, start
         self.limits, self.eos_ids = limits, eos_ids
 
