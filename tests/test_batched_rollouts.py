@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_rollouts import task, tiny  # noqa: F401 - fixtures
 
 from ecredit_trl.agent.generation import GenerationSettings, load_rollout_policy
 from ecredit_trl.agent.rollouts import run_rollouts
@@ -99,3 +100,79 @@ def test_batched_reset_error_raises_and_releases(embedded, tasks, tmp_path):
     with pytest.raises(ValueError, match="batch_size"):
         run_rollouts(embedded, tasks, tmp_path / "y.jsonl", n=1, seed=0, settings=settings,
                      runtime=None, batch_size=0)
+
+
+class ScriptedEngine:
+    """A generation engine whose episodes say fixed texts: the k-th episode started gets
+    ``scripts[k % len(scripts)]`` (its per-episode sampler); the real template, parser, pool,
+    environment and records run on them."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer, scripts):
+        self.tok, self.scripts, self.calls, self.started = tokenizer, scripts, [], 0
+
+    def row_sampler(self, seed):
+        self.started += 1
+        return list(self.scripts[(self.started - 1) % len(self.scripts)])
+
+    def generate_batch(self, contexts, limits, settings, scripts):
+        self.calls.append(len(contexts))
+        out = []
+        for script, limit in zip(scripts, limits, strict=True):
+            ids = self.tok(script.pop(0), add_special_tokens=False)["input_ids"]
+            out.append((ids + [self.tok.eos_token_id])[:limit])
+        return out
+
+
+def test_tool_calls_run_concurrently_in_order_with_exact_turns(tiny, task, tmp_path,  # noqa: F811
+                                                               monkeypatch):
+    """Episodes of different lengths share rounds, so one round runs tool calls of different
+    turns at once: each call must carry its own episode's turn."""
+    import threading
+    import time
+
+    from test_rollouts import _call, _policy
+
+    import ecredit_trl.agent.batched as batched
+
+    policy = _policy(tiny, [])
+    fix = _call("str_replace", path="calc.py", old_str="return a - b", new_str="return a + b")
+    long = [_call("view", path="calc.py"), _call("view", path="calc.py", line=1), fix,
+            _call("submit")]
+    short = [_call("view", path="calc.py") + "\n" + fix, _call("submit")]
+    engine = ScriptedEngine(policy.tokenizer, [long, short])
+    active, peak, lock = [0], [0], threading.Lock()
+    real = batched.run_tool_calls
+
+    def counting(calls, fns):  # one job = one episode's calls of one turn
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.3)
+        try:
+            return real(calls, fns)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(batched, "run_tool_calls", counting)
+    out = tmp_path / "s.jsonl"
+    s = run_rollouts(policy, [task], out, n=4, seed=0, settings=GenerationSettings(max_turns=5),
+                     runtime=None, batch_size=2, agent_concurrency=2, engine=engine,
+                     log=lambda *_: None)
+    rows = _rows(out)
+    assert s["written"] == 4 and len(rows) == 4
+    assert peak[0] == 2  # two episodes' tool jobs ran at once
+    assert max(engine.calls) == 2 and sum(engine.calls) == 4 + 2 + 4 + 2  # turns generated
+    shapes = sorted([c["name"] for c in r["tool_calls"]] + [c["turn"] for c in r["tool_calls"]]
+                    for r in rows)
+    assert shapes == sorted([["view", "view", "str_replace", "submit", 1, 2, 3, 4]] * 2
+                            + [["view", "str_replace", "submit", 1, 1, 2]] * 2)
+    for r in rows:
+        assert r["stop_reason"] == "submit" and "+    return a + b" in r["artifact"]
+        assert r["engine"] == {"name": "scripted", "batch_size": 2}
+        k = 3 if len(r["turns"]) == 4 else 1  # the turn that wrote calc.py
+        assert [list(t["writes"]) for t in r["turns"]] == [
+            ["calc.py"] if i == k else [] for i in range(1, len(r["turns"]) + 1)]
+    assert sorted(r["rollout_index"] for r in rows) == [0, 1, 2, 3]
