@@ -265,17 +265,14 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             ``max_new_tokens``, ``temperature``); None values mean "run default".
         timeout_s: wall-clock limit of one verifier trial, seconds.
         max_retries: infra retries per trial (counted).
-        device: torch device for the rollout subprocess.
-        python: interpreter for the subprocess (default ``sys.executable``).
-        batch_size / agent_concurrency / use_vllm: the rollout subprocess's ``--batch-size``
-            (episodes in flight), ``--agent-concurrency`` (tool threads), ``--use-vllm``.
+        device, python: torch device and interpreter (default ``sys.executable``) of the
+            rollout subprocess; batch_size, agent_concurrency, use_vllm: its flags of the same name.
 
     Returns: the ``results.json`` dict.
 
     Raises:
-        EvalInputError: bad ``n`` / ``concurrency`` / ``batch_size`` / ``agent_concurrency``,
-            ``out`` bound to another evaluation,
-            rollout rows of another model, a changed admission manifest.
+        EvalInputError: a count < 1 (``n``, a concurrency, ``batch_size``), ``out`` bound to
+            another evaluation, rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest.
     """
     from eval.splits import load_tasks
@@ -317,10 +314,9 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         ver, out=out, rpath=rpath, run_subprocess=rollouts is None and bool(todo),
         cmd_args=dict(python=python, model=ref.given if ref else None, split=split, n=n,
                       rpath=rpath, seed=seed, runtime=runtime, binding=binding,
-                      overrides=overrides, device=device,
+                      overrides=overrides, device=device, batch_size=batch_size,
                       todo_tasks=sorted({t for t, _ in todo}), n_tasks=len(by_id),
-                      batch_size=batch_size, agent_concurrency=agent_concurrency,
-                      use_vllm=use_vllm),
+                      agent_concurrency=agent_concurrency, use_vllm=use_vllm),
         runtime=runtime, concurrency=concurrency, max_retries=max_retries, say=say)
 
     results = _results(
