@@ -155,8 +155,9 @@ class Policy:
 
     def generate(self, input_ids: list[int], max_new_tokens: int, settings: GenerationSettings,
                  seed: int | None) -> list[int]:
-        """Sample one assistant turn; returns the new ids up to and including the first EOS
-        (GRPOTrainer keeps exactly those). ``seed`` reseeds torch first (None: continue)."""
+        """Sample one assistant turn (argmax when ``settings.greedy``); returns the new ids up
+        to and including the first EOS (GRPOTrainer keeps exactly those). ``seed`` reseeds torch
+        first (None: continue)."""
         import torch
         from transformers import GenerationConfig
 
