@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.use_vllm:
             from ecredit_trl.agent.vllm_engine import VLLMEngine
 
-            engine = VLLMEngine.from_policy(policy, device=args.device, dtype=args.dtype)
+            engine = VLLMEngine.from_policy(policy, dtype=args.dtype)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

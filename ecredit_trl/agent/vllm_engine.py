@@ -89,10 +89,12 @@ class VLLMEngine:
         self.make_params, self.make_prompt = make_params, make_prompt
 
     @classmethod
-    def from_policy(cls, policy, *, device: str | None = None, dtype: str = "auto",
+    def from_policy(cls, policy, *, dtype: str = "auto",
                     gpu_memory_utilization: float = 0.5) -> VLLMEngine:
         """A colocated ``vllm.LLM`` on ``policy``'s model path (an adapter is merged and saved
-        to a temp dir first). Raises: ImportError naming ``--use-vllm`` without vLLM."""
+        to a temp dir first), on the device vLLM picks (``--device`` is not passed: recent vLLM
+        releases removed that argument). Raises: ImportError naming ``--use-vllm`` without
+        vLLM."""
         vllm = require_vllm()
         from vllm.inputs import TokensPrompt
 
@@ -104,8 +106,7 @@ class VLLMEngine:
         llm = vllm.LLM(model=str(Path(path)), tokenizer=str(Path(path)),
                        dtype="auto" if dtype == "auto" else dtype, seed=0,
                        max_model_len=policy.max_model_len,
-                       gpu_memory_utilization=gpu_memory_utilization,
-                       **({"device": device} if device else {}))
+                       gpu_memory_utilization=gpu_memory_utilization)
         return cls(llm, policy.eos_token_ids, vllm.SamplingParams, TokensPrompt)
 
     def row_sampler(self, seed: int) -> _Row:
