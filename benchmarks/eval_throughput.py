@@ -14,8 +14,13 @@ Runs the same seeded evaluation twice with ``eval.run.evaluate`` (embedded polic
 * whether every slot's artifact sha256 and verdict agree between the two modes (they must
   for a seeded run: greedy by default, ``--temperature`` to sample).
 
+Then the generation side alone (no verifier trials): ``run_rollouts`` in this process, agents
+in Podman containers, same slots, one at a time vs batched: rollouts per minute and the ratio
+(``--rollouts-only`` runs just this part).
+
     python benchmarks/eval_throughput.py [--tasks 10] [--n 2] [--batch-size 8]
-        [--agent-concurrency 4] [--concurrency 2] [--temperature 0] [--json OUT]
+        [--agent-concurrency 4] [--concurrency 2] [--temperature 0] [--rollouts-only]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -65,6 +70,34 @@ def run_mode(model: str, split: Path, out: Path, args, batch_size: int) -> dict:
     }
 
 
+def rollouts_only(model: str, tasks: list, args) -> dict:
+    """``run_rollouts`` one at a time and batched on the same slots (Podman agents); returns
+    wall seconds and rollouts per minute of each, and whether the rows agree."""
+    from ecredit_trl.agent.generation import GenerationSettings, load_rollout_policy
+    from ecredit_trl.agent.rollouts import run_rollouts
+    from sandbox import make_runtime
+
+    policy = load_rollout_policy(model, device="cpu")
+    settings = GenerationSettings(temperature=args.temperature,
+                                  max_new_tokens=args.max_new_tokens)
+    work = Path(tempfile.mkdtemp(prefix="rollouts-throughput-"))
+    out = {}
+    rt = make_runtime("podman", run_id=f"bench-{os.getpid()}")
+    try:
+        for name, b in (("one", 1), ("batched", args.batch_size)):
+            s = run_rollouts(policy, tasks, work / f"{name}.jsonl", n=args.n, seed=args.seed,
+                             settings=settings, runtime=rt, batch_size=b,
+                             agent_concurrency=args.agent_concurrency, log=lambda *_: None)
+            rows = {(r["task_id"], r["rollout_index"]): r["artifact_sha256"]
+                    for r in _rows(work / f"{name}.jsonl")}
+            out[name] = {"wall_s": s["wall_s"], "generate_s": s["generate_s"],
+                         "per_min": round(s["written"] / s["wall_s"] * 60, 2), "rows": rows}
+    finally:
+        rt.close()
+    out["same"] = out["one"].pop("rows") == out["batched"].pop("rows")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=10, help="first K tasks of bundled:train")
@@ -75,6 +108,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--max-new-tokens", type=int, default=640)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rollouts-only", action="store_true", help="only the generation side")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args()
 
@@ -83,9 +117,13 @@ def main() -> None:
     from eval.tasks import save_tasks
 
     model = ensure_default_policy(load_tasks("bundled:train", purpose="train"))
+    tasks = load_tasks("bundled:train", purpose="eval")[: args.tasks]
+    if args.rollouts_only:
+        _print_rollouts(rollouts_only(model, tasks, args), args)
+        return
     work = Path(tempfile.mkdtemp(prefix="eval-throughput-"))
     split = work / "split.jsonl"
-    save_tasks(load_tasks("bundled:train", purpose="eval")[: args.tasks], split)
+    save_tasks(tasks, split)
     one = run_mode(model, split, work / "one", args, 1)
     bat = run_mode(model, split, work / "batched", args, args.batch_size)
     same = one["outcomes"] == bat["outcomes"]
@@ -101,9 +139,22 @@ def main() -> None:
     ratio = bat["slots_per_min"] / one["slots_per_min"]
     print(f"batched / one-at-a-time slots per minute: {ratio:.2f}x; "
           f"same artifacts and verdicts per slot: {'yes' if same else 'NO'}")
+    gen = rollouts_only(model, tasks, args)
+    _print_rollouts(gen, args)
     if args.json:
         Path(args.json).write_text(json.dumps({"one": one, "batched": bat, "ratio": ratio,
-                                               "same_outcomes": same}, indent=1))
+                                               "same_outcomes": same, "rollouts": gen},
+                                              indent=1))
+
+
+def _print_rollouts(gen: dict, args) -> None:
+    one, bat = gen["one"], gen["batched"]
+    print(f"rollouts only ({args.tasks} tasks x n={args.n}, Podman agents, no trials): "
+          f"one-at-a-time {one['wall_s']:.1f} s = {one['per_min']:.1f}/min "
+          f"(generate {one['generate_s']:.1f} s), batched ({args.batch_size}) "
+          f"{bat['wall_s']:.1f} s = {bat['per_min']:.1f}/min (generate {bat['generate_s']:.1f} s)"
+          f": {bat['per_min'] / one['per_min']:.2f}x; same artifacts: "
+          f"{'yes' if gen['same'] else 'NO'}")
 
 
 if __name__ == "__main__":
