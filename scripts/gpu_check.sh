@@ -140,8 +140,9 @@ line = [x for x in open(sys.argv[1]) if x.startswith("GPU_CHECK ")][-1]
 r = json.loads(line[len("GPU_CHECK "):])
 steps = r["step_s"]
 mean = sum(steps) / len(steps) if steps else float("nan")
-print(f"  main job: {r['job_s']} s, step time {mean:.1f} s (per step {steps}), "
-      f"peak memory {r['peak_mem_gib']} GiB")
+mem = "n/a (no CUDA)" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']} GiB"
+print(f"  main job: exit {r['exit']}, {r['job_s']} s, step time {mean:.1f} s "
+      f"(per step {steps}), peak CUDA memory {mem}")
 EOF
 fi
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
