@@ -2,7 +2,8 @@
 
 ``python -m eval.run --model PATH_OR_RUN_DIR --split official500|holdout100|bundled|
 bundled:holdout|FILE --n N --out DIR [--runtime podman|local --concurrency C --seed S
---rollouts FILE --admission MANIFEST --max-turns K --max-new-tokens T --temperature X]``
+--rollouts FILE --admission MANIFEST --max-turns K --max-new-tokens T --temperature X
+--batch-size B --agent-concurrency A --use-vllm]``
 
 ``python -m eval.run --replay RESULTS [--out DIR --sample K]``
 
@@ -10,8 +11,10 @@ Per slot (task, rollout index 0..n-1), DESIGN.md §4 and issue 6:
 
 1. **Rollout** — produced by ``python -m ecredit_trl.agent.rollouts`` run as a *subprocess* (the
    process boundary keeps ``eval`` free of TRL / peft imports), written to
-   ``DIR/rollouts.jsonl``; or read from ``--rollouts FILE``. Trials start while the
-   subprocess is still generating.
+   ``DIR/rollouts.jsonl``; or read from ``--rollouts FILE``. The subprocess keeps
+   ``--batch-size`` episodes in flight (default 8, 1 = one at a time; ``--use-vllm``: vLLM) and
+   writes each row as its episode ends, so trials start while others generate. Seeded rows do
+   not depend on the batch size (not part of the binding).
 2. **One factual trial** of the rollout's final artifact in a fresh sandbox
    (:class:`sandbox.VerifierPool`). An empty artifact is answered by the task's empty-patch
    control trial (the identical trial; ``trial_source: "empty_control"``).
@@ -86,12 +89,10 @@ __all__ = [
 FIXED_DENOMINATORS = {"official500": 500, "holdout100": 100}
 
 
-
 def _ids_sha256(ids: Iterable[str]) -> str:
     from eval.sealed import ids_sha256
 
     return ids_sha256(list(ids))
-
 
 
 def split_denominator(split: str, n_loaded: int) -> int:
@@ -104,7 +105,6 @@ def split_denominator(split: str, n_loaded: int) -> int:
         raise EvalInputError(f"split {split!r}: the fixed denominator is {fixed} tasks but "
                              f"{n_loaded} were loaded")
     return fixed if fixed is not None else n_loaded
-
 
 
 def run_binding(*, model_sha256: str, split: str, tasks_sha256: str, seed: int, n: int,
@@ -124,17 +124,19 @@ def run_binding(*, model_sha256: str, split: str, tasks_sha256: str, seed: int, 
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-
 # ---------------------------------------------------------------------------
 # evaluate: steps
 # ---------------------------------------------------------------------------
 
 
-def _check_args(n, concurrency: int, model, rollouts) -> None:
+def _check_args(n, concurrency: int, model, rollouts, batch_size: int = 1,
+                agent_concurrency: int = 1) -> None:
     if not isinstance(n, int) or n < 1:
         raise EvalInputError(f"--n: must be an int >= 1, got {n!r}")
-    if concurrency < 1:
-        raise EvalInputError(f"--concurrency: must be >= 1, got {concurrency}")
+    for flag, v in (("--concurrency", concurrency), ("--batch-size", batch_size),
+                    ("--agent-concurrency", agent_concurrency)):
+        if v < 1:
+            raise EvalInputError(f"{flag}: must be >= 1, got {v}")
     if model is None and rollouts is None:
         raise EvalInputError("--model is required unless --rollouts is given")
 
@@ -243,7 +245,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
              concurrency: int = 2, seed: int = 0, rollouts: str | Path | None = None,
              admission: str | Path | None = None, overrides: dict | None = None,
              timeout_s: float = 600.0, max_retries: int = 1, device: str | None = None,
-             python: str | None = None, log: Callable[[str], None] | None = None) -> dict:
+             python: str | None = None, log: Callable[[str], None] | None = None,
+             batch_size: int = 8, agent_concurrency: int = 4, use_vllm: bool = False) -> dict:
     """Evaluate a policy on ``split`` and write the outputs into ``out`` (see module doc).
 
     Args:
@@ -262,20 +265,20 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             ``max_new_tokens``, ``temperature``); None values mean "run default".
         timeout_s: wall-clock limit of one verifier trial, seconds.
         max_retries: infra retries per trial (counted).
-        device: torch device for the rollout subprocess.
-        python: interpreter for the subprocess (default ``sys.executable``).
+        device, python: torch device and interpreter (default ``sys.executable``) of the
+            rollout subprocess; batch_size, agent_concurrency, use_vllm: its flags of the same name.
 
     Returns: the ``results.json`` dict.
 
     Raises:
-        EvalInputError: bad ``n`` / ``concurrency``, ``out`` bound to another evaluation,
-            rollout rows of another model, a changed admission manifest.
+        EvalInputError: a count < 1 (``n``, a concurrency, ``batch_size``), ``out`` bound to
+            another evaluation, rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest.
     """
     from eval.splits import load_tasks
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    _check_args(n, concurrency, model, rollouts)
+    _check_args(n, concurrency, model, rollouts, batch_size, agent_concurrency)
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     t_start = time.time()
     out = Path(out)
@@ -311,8 +314,9 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         ver, out=out, rpath=rpath, run_subprocess=rollouts is None and bool(todo),
         cmd_args=dict(python=python, model=ref.given if ref else None, split=split, n=n,
                       rpath=rpath, seed=seed, runtime=runtime, binding=binding,
-                      overrides=overrides, device=device,
-                      todo_tasks=sorted({t for t, _ in todo}), n_tasks=len(by_id)),
+                      overrides=overrides, device=device, batch_size=batch_size,
+                      todo_tasks=sorted({t for t, _ in todo}), n_tasks=len(by_id),
+                      agent_concurrency=agent_concurrency, use_vllm=use_vllm),
         runtime=runtime, concurrency=concurrency, max_retries=max_retries, say=say)
 
     results = _results(
@@ -473,6 +477,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--device", default=None, help="torch device of the rollout subprocess")
+    ap.add_argument("--batch-size", type=int, default=8, help="episodes in flight, one batched "
+                    "generate call per round (1: one at a time)")
+    ap.add_argument("--agent-concurrency", type=int, default=4,
+                    help="threads running the episodes' tool calls")
+    ap.add_argument("--use-vllm", action="store_true",
+                    help="generate through vLLM (colocated; needs vllm installed)")
     ap.add_argument("--replay", help="results.json (or its folder) to re-verify")
     ap.add_argument("--sample", type=int, default=None, help="replay: only this many slots")
     args = ap.parse_args(argv)
@@ -492,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "max_new_tokens": args.max_new_tokens,
                                   "temperature": args.temperature},
                        timeout_s=args.timeout_s, max_retries=args.max_retries,
-                       device=args.device)
+                       device=args.device, batch_size=args.batch_size,
+                       agent_concurrency=args.agent_concurrency, use_vllm=args.use_vllm)
     except (EvalInputError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

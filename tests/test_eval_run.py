@@ -69,6 +69,7 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
     rollouts = _lines(out / "rollouts.jsonl")
     assert len(rollouts) == 4 and {r["binding"] for r in rollouts} == {res["binding"]}
     assert all(r["turns"] and r["model_sha256"] == res["model"]["sha256"] for r in rollouts)
+    assert {r["engine"]["batch_size"] for r in rollouts} == {8}  # the batched path is default
     assert len(load_trajectories(out / "rollouts.jsonl")) == 4  # the replay format holds
     assert len(_lines(out / "slots.jsonl")) == 4
 

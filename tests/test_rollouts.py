@@ -139,7 +139,8 @@ def test_settings_validation():
     with pytest.raises(ValueError, match="max_turns"):
         GenerationSettings(max_turns=0)
     with pytest.raises(ValueError, match="temperature"):
-        GenerationSettings(temperature=0)
+        GenerationSettings(temperature=-0.5)
+    assert GenerationSettings(temperature=0).greedy and not GenerationSettings().greedy
 
 
 def test_resolve_run_dir_and_adapter(tiny, tmp_path):

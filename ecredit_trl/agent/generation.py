@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GenerationSettings", "Policy", "TRL_SAMPLING_DEFAULTS", "cpu_threads",
+__all__ = ["GenerationSettings", "Policy", "RowSampler", "TRL_SAMPLING_DEFAULTS", "cpu_threads",
            "load_rollout_policy", "rollout_seed"]
 
 #: GRPOConfig's sampling defaults (TRL 1.16), used when a bare model dir is given.
@@ -28,7 +28,9 @@ class GenerationSettings:
         max_new_tokens: completion budget of the whole episode in tokens (TRL's
             ``max_completion_length``), generated and tool-result tokens together.
         temperature, top_p, top_k, min_p, repetition_penalty: sampling (GRPOConfig meaning;
-            ``top_k=0`` disables top-k).
+            ``top_k=0`` disables top-k). ``temperature=0`` means greedy decoding (argmax;
+            top-p/top-k/min-p unused, the repetition penalty still applies) - evaluation only,
+            GRPO training samples.
         bash_timeout_s: wall-clock limit of one ``bash`` tool call, seconds.
     """
 
@@ -46,12 +48,17 @@ class GenerationSettings:
             raise ValueError(f"max_turns: must be an int >= 1, got {self.max_turns!r}")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens: must be an int >= 1, got {self.max_new_tokens!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature: must be > 0 (sampling), got {self.temperature!r}")
+        if isinstance(self.temperature, bool) or not self.temperature >= 0:
+            raise ValueError(f"temperature: must be >= 0 (0 = greedy), got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: must be in (0, 1], got {self.top_p!r}")
         if self.bash_timeout_s <= 0:
             raise ValueError(f"bash_timeout_s: must be > 0, got {self.bash_timeout_s!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """True for ``temperature == 0`` (argmax decoding)."""
+        return self.temperature == 0
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -148,30 +155,178 @@ class Policy:
 
     def generate(self, input_ids: list[int], max_new_tokens: int, settings: GenerationSettings,
                  seed: int | None) -> list[int]:
-        """Sample one assistant turn; returns the new ids up to and including the first EOS
-        (GRPOTrainer keeps exactly those). ``seed`` reseeds torch first (None: continue)."""
+        """Sample one assistant turn (argmax when ``settings.greedy``); returns the new ids up
+        to and including the first EOS (GRPOTrainer keeps exactly those). ``seed`` reseeds torch
+        first (None: continue)."""
         import torch
         from transformers import GenerationConfig
 
         if seed is not None:
             torch.manual_seed(seed)
-        gc = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=True,
-            pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-            else self.eos_token_ids[0],
-            bos_token_id=self.tokenizer.bos_token_id, eos_token_id=self.eos_token_ids,
+        sampling = {} if settings.greedy else dict(
             temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
-            min_p=settings.min_p, repetition_penalty=settings.repetition_penalty,
-            disable_compile=True)
+            min_p=settings.min_p)
+        gc = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=not settings.greedy,
+            pad_token_id=self.pad_token_id, bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self.eos_token_ids, repetition_penalty=settings.repetition_penalty,
+            disable_compile=True, **sampling)
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       generation_config=gc)
-        new = out[0, len(input_ids):].tolist()
+        return self._until_eos(out[0, len(input_ids):].tolist())
+
+    @property
+    def pad_token_id(self) -> int:
+        """The tokenizer's pad id, else the first EOS id (padding is masked out)."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.eos_token_ids[0]
+
+    def _until_eos(self, new: list[int]) -> list[int]:
         for i, t in enumerate(new):
             if t in self.eos_token_ids:
                 return new[: i + 1]
         return new
+
+    def row_sampler(self, seed: int) -> RowSampler:
+        """The sampling state of one episode in a batch (see :class:`RowSampler`)."""
+        return RowSampler(seed, self.device)
+
+    def generate_batch(self, contexts: list[list[int]], limits: list[int],
+                       settings: GenerationSettings, samplers: list[RowSampler]) -> list[list[int]]:
+        """One ``model.generate`` call over several episodes' next assistant turns.
+
+        Args:
+            contexts: B token-id lists (prompt + completion so far), any lengths; left-padded
+                with :attr:`pad_token_id` into a (B, max_len) batch with an attention mask.
+            limits: B per-row token limits (>= 1): row i stops after ``limits[i]`` new tokens
+                or its first EOS, whichever comes first (the others go on).
+            samplers: B :class:`RowSampler` (ignored when ``settings.greedy``): row i's draws
+                come from its own ``torch.Generator``, so its tokens do not depend on the
+                other rows, and equal :meth:`generate`'s with ``seed = samplers[i].seed`` at
+                the episode's first turn (the same draws from the same probabilities; a
+                padded batch can round the logits differently in the last bits).
+
+        Returns: B lists of new ids, each up to and including its first EOS (as
+            :meth:`generate`).
+
+        Raises: ValueError when the three lists differ in length or a limit is < 1.
+        """
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        if not (len(contexts) == len(limits) == len(samplers)) or not contexts:
+            raise ValueError(f"generate_batch: contexts/limits/samplers lengths "
+                             f"{len(contexts)}/{len(limits)}/{len(samplers)} must be equal, > 0")
+        if min(limits) < 1:
+            raise ValueError(f"limits: every limit must be >= 1, got {min(limits)}")
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            mask[i, width - len(c):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        limit_t = torch.tensor(limits, device=self.device)
+        processors = LogitsProcessorList()
+        if not settings.greedy:  # min_p None: the model's default, as generate() fills it
+            min_p = (settings.min_p if settings.min_p is not None
+                     else getattr(self.model.generation_config, "min_p", None))
+            processors.append(_RowSampling(settings, samplers, width, limit_t, self.eos_token_ids,
+                                           min_p=min_p))
+        gc = GenerationConfig(
+            max_new_tokens=max(limits), do_sample=False, pad_token_id=self.pad_token_id,
+            bos_token_id=self.tokenizer.bos_token_id, eos_token_id=self.eos_token_ids,
+            repetition_penalty=settings.repetition_penalty, disable_compile=True)
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=gc,
+                logits_processor=processors,
+                stopping_criteria=StoppingCriteriaList([_RowLimits(width, limit_t)]))
+        return [self._until_eos(out[i, width:width + limits[i]].tolist())
+                for i in range(len(contexts))]
+
+
+class RowSampler:
+    """Sampling state of one episode in a batched generation: its own ``torch.Generator``
+    seeded once with the rollout's sampling seed and continued across its turns - the
+    per-row counterpart of :meth:`Policy.generate`'s ``torch.manual_seed(seed)`` at the first
+    turn followed by the global generator. The generator is made on first use (on ``device``).
+    """
+
+    def __init__(self, seed: int, device) -> None:
+        self.seed = seed
+        self.device = device
+        self._gen = None
+
+    @property
+    def generator(self):
+        import torch
+
+        if self._gen is None:
+            self._gen = torch.Generator(device=self.device)
+            self._gen.manual_seed(self.seed)
+        return self._gen
+
+
+class _RowLimits:
+    """Stopping criterion: row i is done once it holds ``limits[i]`` new tokens."""
+
+    def __init__(self, start: int, limits) -> None:
+        self.start, self.limits = start, limits
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return (input_ids.shape[1] - self.start) >= self.limits
+
+
+class _RowSampling:
+    """Logits processor that samples each unfinished row with its own generator.
+
+    The warpers of ``generate(do_sample=True)`` in its order (temperature, top-k, top-p,
+    min-p; transformers ``_get_logits_processor``), softmax, ``torch.multinomial(probs, 1,
+    generator=row's)``; returns scores that are 0 at the drawn token and -inf elsewhere, so
+    greedy selection (``do_sample=False``) takes it. Rows already finished (EOS or their limit)
+    draw nothing, as a one-row ``generate`` would have stopped.
+    """
+
+    def __init__(self, settings: GenerationSettings, samplers: list[RowSampler], start: int,
+                 limits, eos_ids: list[int], min_p: float | None = None) -> None:
+        from transformers import (
+            LogitsProcessorList,
+            MinPLogitsWarper,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        w = LogitsProcessorList()
+        if settings.temperature != 1.0:
+            w.append(TemperatureLogitsWarper(settings.temperature))
+        if settings.top_k:
+            w.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
+        if settings.top_p < 1.0:
+            w.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
+        if min_p is not None:
+            w.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
+        self.warpers, self.samplers, self.start = w, samplers, start
+        self.limits, self.eos_ids = limits, eos_ids
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        gen = input_ids[:, self.start:]
+        done = torch.isin(gen, torch.tensor(self.eos_ids, device=gen.device)).any(dim=1)
+        done |= gen.shape[1] >= self.limits
+        probs = torch.softmax(self.warpers(input_ids, scores), dim=-1)
+        out = torch.full_like(scores, float("-inf"))
+        for i, s in enumerate(self.samplers):
+            if done[i]:
+                out[i] = scores[i]
+                continue
+            tok = torch.multinomial(probs[i:i + 1], num_samples=1, generator=s.generator)
+            out[i, tok[0, 0]] = 0.0
+        return out
 
 
 def cpu_threads() -> int:

@@ -1,7 +1,9 @@
 """Generation stage of an evaluation: the rollouts come from ``python -m
 ecredit_trl.agent.rollouts`` run as a *subprocess* (the process boundary keeps ``eval`` free
 of TRL / peft imports) or from a given JSONL file; :class:`RolloutTail` reads complete rows
-as they are appended, so trials start while the subprocess is still generating."""
+as they are appended, so trials start while the subprocess is still generating. The subprocess
+keeps ``--batch-size`` episodes in flight and writes each row when its episode ends
+(``ecredit_trl.agent.batched``), so a slot's trial starts while other episodes generate."""
 
 from __future__ import annotations
 
@@ -51,9 +53,14 @@ class RolloutTail:
 
 def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpath: Path,
                      seed: int, runtime, binding: str, overrides: dict, device: str | None,
-                     todo_tasks: list[str], n_tasks: int) -> list[str]:
+                     todo_tasks: list[str], n_tasks: int, batch_size: int = 8,
+                     agent_concurrency: int = 4, use_vllm: bool = False) -> list[str]:
     """The argv of the rollout subprocess; ``--task-id`` flags only when ``todo_tasks`` is a
-    strict subset of the split's ``n_tasks`` tasks."""
+    strict subset of the split's ``n_tasks`` tasks. ``batch_size`` (episodes in flight; 1 =
+    one at a time), ``agent_concurrency`` (tool-call threads) and ``use_vllm`` are passed as
+    ``--batch-size`` / ``--agent-concurrency`` / ``--use-vllm``: they change throughput, not
+    the binding (seeded rows are the same in every batch size; vLLM rows carry
+    ``engine.name == "vllm"``)."""
     cmd = [python or sys.executable, "-m", "ecredit_trl.agent.rollouts", "--model", model,
            "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
            "--runtime", runtime if isinstance(runtime, str) else (
@@ -65,6 +72,9 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
             cmd += [flag, str(overrides[k])]
     if device:
         cmd += ["--device", device]
+    cmd += ["--batch-size", str(batch_size), "--agent-concurrency", str(agent_concurrency)]
+    if use_vllm:
+        cmd.append("--use-vllm")
     if len(todo_tasks) < n_tasks:
         for t in todo_tasks:
             cmd += ["--task-id", t]

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# GPU readiness check (issue 15 §4), for a CUDA machine set up with scripts/setup.sh and a CUDA
+# build of torch (TORCH_SPEC is one pip requirement: PyPI's plain torch==2.13.0 wheel for Linux
+# x86-64 is a CUDA build when pip is not pointed at a CPU-only wheel source).
+#
+#   scripts/gpu_check.sh            # on the GPU host: everything, at most 8 minutes
+#   scripts/gpu_check.sh --dry-run  # anywhere: the main job's flags parse, the test ids exist
+#   scripts/gpu_check.sh --cpu      # no GPU: the same steps on CPU, main job 1 step (flags run)
+#
+# Steps (each under `timeout`, skipped when the 8-minute budget cannot hold it):
+#   1. device: torch version, CUDA device name, bf16 support;
+#   2. main job: the embedded policy, arm M, 2 GRPO steps, bf16 + LoRA (r 8) + gradient
+#      checkpointing, in-process so the peak CUDA memory (torch.cuda.max_memory_allocated) is read;
+#      step time = the ledger rows' wall_s;
+#   3. trainer tests on the device: train.py trains on CUDA whenever torch sees one (embedded
+#      defaults), so tests/test_train.py (arm M) and tests/test_train_lora.py run there as they are;
+#   4. benchmarks/step_pipeline.py when present (branch `pipeline`), else a skip line.
+# Then a summary: device, step time, peak memory, each step's status and seconds.
+# Env: PY (python, default .venv/bin/python), GPU_CHECK_OUT (work dir, default a temp dir),
+# GPU_CHECK_RUNTIME (podman | local; default podman when `podman` runs, else local, and the
+# Podman-marked tests are skipped). Exit status: 0 all steps passed or skipped, 1 a step failed,
+# 2 no CUDA device (without --cpu / --dry-run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MODE=gpu
+case "${1:-}" in
+  --dry-run) MODE=dry ;;
+  --cpu) MODE=cpu ;;
+  "") ;;
+  *) echo "usage: $0 [--dry-run | --cpu]" >&2; exit 2 ;;
+esac
+PY=${PY:-.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
+OUT=${GPU_CHECK_OUT:-$(mktemp -d -t gpu-check-XXXXXX)}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/sandbox/containers.conf}
+if [ -z "${GPU_CHECK_RUNTIME:-}" ]; then
+  if podman info >/dev/null 2>&1; then GPU_CHECK_RUNTIME=podman; else GPU_CHECK_RUNTIME=local; fi
+fi
+BUDGET_S=480
+START=$(date +%s)
+declare -a SUMMARY=()
+FAILED=0
+
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+
+# step NAME LIMIT_S CMD...: run CMD under `timeout LIMIT_S` (less when the budget is short)
+step() {
+  local name=$1 limit=$2; shift 2
+  local have; have=$(left)
+  if [ "$have" -lt 20 ]; then
+    SUMMARY+=("$name: skipped (budget of ${BUDGET_S} s spent)"); return 0
+  fi
+  [ "$limit" -gt "$have" ] && limit=$have
+  echo "[gpu_check] $name (limit ${limit} s): $*"
+  local t0 rc; t0=$(date +%s)
+  timeout --kill-after=15 "$limit" "$@" 2>&1 | tee "$OUT/$name.log" | tail -n 25
+  rc=${PIPESTATUS[0]}
+  local dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" -eq 0 ]; then SUMMARY+=("$name: ok in ${dt} s")
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then SUMMARY+=("$name: TIMEOUT after ${dt} s"); FAILED=1
+  else SUMMARY+=("$name: FAILED (exit $rc) in ${dt} s; log $OUT/$name.log"); FAILED=1
+  fi
+  return 0
+}
+
+# 1. device
+step device 60 "$PY" -c '
+import json, torch
+d = {"torch": torch.__version__, "cuda": torch.version.cuda,
+     "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+     "bf16": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())}
+print(json.dumps(d))'
+if [ "$MODE" = gpu ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "[gpu_check] no CUDA device visible to torch: install a CUDA build (TORCH_SPEC=... scripts/setup.sh)," \
+       "or run with --cpu / --dry-run" >&2
+  exit 2
+fi
+
+# 2. main job (in-process: peak CUDA memory; --dry-run only parses the flags)
+step main-job 240 "$PY" - "$MODE" "$OUT/runs" "$GPU_CHECK_RUNTIME" <<'EOF'
+import json, sys, time
+from pathlib import Path
+import torch
+mode, runs, runtime = sys.argv[1:4]
+steps = "1" if mode == "cpu" else "2"  # CPU: one step proves the flags run (bf16 on CPU is slow)
+argv = ["--arm", "M", "--max_steps", steps, "--bf16", "true", "--lora_r", "8",
+        "--lora_alpha", "16", "--gradient_checkpointing", "true", "--runs_dir", runs,
+        "--runtime", runtime]
+from ecredit_trl.train import main, parse_args
+cfg, margs = parse_args(list(argv))
+print(f"flags: bf16={cfg.bf16} gradient_checkpointing={cfg.gradient_checkpointing} "
+      f"lora_r={margs.lora_r} max_steps={cfg.max_steps} use_cpu={cfg.use_cpu} runtime={cfg.runtime}")
+assert cfg.bf16 and cfg.gradient_checkpointing and margs.lora_r == 8 and cfg.max_steps == int(steps)
+if mode == "dry":
+    sys.exit(0)
+cuda = torch.cuda.is_available() and mode == "gpu"
+if cuda:
+    torch.cuda.reset_peak_memory_stats()
+t0 = time.time()
+rc = main(argv)
+wall = time.time() - t0
+(run,) = [p for p in Path(runs).iterdir() if p.is_dir()]
+ledger = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines() if x.strip()]
+steps = [r["wall_s"] for r in ledger]
+print("GPU_CHECK " + json.dumps({
+    "exit": rc, "run": str(run), "job_s": round(wall, 1), "step_s": steps,
+    "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None}))
+sys.exit(rc)
+EOF
+
+# 3. trainer tests on the device
+TESTS=("tests/test_train.py::test_each_arm_runs_two_steps[M]" tests/test_train_lora.py)
+if [ "$MODE" = dry ]; then  # the test ids exist
+  step trainer-tests 60 "$PY" -m pytest -q --collect-only "${TESTS[@]}"
+elif [ "$GPU_CHECK_RUNTIME" = podman ]; then
+  step trainer-tests 200 "$PY" -m pytest -q -x "${TESTS[@]}"
+else
+  SUMMARY+=("trainer-tests: skipped (they need Podman; none here)")
+fi
+
+# 4. the step pipeline benchmark (branch `pipeline`)
+if [ -f benchmarks/step_pipeline.py ] && [ "$MODE" = dry ]; then
+  step step-pipeline 60 "$PY" benchmarks/step_pipeline.py --help
+elif [ -f benchmarks/step_pipeline.py ]; then
+  step step-pipeline 200 "$PY" benchmarks/step_pipeline.py
+else
+  SUMMARY+=("step-pipeline: skipped (benchmarks/step_pipeline.py not in this checkout)")
+fi
+
+echo
+echo "[gpu_check] summary ($MODE mode, runtime $GPU_CHECK_RUNTIME, $(( $(date +%s) - START )) s of ${BUDGET_S}; logs in $OUT)"
+[ -f "$OUT/device.log" ] && echo "  device: $(tail -n 1 "$OUT/device.log")"
+if [ -f "$OUT/main-job.log" ] && grep -q '^GPU_CHECK ' "$OUT/main-job.log"; then
+  "$PY" - "$OUT/main-job.log" <<'EOF'
+import json, sys
+line = [x for x in open(sys.argv[1]) if x.startswith("GPU_CHECK ")][-1]
+r = json.loads(line[len("GPU_CHECK "):])
+steps = r["step_s"]
+mean = sum(steps) / len(steps) if steps else float("nan")
+mem = "n/a (no CUDA)" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']} GiB"
+print(f"  main job: exit {r['exit']}, {r['job_s']} s, step time {mean:.1f} s "
+      f"(per step {steps}), peak CUDA memory {mem}")
+EOF
+fi
+for line in "${SUMMARY[@]}"; do echo "  $line"; done
+exit $FAILED
