@@ -260,6 +260,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
     repeats.
     """
+    from eval.presence import require_task_images
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -269,12 +270,12 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
+    kind = runtime if isinstance(runtime, str) else (
+        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
+    digests = require_task_images(tasks, split, kind)  # issue 13 §2: refuse when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
-    kind = runtime if isinstance(runtime, str) else (
-        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
-    digests = _digests([t.image for t in tasks], kind)
     per_task, todo = _cached_controls(tasks, out, digests, repeats, keep_flaky)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
     own_rt = isinstance(runtime, str)

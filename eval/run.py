@@ -272,6 +272,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest.
     """
+    from eval.presence import require_task_images
     from eval.splits import load_tasks
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -281,6 +282,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     out = Path(out)
     ref: ModelRef | None = resolve_model(model) if model is not None else None
     tasks = load_tasks(split, purpose="eval")
+    images = require_task_images(tasks, split, runtime)  # issue 13 §2: digests recorded
     denominator = split_denominator(split, len(tasks))
     by_id = {t.instance_id: t for t in tasks}
     tasks_sha = _ids_sha256(by_id)
@@ -320,6 +322,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         split=split, seed=seed, tasks_sha=tasks_sha, ref=ref, model_sha=model_sha,
         overrides=overrides, source=source, admission_rec=admission_rec,
         rollout_rc=rollout_rc, foreign=foreign)
+    results["images"] = images
     _write_report(out, results, say)
     return results
 

@@ -203,3 +203,16 @@ def test_pull_through_podman_py_from_a_local_registry_mirror(tmp_path):
         reg.wait(timeout=10)
         _untag(task_image)
         _untag(source_ref(task_image, f"localhost:{port}"))
+
+
+@pytest.mark.podman
+def test_a_split_name_is_handed_to_eval_images():
+    """`sandbox` cannot import the task loaders: a split name runs `python -m eval.images`."""
+    from eval.images import split_images
+
+    proc = subprocess.run([sys.executable, "-m", "sandbox.images", "pull", "--split",
+                           "bundled:holdout"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    n = len(split_images("bundled:holdout"))
+    assert proc.stdout.splitlines()[-1] == f"{n} images: {n} present, 0 pulled, 0 failed"

@@ -181,6 +181,26 @@ def local_names() -> set[str]:
             if line.strip() and "<none>" not in line}
 
 
+def local_image_ids(images: Iterable[str]) -> dict[str, str | None]:
+    """image name → image id (``sha256:...``, the digest ``podman image inspect`` calls
+    ``Id``) for each of ``images``, None when not in local storage; one ``podman images``
+    call for any number of names (names compared in canonical form).
+
+    Raises: ImagePullError when podman cannot list its images.
+    """
+    proc = subprocess.run(["podman", "images", "--no-trunc", "--format",
+                           "{{.Repository}}:{{.Tag}} {{.ID}}"],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    if proc.returncode != 0:
+        raise ImagePullError(f"podman images failed: {proc.stderr.strip()[-500:]}")
+    ids = {}
+    for line in proc.stdout.splitlines():
+        name, _, image_id = line.strip().rpartition(" ")
+        if name and "<none>" not in name:
+            ids[canonical(name)] = "sha256:" + image_id.removeprefix("sha256:")
+    return {n: ids.get(canonical(n)) for n in sorted(set(images))}
+
+
 def missing_images(images: Iterable[str]) -> list[str]:
     """The names of ``images`` not in local Podman storage, sorted, each once (compared in
     canonical form, so ``swebench/x`` and ``docker.io/swebench/x:latest`` are one image)."""
