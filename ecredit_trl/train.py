@@ -349,7 +349,8 @@ def _make_runtime(cfg, run_name: str):
     """The sandbox runtime of this session (its run id is the run name)."""
     from sandbox import make_runtime
 
-    return make_runtime(cfg.runtime, endpoints=cfg.podman_endpoints or None, run_id=run_name)
+    return make_runtime(cfg.runtime, endpoints=cfg.verifier_endpoints or None, run_id=run_name,
+                        agent_endpoints=cfg.agent_endpoints or None)
 
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):

@@ -34,7 +34,7 @@ UNBOUND_CONFIG_FIELDS = frozenset({
     # where the run lives and how it is watched: not part of what is trained
     "output_dir", "logging_dir", "run_name", "runs_dir", "disable_tqdm", "report_to",
     # where sandboxes run: results do not depend on which Podman endpoint serves them
-    "podman_endpoints",
+    "podman_endpoints", "agent_endpoints", "verifier_endpoints",
     # secrets never belong in a record
     "hub_token", "push_to_hub_token",
 })
@@ -141,8 +141,8 @@ def image_digests(images) -> dict:
 
 def sealed_holdouts() -> dict:
     """Every sealed holdout manifest (:func:`eval.sealed.manifests`): file → name, sha256, n, pool."""
-    from eval.sealed import manifests
     from eval.files import datasets_dir
+    from eval.sealed import manifests
 
     out = {}
     root = datasets_dir()
