@@ -14,6 +14,8 @@ from trl import GRPOConfig
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
+TRAIN_BUNDLED_TIMEOUT_S = 120.0
+"""Trial timeout (s) of bundled tasks in training when ``trial_timeout_s`` is not given."""
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
 
 
@@ -55,7 +57,15 @@ class ECreditConfig(GRPOConfig):
                           "empty: a private local service"})
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
-    trial_timeout_s: float = field(default=120.0, metadata={"help": "seconds per verifier trial"})
+    trial_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per verifier trial; default from the task (eval.trialspec."
+                "trial_limits): 1800 for SWE-bench-format image tasks, 120 for bundled"})
+    trial_memory: str | None = field(default=None, metadata={
+        "help": "memory limit of a verifier trial (podman size, e.g. 8g); default from the "
+                "task: 8g for SWE-bench-format image tasks, 2g for bundled"})
+    trial_cpus: float | None = field(default=None, metadata={
+        "help": "CPUs of a verifier trial; default from the task: 2 for SWE-bench-format "
+                "image tasks, 1 for bundled"})
     sandbox_retries: int = field(default=4, metadata={
         "help": "health checks of the sandbox service before a clean stop (before each round, "
                 "and after a round with infra errors)"})

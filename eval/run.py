@@ -242,7 +242,7 @@ def _settings(seen_rollouts: dict, rpath: Path):
 def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime="podman",
              concurrency: int = 2, seed: int = 0, rollouts: str | Path | None = None,
              admission: str | Path | None = None, overrides: dict | None = None,
-             timeout_s: float = 600.0, max_retries: int = 1, device: str | None = None,
+             timeout_s: float | None = None, max_retries: int = 1, device: str | None = None,
              python: str | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Evaluate a policy on ``split`` and write the outputs into ``out`` (see module doc).
 
@@ -260,7 +260,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             the task list or an image digest changed.
         overrides: generation settings for the rollout subprocess (``max_turns``,
             ``max_new_tokens``, ``temperature``); None values mean "run default".
-        timeout_s: wall-clock limit of one verifier trial, seconds.
+        timeout_s: wall-clock limit of one verifier trial, seconds; None: from the task
+            (:func:`eval.trialspec.trial_limits`).
         max_retries: infra retries per trial (counted).
         device: torch device for the rollout subprocess.
         python: interpreter for the subprocess (default ``sys.executable``).
@@ -400,7 +401,7 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 
 def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
            concurrency: int = 2, sample: int | None = None, seed: int = 0,
-           timeout_s: float = 600.0, max_retries: int = 1,
+           timeout_s: float | None = None, max_retries: int = 1,
            log: Callable[[str], None] | None = None) -> dict:
     """Re-verify the stored artifacts of an evaluation and compare per-test labels.
 
@@ -473,7 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-turns", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="per-trial limit, seconds (default: from the task, eval.trial"
+                         "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--device", default=None, help="torch device of the rollout subprocess")
     ap.add_argument("--replay", help="results.json (or its folder) to re-verify")
