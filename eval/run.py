@@ -71,6 +71,7 @@ from eval.evaluation.verification import SlotVerifier, replay_selection, replay_
 from eval.files import atomic_write_text, write_json
 from eval.flaky import flaky_slot_counts
 from eval.modelref import ModelRef, resolve_model
+from eval.presence import require_task_images
 
 __all__ = [
     "FIXED_DENOMINATORS",
@@ -260,8 +261,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             the task list or an image digest changed.
         overrides: generation settings for the rollout subprocess (``max_turns``,
             ``max_new_tokens``, ``temperature``); None values mean "run default".
-        timeout_s: wall-clock limit of one verifier trial, seconds; None: from the task
-            (:func:`eval.trialspec.trial_limits`).
+        timeout_s: limit of one verifier trial, seconds (None: eval.trialspec.trial_limits).
         max_retries: infra retries per trial (counted).
         device: torch device for the rollout subprocess.
         python: interpreter for the subprocess (default ``sys.executable``).
@@ -273,7 +273,6 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest.
     """
-    from eval.presence import require_task_images
     from eval.splits import load_tasks
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
