@@ -109,3 +109,11 @@ def test_train_refuses_missing_images_with_one_line(tmp_path):
                     f"--split {split}")
     assert "Traceback" not in proc.stderr
     assert not runs.exists() or not any(runs.rglob("*.json"))
+
+
+@pytest.mark.podman
+def test_manifest_records_the_digest_of_every_distinct_task_image():
+    from ecredit_trl.runs.manifest import image_digests
+
+    image = default_image()
+    assert image_digests([image, image, ABSENT]) == {image: image_digest(image), ABSENT: None}

@@ -132,11 +132,12 @@ def package_versions() -> dict:
 
 
 def image_digests(images) -> dict:
-    """image name → digest (``sha256:...``) via :func:`sandbox.images.image_digest`; None when
-    the image is not in local storage (remote endpoints, not pulled yet)."""
-    from sandbox.images import image_digest
+    """image name → digest (``sha256:...``, the image id) of every distinct task image, via
+    :func:`sandbox.images.pull.local_image_ids` (one ``podman images`` call for all of them);
+    None when the image is not in local storage (remote endpoints, not pulled yet)."""
+    from sandbox.images.pull import local_image_ids
 
-    return {name: image_digest(name) for name in sorted(set(images))}
+    return local_image_ids(images)
 
 
 def sealed_holdouts() -> dict:
