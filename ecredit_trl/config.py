@@ -14,6 +14,8 @@ from trl import GRPOConfig
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
+TRAIN_BUNDLED_TIMEOUT_S = 120.0
+"""Trial timeout (s) of bundled tasks in training when ``trial_timeout_s`` is not given."""
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
 
 
@@ -24,7 +26,8 @@ class ECreditConfig(GRPOConfig):
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
     ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, a
-    negative ``sandbox_retry_backoff_s`` or an agent disk limit below 1 MiB.
+    negative ``sandbox_retry_backoff_s``, an agent disk limit below 1 MiB or a remote
+    (non-``unix://``) ``agent_endpoints`` entry.
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -42,10 +45,27 @@ class ECreditConfig(GRPOConfig):
     runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"help": "Podman API URLs (unix://, ssh://); empty: start a local service"})
+        metadata={"help": "deprecated: sets verifier_endpoints, and agent_endpoints to its "
+                          "unix:// entries, when those are not given"})
+    agent_endpoints: list[str] = field(
+        default_factory=list,
+        metadata={"help": "local Podman API URLs (unix://) for agent sessions; empty: the "
+                          "local verifier endpoints, else a private local service"})
+    verifier_endpoints: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Podman API URLs (unix://, ssh://) verifier trials rotate over; "
+                          "empty: a private local service"})
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
-    trial_timeout_s: float = field(default=120.0, metadata={"help": "seconds per verifier trial"})
+    trial_timeout_s: float | None = field(default=None, metadata={
+        "help": "seconds per verifier trial; default from the task (eval.trialspec."
+                "trial_limits): 1800 for SWE-bench-format image tasks, 120 for bundled"})
+    trial_memory: str | None = field(default=None, metadata={
+        "help": "memory limit of a verifier trial (podman size, e.g. 8g); default from the "
+                "task: 8g for SWE-bench-format image tasks, 2g for bundled"})
+    trial_cpus: float | None = field(default=None, metadata={
+        "help": "CPUs of a verifier trial; default from the task: 2 for SWE-bench-format "
+                "image tasks, 1 for bundled"})
     sandbox_retries: int = field(default=4, metadata={
         "help": "health checks of the sandbox service before a clean stop (before each round, "
                 "and after a round with infra errors)"})
@@ -91,9 +111,26 @@ class ECreditConfig(GRPOConfig):
                 isinstance(p, str) and p.strip() for p in self.snapshot_ignore):
             raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
                              f"got {self.snapshot_ignore!r}")
+        self._resolve_endpoints()
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation
         if self.max_tool_calling_iterations is None:
             self.max_tool_calling_iterations = self.max_turns - 1
         super().__post_init__()
+
+    def _resolve_endpoints(self) -> None:
+        """Issue 13 §5: the deprecated ``podman_endpoints`` fills ``verifier_endpoints`` (all
+        of it) and ``agent_endpoints`` (its unix:// entries) when those are empty; a remote
+        agent endpoint is refused (ValueError naming the field)."""
+        from sandbox.podman_runtime import check_agent_endpoints, is_local_endpoint
+
+        for name in ("podman_endpoints", "agent_endpoints", "verifier_endpoints"):
+            if isinstance(getattr(self, name), str):
+                raise ValueError(f"{name}: expected a list of Podman API URLs, got a string")
+        if self.podman_endpoints:
+            if not self.verifier_endpoints:
+                self.verifier_endpoints = list(self.podman_endpoints)
+            if not self.agent_endpoints:
+                self.agent_endpoints = [e for e in self.podman_endpoints if is_local_endpoint(e)]
+        self.agent_endpoints = check_agent_endpoints(self.agent_endpoints)

@@ -278,6 +278,11 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:
         raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
+    if cfg.runtime == "podman":  # issue 13 §2: one line before any warm start or receipt
+        from eval.presence import require_task_images
+
+        require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
+                            cfg.tasks)
     if margs.model is None:
         from ecredit_trl.policy.warmstart import ensure_default_policy
 
@@ -344,7 +349,8 @@ def _make_runtime(cfg, run_name: str):
     """The sandbox runtime of this session (its run id is the run name)."""
     from sandbox import make_runtime
 
-    return make_runtime(cfg.runtime, endpoints=cfg.podman_endpoints or None, run_id=run_name)
+    return make_runtime(cfg.runtime, endpoints=cfg.verifier_endpoints or None, run_id=run_name,
+                        agent_endpoints=cfg.agent_endpoints or None)
 
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):
@@ -406,7 +412,8 @@ def _raised_during_setup(exc: BaseException) -> bool:
         names.add(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     return bool(names & {"parse_args", "__post_init__", "parse_args_into_dataclasses",
-                         "load_tasks", "_guard", "check_not_sealed"}) and "train" not in names
+                         "load_tasks", "_guard", "check_not_sealed",
+                         "require_task_images"}) and "train" not in names
 
 
 if __name__ == "__main__":

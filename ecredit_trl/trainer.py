@@ -185,9 +185,13 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
                      control_log=control_log)
 
     def _spec(self, task, artifact: str, trial_id: str):
+        from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
         from eval.trialspec import task_trial_spec
 
+        # limits from the task's split unless given (issue 13 §6); recorded on each result
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
+                               memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,
+                               bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
                                labels={"ecredit.arm": self.ecfg.arm})
 
     def _ensure_controls(self, task_ids: set[str]) -> None:

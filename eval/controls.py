@@ -240,7 +240,7 @@ def _grade_control(task, res, *, expected: bool, control_log: str | None,
 
 
 def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: int = 2,
-                 timeout_s: float = 600.0, max_retries: int = 1,
+                 timeout_s: float | None = None, max_retries: int = 1,
                  task_ids: Sequence[str] | None = None, repeats: int = 1,
                  keep_flaky: bool = False, log: Callable[[str], None] | None = None) -> dict:
     """Run gold + empty controls for every task of ``split`` and write the manifest.
@@ -250,7 +250,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         out: output folder (created; cached per-task results reused).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
             for digests is ``"podman"`` unless it is a ``LocalRuntime``).
-        concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds.
+        concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds (None: from
+            the task, :func:`eval.trialspec.trial_limits`).
         task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
         repeats: runs of each patch per task (>= 1); flaky tests from 2 on (:mod:`eval.flaky`).
         keep_flaky: admit tasks with flaky F2P tests and keep flaky P2P tests.
@@ -260,6 +261,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
     repeats.
     """
+    from eval.presence import require_task_images
     from sandbox import VerifierPool, make_runtime
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -269,12 +271,12 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
+    kind = runtime if isinstance(runtime, str) else (
+        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
+    digests = require_task_images(tasks, split, kind)  # issue 13 §2: refuse when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
-    kind = runtime if isinstance(runtime, str) else (
-        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
-    digests = _digests([t.image for t in tasks], kind)
     per_task, todo = _cached_controls(tasks, out, digests, repeats, keep_flaky)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
     own_rt = isinstance(runtime, str)
@@ -490,7 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
     ap.add_argument("--concurrency", type=int, default=2)
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="per-trial limit, seconds (default: from the task, eval.trial"
+                         "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
     ap.add_argument("--max-retries", type=int, default=1)
     ap.add_argument("--task-id", dest="task_ids", action="append", default=None,
                     help="only these tasks (repeatable)")

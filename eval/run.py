@@ -74,6 +74,7 @@ from eval.evaluation.verification import SlotVerifier, replay_selection, replay_
 from eval.files import atomic_write_text, write_json
 from eval.flaky import flaky_slot_counts
 from eval.modelref import ModelRef, resolve_model
+from eval.presence import require_task_images
 
 __all__ = [
     "FIXED_DENOMINATORS",
@@ -244,7 +245,7 @@ def _settings(seen_rollouts: dict, rpath: Path):
 def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime="podman",
              concurrency: int = 2, seed: int = 0, rollouts: str | Path | None = None,
              admission: str | Path | None = None, overrides: dict | None = None,
-             timeout_s: float = 600.0, max_retries: int = 1, device: str | None = None,
+             timeout_s: float | None = None, max_retries: int = 1, device: str | None = None,
              python: str | None = None, log: Callable[[str], None] | None = None,
              batch_size: int = 8, agent_concurrency: int = 4, use_vllm: bool = False) -> dict:
     """Evaluate a policy on ``split`` and write the outputs into ``out`` (see module doc).
@@ -263,7 +264,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             the task list or an image digest changed.
         overrides: generation settings for the rollout subprocess (``max_turns``,
             ``max_new_tokens``, ``temperature``); None values mean "run default".
-        timeout_s: wall-clock limit of one verifier trial, seconds.
+        timeout_s: limit of one verifier trial, seconds (None: eval.trialspec.trial_limits).
         max_retries: infra retries per trial (counted).
         device, python: torch device and interpreter (default ``sys.executable``) of the
             rollout subprocess; batch_size, agent_concurrency, use_vllm: its flags of the same name.
@@ -284,6 +285,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     out = Path(out)
     ref: ModelRef | None = resolve_model(model) if model is not None else None
     tasks = load_tasks(split, purpose="eval")
+    images = require_task_images(tasks, split, runtime)  # issue 13 §2: digests recorded
     denominator = split_denominator(split, len(tasks))
     by_id = {t.instance_id: t for t in tasks}
     tasks_sha = _ids_sha256(by_id)
@@ -324,6 +326,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         split=split, seed=seed, tasks_sha=tasks_sha, ref=ref, model_sha=model_sha,
         overrides=overrides, source=source, admission_rec=admission_rec,
         rollout_rc=rollout_rc, foreign=foreign)
+    results["images"] = images
     _write_report(out, results, say)
     return results
 
@@ -401,7 +404,7 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 
 def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
            concurrency: int = 2, sample: int | None = None, seed: int = 0,
-           timeout_s: float = 600.0, max_retries: int = 1,
+           timeout_s: float | None = None, max_retries: int = 1,
            log: Callable[[str], None] | None = None) -> dict:
     """Re-verify the stored artifacts of an evaluation and compare per-test labels.
 
@@ -474,7 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-turns", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="per-trial limit, seconds (default: from the task, eval.trial"
+                         "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--device", default=None, help="torch device of the rollout subprocess")
     ap.add_argument("--batch-size", type=int, default=8, help="episodes in flight, one batched "

@@ -1,13 +1,107 @@
 """The verifier trial of a task: :func:`task_trial_spec` (and the cached base tree of a
 bundled task's repository that it ships into the sandbox: the agent's checkout, not a
-``git archive``; issue 11 §5)."""
+``git archive``; issue 11 §5), with its limits from :func:`trial_limits` (issue 13 §6)."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eval.tasks import Task
+
+HARNESS_TIMEOUT_S = 1800.0
+"""swebench's harness (``swebench.harness.run_evaluation``, ``--timeout`` default 1800 s)."""
+HARNESS_MIN_MEMORY = "8g"
+"""The harness caps no container's memory; ours never defaults below 8 GB for such tasks."""
+BUNDLED_TIMEOUT_S = 600.0
+"""Bundled tasks' trial timeout in ``eval.run`` / ``eval.controls`` / the pilot (the trainer
+passes its own, :data:`ecredit_trl.config.TRAIN_BUNDLED_TIMEOUT_S`)."""
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    """The limits one verifier trial runs under, and where each came from.
+
+    Attributes:
+        timeout_s: wall-clock limit of apply + eval, seconds.
+        memory: memory limit as podman takes it (``"8g"``), no extra swap.
+        pids: process limit. cpus: CPUs (fractional allowed).
+        source: ``"harness"`` (a SWE-bench-format image task), ``"bundled"``, or ``"row"``
+            (the task row's own ``trial_defaults``), with ``+flags`` when an explicit value
+            replaced one of them.
+    """
+
+    timeout_s: float
+    memory: str
+    pids: int
+    cpus: float
+    source: str
+
+    def sandbox_limits(self):
+        """The :class:`sandbox.Limits` of these limits."""
+        from sandbox import Limits
+
+        return Limits(memory=self.memory, pids=self.pids, cpus=self.cpus)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+HARNESS_LIMITS = TrialLimits(HARNESS_TIMEOUT_S, HARNESS_MIN_MEMORY, 4096, 2.0, "harness")
+"""SWE-bench-format tasks (official500, holdout100, SWE-Gym, SWE-smith): the harness's
+timeout, 8 GB memory, the nproc ulimit as pid limit, 2 CPUs."""
+_TRIAL_DEFAULT_KEYS = {"timeout_s": float, "memory": str, "pids": int, "cpus": float}
+
+
+def trial_limits(task: Task, *, timeout_s: float | None = None, memory: str | None = None,
+                 cpus: float | None = None,
+                 bundled_timeout_s: float = BUNDLED_TIMEOUT_S) -> TrialLimits:
+    """The limits of ``task``'s verifier trials (pure; issue 13 §6).
+
+    Rule, per field, first match wins:
+
+    1. an explicit value (``timeout_s`` / ``memory`` / ``cpus`` not None: a user flag);
+    2. the task row's own ``trial_defaults`` (``task.extra["trial_defaults"]``, a dict with
+       any of ``timeout_s``, ``memory``, ``pids``, ``cpus``, set by a loader);
+    3. the split: a task whose image holds the repository (``repo_dir`` None: official500,
+       holdout100, SWE-Gym, SWE-smith rows) gets :data:`HARNESS_LIMITS` (source: swebench
+       harness ``run_evaluation`` timeout 1800 s; it sets no memory cap, so none below 8 GB);
+       a bundled task (``repo_dir`` set) keeps today's :class:`sandbox.Limits` defaults
+       (2 GB, 1024 pids, 1 CPU) and ``bundled_timeout_s``.
+
+    Raises: ValueError naming ``trial_defaults`` (a bad key or type) or the flag (timeout
+    or cpus not > 0).
+    """
+    from sandbox import Limits
+
+    if task.repo_dir is None:
+        base = HARNESS_LIMITS
+    else:
+        d = Limits()
+        base = TrialLimits(float(bundled_timeout_s), d.memory, d.pids, d.cpus, "bundled")
+    row = task.extra.get("trial_defaults") if isinstance(task.extra, dict) else None
+    if row is not None:
+        where = f"task {task.instance_id}: field 'trial_defaults'"
+        if not isinstance(row, dict) or set(row) - set(_TRIAL_DEFAULT_KEYS):
+            raise ValueError(f"{where}: expected an object with keys among "
+                             f"{sorted(_TRIAL_DEFAULT_KEYS)}, got {row!r:.80}")
+        vals = asdict(base)
+        for key, typ in _TRIAL_DEFAULT_KEYS.items():
+            if key in row:
+                if isinstance(row[key], bool) or not isinstance(row[key], (typ, int)):
+                    raise ValueError(f"{where}: {key} must be {typ.__name__}, got {row[key]!r}")
+                vals[key] = typ(row[key])
+        base = TrialLimits(**{**vals, "source": "row"})
+    flags = {k: v for k, v in (("timeout_s", timeout_s), ("memory", memory), ("cpus", cpus))
+             if v is not None}
+    for key in ("timeout_s", "cpus"):
+        if key in flags and not flags[key] > 0:
+            raise ValueError(f"{key}: must be > 0, got {flags[key]}")
+    if not flags:
+        return base
+    return TrialLimits(**{**asdict(base), **flags,
+                          "source": base.source + "+" + ",".join(sorted(flags))})
 
 _ARCHIVES: dict[tuple[str, str], bytes] = {}
 _ARCHIVE_LOCK = threading.Lock()
@@ -37,9 +131,10 @@ def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
     return data
 
 
-def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: float = 600.0,
+def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: float | None = None,
                     limits=None, labels: dict[str, str] | None = None,
-                    swebench_pass: bool | None = None):
+                    swebench_pass: bool | None = None, memory: str | None = None,
+                    cpus: float | None = None, bundled_timeout_s: float = BUNDLED_TIMEOUT_S):
     """The :class:`sandbox.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
     may be empty) on ``task``.
 
@@ -48,8 +143,10 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
     ``/testbed`` already. ``protected`` is :func:`eval.protection.protected_set`.
 
     Args:
-        timeout_s: wall-clock limit of apply + eval, seconds.
-        limits: :class:`sandbox.Limits` (default limits when None).
+        timeout_s, memory, cpus: explicit limits (user flags); None: from the task
+            (:func:`trial_limits`, which also takes ``bundled_timeout_s``).
+        limits: a whole :class:`sandbox.Limits` instead (wins over the rule's memory /
+            pids / CPUs).
         swebench_pass: also run the eval script without protection when the artifact touched
             a protected path (for ``resolved_swebench``); default: for tasks whose image
             holds the repository (SWE-bench rows), not for ``repo_dir`` tasks.
@@ -58,16 +155,19 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
         ValueError: the task has no eval script, or its repository cannot be archived.
     """
     from eval.protection import protected_set
-    from sandbox import Limits, TrialSpec
+    from sandbox import TrialSpec
 
     if not task.eval_script:
         raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
                          "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "
                          "e.g. SWE-bench/SWE-bench_Verified)")
+    rule = trial_limits(task, timeout_s=timeout_s, memory=memory, cpus=cpus,
+                        bundled_timeout_s=bundled_timeout_s)
     archive = repo_archive(task.repo_dir, task.base_commit) if task.repo_dir else None
     return TrialSpec(trial_id=trial_id, image=task.image, eval_script=task.eval_script,
                      artifact=artifact or "", repo_archive=archive, workdir=task.workdir,
-                     timeout_s=timeout_s, limits=limits or Limits(),
+                     timeout_s=rule.timeout_s, limits=limits or rule.sandbox_limits(),
+                     limits_source="explicit limits" if limits else rule.source,
                      labels={"ecredit.task": task.instance_id[:60], **(labels or {})},
                      protected=protected_set(task),
                      swebench_pass=(task.repo_dir is None) if swebench_pass is None

@@ -4,7 +4,9 @@ The runtime talks to one or more Podman API endpoints. With none given it starts
 its own ``podman system service`` on a private unix socket (configured by the
 ``containers.conf`` shipped beside this file: runc, explicit nofile/nproc
 ulimits) and stops it on :meth:`PodmanRuntime.close`. Remote endpoints
-(``ssh://user@host/run/podman/podman.sock``) spread trials past one machine.
+(``ssh://user@host/run/podman/podman.sock``) spread verifier trials past one machine;
+agent sessions bind-mount a local tree and so run on local (``unix://``) endpoints only
+(``agent_endpoints``, :func:`check_agent_endpoints`).
 
 Every container is labelled ``ecredit.run=<run id>``; the runtime removes its
 containers on any exit path, and ``python -m sandbox gc`` removes leftovers of
@@ -128,33 +130,70 @@ class PodmanService:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def is_local_endpoint(url: str) -> bool:
+    """True for a Podman API URL on this machine: ``unix://...`` (or empty: the private
+    local service)."""
+    return not url or url.startswith("unix://")
+
+
+def check_agent_endpoints(urls, field: str = "agent_endpoints") -> list[str]:
+    """Agent endpoints must be local: an agent session bind-mounts the rollout's working
+    tree from this machine, which a remote (``ssh://``, ``tcp://``) service cannot see (the
+    container would start without the tree; issue 13 §5). Empty entries are dropped.
+
+    Returns: the local URLs. Raises: ValueError naming ``field`` and the remote URL.
+    """
+    if isinstance(urls, str):
+        raise ValueError(f"{field}: expected a list of Podman API URLs, got a string")
+    urls = list(urls or [])
+    remote = [u for u in urls if not is_local_endpoint(u)]
+    if remote:
+        raise ValueError(
+            f"{field}: {remote[0]} is not local; agent sessions bind-mount the rollout's "
+            "working tree from this machine, so they run only on unix:// endpoints (or "
+            "none: a private local service). Put remote endpoints in verifier_endpoints")
+    return [u for u in urls if u]
+
+
 class PodmanRuntime:
     """Runs :class:`~sandbox.trial.TrialSpec` s in fresh Podman containers.
 
     Args:
-        endpoints: Podman API URLs (``unix:///...``, ``ssh://...``). Empty: start a
-            private local service for the lifetime of this object.
+        endpoints: verifier endpoints, Podman API URLs (``unix:///...``, ``ssh://...``);
+            trials rotate over them. Empty: start a private local service for the
+            lifetime of this object.
         run_id: label value put on every container (default: random).
         identity: SSH key for ``ssh://`` endpoints.
+        agent_endpoints: where agent sessions (:class:`~sandbox.session.PodmanSession`)
+            run, local only (:func:`check_agent_endpoints`). Empty: the local ones among
+            ``endpoints``, else a private local service.
 
     Containers run with no network, all capabilities dropped, no-new-privileges,
     and the memory / pids / CPU limits of the spec. Thread-safe: one
     :meth:`run_trial` call per worker thread.
 
     Raises:
+        ValueError: a remote agent endpoint (before anything starts).
         PodmanUnavailable: no endpoint and the local service cannot start.
     """
 
     def __init__(self, endpoints: list[str] | None = None, run_id: str | None = None,
-                 identity: str | None = None) -> None:
+                 identity: str | None = None, agent_endpoints: list[str] | None = None) -> None:
+        agents = check_agent_endpoints(agent_endpoints)
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.identity = identity
         self._service: PodmanService | None = None
-        if not endpoints:
+        endpoints = [e for e in (endpoints or []) if e]
+        if not agents:
+            agents = [e for e in endpoints if is_local_endpoint(e)]
+        if not endpoints or not agents:
             self._service = PodmanService()
-            endpoints = [self._service.url]
+            endpoints = endpoints or [self._service.url]
+            agents = agents or [self._service.url]
         self.endpoints = list(endpoints)
+        self.agent_endpoints = list(agents)
         self._next = itertools.cycle(range(len(self.endpoints)))
+        self._next_agent = itertools.cycle(range(len(self.agent_endpoints)))
         self._lock = threading.Lock()
         self._live: dict[str, str] = {}  # container name -> endpoint
         self._closed = False
@@ -172,7 +211,7 @@ class PodmanRuntime:
         self._closed = True
         failed = [name for name, endpoint in list(self._live.items())
                   if not self._force_remove(endpoint, name)]
-        if failed and all(e.startswith("unix://") for e in self.endpoints):
+        if failed and all(is_local_endpoint(e) for e in self.all_endpoints()):
             try:
                 gc(self.run_id)
             except Exception:
@@ -200,7 +239,7 @@ class PodmanRuntime:
         from podman import PodmanClient
 
         retries = 0
-        for url in self.endpoints:
+        for url in self.all_endpoints():
             waited = 0.0
             error = "no answer"
             for attempt in range(1, max(1, attempts) + 1):
@@ -241,9 +280,20 @@ class PodmanRuntime:
         kwargs = {"identity": self.identity} if self.identity and url.startswith("ssh") else {}
         return PodmanClient(base_url=url, timeout=timeout_s, **kwargs)
 
-    def _pick_endpoint(self) -> str:
+    def all_endpoints(self) -> list[str]:
+        """Verifier and agent endpoints, each once, in that order."""
+        return list(dict.fromkeys(self.endpoints + self.agent_endpoints))
+
+    def _pick_verifier_endpoint(self) -> str:
+        """The next verifier endpoint (round robin over :attr:`endpoints`)."""
         with self._lock:
             return self.endpoints[next(self._next)]
+
+    def _pick_endpoint(self) -> str:
+        """The next **agent** endpoint (round robin over :attr:`agent_endpoints`, all local);
+        :class:`~sandbox.session.PodmanSession` calls it."""
+        with self._lock:
+            return self.agent_endpoints[next(self._next_agent)]
 
     def _force_remove(self, endpoint: str, name: str) -> bool:
         """Kill and remove container ``name``; False when the API could not (service gone)."""
@@ -303,7 +353,7 @@ class PodmanRuntime:
         killed, create failed) come back as ``exit_class="infra_error"`` with the
         error text, never as a test outcome. Cleanup always runs.
         """
-        endpoint = self._pick_endpoint()
+        endpoint = self._pick_verifier_endpoint()
         name = f"ecredit-{self.run_id}-{spec.trial_id}-{uuid.uuid4().hex[:6]}"
         res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint=endpoint)
         t0 = time.monotonic()

@@ -69,6 +69,7 @@ class VerifierPool:
                 self.stats["retries"] += 1
             time.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
         res.queue_wait_s = wait
+        res.limits = spec.limits_record()
         res.attempts = attempt
         res.retried_errors = errors
         with self._lock:

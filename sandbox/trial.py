@@ -78,6 +78,8 @@ class TrialSpec:
         swebench_pass: run the eval script a second time without protection when the
             artifact touched a protected path (SWE-bench harness semantics, for
             ``resolved_swebench``); otherwise the one log serves both verdicts.
+        limits_source: where ``timeout_s`` / ``limits`` came from (recorded with them on
+            the result, e.g. ``"harness"``, ``"bundled+timeout_s"``); "" when not said.
     """
 
     trial_id: str
@@ -91,6 +93,11 @@ class TrialSpec:
     labels: dict[str, str] = field(default_factory=dict)
     protected: tuple[str, ...] = ()
     swebench_pass: bool = False
+    limits_source: str = ""
+
+    def limits_record(self) -> dict:
+        """``{"timeout_s", "memory", "pids", "cpus", "source"}``: what the trial ran under."""
+        return {"timeout_s": self.timeout_s, **asdict(self.limits), "source": self.limits_source}
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.trial_id or ""):
@@ -141,6 +148,8 @@ class TrialResult:
             also the SWE-bench verdict's log, protection having changed nothing).
         oom_kills: OOM kills of any process in the sandbox during the trial (cgroup
             ``oom_kill`` counter difference), None where the counter was not readable.
+        limits: :meth:`TrialSpec.limits_record` of the spec (timeout, memory, pids, CPUs
+            and their source), filled by :class:`sandbox.pool.VerifierPool`.
     """
 
     trial_id: str
@@ -162,6 +171,7 @@ class TrialResult:
     protected_touched: list[str] = field(default_factory=list)
     log_swebench: str | None = None
     oom_kills: int | None = None
+    limits: dict | None = None
 
     @property
     def service_s(self) -> float:

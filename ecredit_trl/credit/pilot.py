@@ -111,7 +111,7 @@ def _jsonl(rows: Iterable[dict]) -> str:
 def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
               seed: int = 0, credit_lambda: float = DEFAULT_CREDIT_LAMBDA,
               credit_cap: float = DEFAULT_CREDIT_CAP, concurrency: int = 2,
-              runtime="podman", max_retries: int = 1, timeout_s: float = 600.0,
+              runtime="podman", max_retries: int = 1, timeout_s: float | None = None,
               test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
               log: Callable[[str], None] | None = None) -> dict:
     """Run the signal pilot and write its files into ``out_dir``.
@@ -128,7 +128,8 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
         runtime: ``"podman"``, ``"local"`` or a runtime object with
             ``run_trial(spec) -> TrialResult`` (not closed by the pilot).
         max_retries: infra retries per trial (counted, never hidden).
-        timeout_s: wall-clock limit of one trial (seconds).
+        timeout_s: wall-clock limit of one trial (seconds); None: from the task
+            (:func:`eval.trialspec.trial_limits`).
         test_patterns: test-path patterns for eligibility.
         log: progress printer (default: stderr).
 
@@ -355,7 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
-    ap.add_argument("--timeout-s", type=float, default=600.0, help="per-trial limit, seconds")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="per-trial limit, seconds (default: from the task, eval.trial"
+                         "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
     ap.add_argument("--test-pattern", action="append", default=None,
                     help="test-path pattern (repeatable; default: DESIGN §3 defaults)")
     args = ap.parse_args(argv)

@@ -34,7 +34,7 @@ UNBOUND_CONFIG_FIELDS = frozenset({
     # where the run lives and how it is watched: not part of what is trained
     "output_dir", "logging_dir", "run_name", "runs_dir", "disable_tqdm", "report_to",
     # where sandboxes run: results do not depend on which Podman endpoint serves them
-    "podman_endpoints",
+    "podman_endpoints", "agent_endpoints", "verifier_endpoints",
     # secrets never belong in a record
     "hub_token", "push_to_hub_token",
 })
@@ -132,17 +132,18 @@ def package_versions() -> dict:
 
 
 def image_digests(images) -> dict:
-    """image name → digest (``sha256:...``) via :func:`sandbox.images.image_digest`; None when
-    the image is not in local storage (remote endpoints, not pulled yet)."""
-    from sandbox.images import image_digest
+    """image name → digest (``sha256:...``, the image id) of every distinct task image, via
+    :func:`sandbox.images.pull.local_image_ids` (one ``podman images`` call for all of them);
+    None when the image is not in local storage (remote endpoints, not pulled yet)."""
+    from sandbox.images.pull import local_image_ids
 
-    return {name: image_digest(name) for name in sorted(set(images))}
+    return local_image_ids(images)
 
 
 def sealed_holdouts() -> dict:
     """Every sealed holdout manifest (:func:`eval.sealed.manifests`): file → name, sha256, n, pool."""
-    from eval.sealed import manifests
     from eval.files import datasets_dir
+    from eval.sealed import manifests
 
     out = {}
     root = datasets_dir()

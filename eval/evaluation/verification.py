@@ -66,7 +66,7 @@ def trial_row(res) -> dict:
     """The timing / attempt fields of a trial result recorded in a slot row (seconds)."""
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
-                                         "test_exit_code")} | {"service_s": res.service_s}
+                                         "test_exit_code", "limits")} | {"service_s": res.service_s}
 
 
 def rollout_fields(r: dict) -> dict:

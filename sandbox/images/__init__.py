@@ -6,6 +6,8 @@
 * ``Containerfile`` (beside this file) builds the same contents online.
 * :func:`swebench_image` gives the fully-qualified name of a SWE-bench instance
   image (Podman refuses short names).
+* :mod:`sandbox.images.pull` pulls task images (mirrors, space estimate, retries, summary);
+  ``python -m sandbox.images pull`` is its command line.
 """
 
 from __future__ import annotations
