@@ -239,7 +239,7 @@ def test_official500_hub_offline_says_what_to_do(monkeypatch):
     try:
         tasks = load_tasks("official500")
     except RuntimeError as exc:
-        assert "princeton-nlp/SWE-bench_Verified" in str(exc)
+        assert "SWE-bench/SWE-bench_Verified" in str(exc)
         assert "official500:PATH" in str(exc)
     else:  # pragma: no cover - only where the dataset is in the local HF cache
         assert len({t.instance_id for t in tasks}) == 500
