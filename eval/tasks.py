@@ -214,6 +214,7 @@ def _verifier_fields(row: dict, where: str, official: bool) -> tuple[str, str, s
         log_parser = resolve_parser(log_parser)[0]
     except ValueError as exc:
         raise ValueError(f"{where}: field 'log_parser': {exc}") from None
+    _refuse_image_assets(row, where)
     eval_script = _official_eval_script(row, image, log_parser, where)
     src = row.get("eval_script_source")
     if src is not None and not isinstance(src, str):
@@ -223,6 +224,26 @@ def _verifier_fields(row: dict, where: str, official: bool) -> tuple[str, str, s
     elif src is None and eval_script != row.get("eval_script"):
         src = SCRIPT_FROM_ROW  # the row's script, run through swebench's make_test_spec
     return image, log_parser, eval_script, src
+
+
+def _refuse_image_assets(row: dict, where: str) -> None:
+    """Refuse rows whose ``image_assets`` list files: swebench 5's harness fetches those
+    binary test files by URL and copies them in before the tests run
+    (``run_evaluation._stage_image_assets``, SWE-bench Multimodal); a network-less verifier
+    that skipped them would grade against missing files."""
+    raw = row.get("image_assets")
+    if not raw:
+        return
+    try:
+        assets = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        raise ValueError(f"{where}: field 'image_assets' is a string but not JSON") from None
+    listed = [e for key in ("test_patch", "patch") for e in (assets or {}).get(key) or []
+              if isinstance(e, dict) and e.get("path")] if isinstance(assets, dict) else [raw]
+    if listed:
+        raise ValueError(f"{where}: field 'image_assets' lists {len(listed)} binary test "
+                         "file(s) that swebench's harness downloads at eval time; such rows "
+                         "(SWE-bench Multimodal) are not supported")
 
 
 def _flags(row: dict, where: str) -> dict[str, bool]:

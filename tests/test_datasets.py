@@ -253,3 +253,14 @@ def test_seal_from_cli(tmp_path, ds_dir, verified, capsys):
     with pytest.raises(SystemExit):
         holdout.main(["seal", "--from", str(lst)])  # --name missing
     assert "--from needs --name" in capsys.readouterr().err
+
+
+def test_rows_with_image_assets_are_refused_and_empty_ones_load():
+    """swebench's harness downloads image_assets at eval time; skipping them would grade
+    against missing files."""
+    assets = {"test_patch": [{"path": "lib/tests/baseline/x.png", "url": "https://e/x.png"}]}
+    with pytest.raises(ValueError, match=r"row 3: field 'image_assets' lists 1 binary test file"):
+        task_from_row(verified_row(1, image_assets=json.dumps(assets)), 3, official=True)
+    empty = json.dumps({"test_patch": [], "patch": []})
+    assert task_from_row(verified_row(1, image_assets=empty), 3, official=True).extra[
+        "image_assets"] == empty
