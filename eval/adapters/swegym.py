@@ -16,16 +16,22 @@ Image (sources read 2026-11-30):
     repository at base in ``/testbed``. A row's own ``image`` (or ``image_name``) wins.
 
 Log parser: the row's ``log_parser``, else swebench's parser for ``repo``, else the generic
-``parse_log_pytest`` with ``log_parser_fallback: true`` (SWE-Gym's repositories — moto,
-pandas, mypy, dask, pydantic, MONAI, conan, dvc, modin, hydra, bokeh — are not in swebench's
-``MAP_REPO_TO_PARSER``).
+``parse_log_pytest`` with ``log_parser_fallback: true``. SWE-Gym's repositories (moto,
+pandas, mypy, dask, pydantic, MONAI, conan, dvc, modin, hydra, bokeh, ...) are not in
+swebench 5's ``MAP_REPO_TO_PARSER``; SWE-Gym's own harness maps every one of them to
+``parse_log_pytest`` (``swebench/harness/log_parsers.py`` of github:SWE-Gym/SWE-Bench-Fork at
+242429c, e.g. ``parse_log_moto = parse_log_pytest``), so the fallback is SWE-Gym's choice too.
 
 Eval script: the row's own ``eval_script`` (through swebench's ``make_test_spec``, like a
 SWE-bench row). SWE-Gym publishes none: its "environment constants are ... saved at
-SWE-Bench-Fork" (SWE-Gym.md), a swebench-4-style ``MAP_REPO_VERSION_TO_SPECS`` that
-swebench 5.0.2 no longer has. A row without one loads with ``eval_script_source:
-"missing"`` and :func:`eval.trialspec.task_trial_spec` refuses it; give the rows an
-``eval_script`` made with that fork's ``make_test_spec(row).eval_script`` to verify them.
+SWE-Bench-Fork" (SWE-Gym.md): a swebench-2-style ``MAP_REPO_VERSION_TO_SPECS`` (e.g.
+``getmoto/moto`` test_cmd ``pytest -n0 -rA``) and ``harness/test_spec.make_test_spec`` that
+swebench 5.0.2 no longer has (and that cannot be installed beside it: both are the
+``swebench`` package). A row without one loads with ``eval_script_source: "missing"`` and
+:func:`eval.trialspec.task_trial_spec` refuses it; add ``eval_script`` =
+``make_test_spec(row).eval_script`` computed with that fork (in its own environment) to
+verify them. Its scripts start ``set -xo pipefail``; swebench 5's ``make_test_spec`` puts
+its own ``set -uxo pipefail`` in front (not checked against a real image here).
 """
 
 from __future__ import annotations
