@@ -207,7 +207,7 @@ def main(argv=None) -> int:
         elif args.cmd == "check":
             load_tasks(args.source, purpose="train")
             print(f"{args.source}: no sealed ids")
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

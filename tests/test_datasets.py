@@ -250,6 +250,11 @@ def test_seal_from_cli(tmp_path, ds_dir, verified, capsys):
     short.write_text("\n".join(_ids(3)))
     assert holdout.main(["seal", "--name", "holdout100", "--from", str(short), "--force"]) == 1
     assert "holdout100 takes 100 ids" in capsys.readouterr().err
+    # rows from the hub (HF_HUB_OFFLINE=1 in tests): one error line, exit 1, nothing written
+    before = sorted(p.name for p in ds_dir.iterdir())
+    assert holdout.main(["seal", "--name", "other", "--from", str(lst)]) == 1
+    assert capsys.readouterr().err.startswith("error: ")
+    assert sorted(p.name for p in ds_dir.iterdir()) == before
     with pytest.raises(SystemExit):
         holdout.main(["seal", "--from", str(lst)])  # --name missing
     assert "--from needs --name" in capsys.readouterr().err
