@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from eval.files import atomic_write_text, datasets_dir
@@ -97,7 +98,7 @@ def read_list(path: str | Path) -> tuple[list[str], list[dict] | None, list[int]
     bad = [i for i in ids if not isinstance(i, str) or not i or any(c.isspace() for c in i)]
     if bad:
         raise ValueError(f"{path}: not an instance id: {bad[0]!r}")
-    dups = sorted({i for i in ids if ids.count(i) > 1})
+    dups = sorted(i for i, c in Counter(ids).items() if c > 1)
     if dups:
         raise ValueError(f"{path}: ids repeat: {', '.join(dups[:10])}")
     if not ids:
