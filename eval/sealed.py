@@ -5,6 +5,12 @@ A manifest (written by ``python -m eval.holdout seal``, see :mod:`eval.holdout`)
     {"schema": 1, "name": ..., "sealed": true, "pool": P, "pool_size": ..., "pool_sha256": ...,
      "n": n, "seed": S, "method": ..., "ids": [sorted ids], "sha256": ids_sha256(ids)}
 
+A user-given list (``python -m eval.holdout seal --name N --from FILE``, :func:`list_manifest`)
+has ``"method": LIST_METHOD``, ``"seed": null``, ``"from"`` (the file given) and the rows it
+was sealed with: ``"rows_file"`` (a ``.jsonl`` next to the manifest, one
+:meth:`eval.tasks.Task.to_dict` a line, sorted by id) and ``"rows_sha256"`` (sha256 of that
+file's bytes).
+
 Selection (version-independent, no RNG state): sort the pool ids by
 ``sha256(f"{seed}:{id}")`` and take the first ``n``. ``sha256`` = :func:`ids_sha256` of the
 sorted ids. Every manifest under ``datasets/`` with ``"sealed": true`` is binding
@@ -24,6 +30,7 @@ from eval.files import datasets_dir
 
 SCHEMA = 1
 METHOD = "first n of pool ids sorted by sha256(f'{seed}:{id}')"
+LIST_METHOD = "user-given list (eval.holdout seal --from)"
 
 
 class SealedTaskError(ValueError):
@@ -57,6 +64,32 @@ def make_manifest(pool_source: str, pool_ids: list[str], n: int, seed: int,
         "schema": SCHEMA, "name": name, "sealed": True, "pool": pool_source,
         "pool_size": len(pool_ids), "pool_sha256": ids_sha256(pool_ids),
         "n": n, "seed": seed, "method": METHOD, "ids": ids, "sha256": ids_sha256(ids),
+    }
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def list_manifest(name: str, ids: list[str], *, from_file: str, pool: str, rows_file: str,
+                  rows_sha256: str) -> dict:
+    """The manifest dict of a user-given id list (no file written; see the module doc).
+
+    Raises: ValueError when ``ids`` is empty or repeats an id.
+    """
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError("ids: must be a non-empty list without repeats")
+    ids = sorted(ids)
+    return {
+        "schema": SCHEMA, "name": name, "sealed": True, "method": LIST_METHOD,
+        "from": from_file, "pool": pool, "pool_size": None, "pool_sha256": None,
+        "n": len(ids), "seed": None, "ids": ids, "sha256": ids_sha256(ids),
+        "rows_file": rows_file, "rows_sha256": rows_sha256,
     }
 
 
@@ -114,6 +147,9 @@ def read_manifest(path: str | Path) -> dict:
                          f"n says {man['n']}")
     if ids_sha256(ids) != man["sha256"]:
         raise ValueError(f"{path}: field 'sha256' does not match its ids (edited by hand?)")
+    if man.get("rows_file") is not None and not (
+            isinstance(man["rows_file"], str) and isinstance(man.get("rows_sha256"), str)):
+        raise ValueError(f"{path}: fields 'rows_file' / 'rows_sha256' must be strings")
     return man
 
 

@@ -4,14 +4,22 @@ building and sealed-manifest checks (DESIGN.md §4, issue 3).
 Sources accepted by :func:`load_tasks`:
 
 ``official500``
-    SWE-bench Verified through HF ``datasets`` (hub id ``princeton-nlp/SWE-bench_Verified``,
-    split ``test``; set ``HF_HUB_OFFLINE=1`` to forbid downloads). Exactly 500 unique
-    ``instance_id`` s are required; anything else is refused with what was found.
+    SWE-bench Verified through HF ``datasets`` (hub id ``SWE-bench/SWE-bench_Verified``,
+    split ``test``: swebench-5-format rows that carry ``image``, ``eval_script`` and
+    ``log_parser``, all kept; set ``HF_HUB_OFFLINE=1`` to forbid downloads). Exactly 500
+    unique ``instance_id`` s are required; anything else is refused with what was found.
 ``official500:PATH`` (or ``load_tasks("official500", path=PATH)``)
     The same from a local ``.parquet`` / ``.jsonl`` / ``.json`` file with the same fields.
+    Rows without ``eval_script`` (older ``princeton-nlp`` exports) load with
+    ``eval_script_source: "missing"`` and cannot be verified (:mod:`eval.tasks`).
 ``holdout100``
     The sealed manifest ``datasets/holdout100.json`` (written by ``python -m eval.holdout
-    seal``): its ids are looked up in the manifest's pool source and the sha256 checked.
+    seal``): a user-given list (``--from``) loads from the rows file sealed next to it, a
+    drawn one from the manifest's pool source; the sha256 of the ids (and rows) is checked.
+``swegym:PATH`` / ``swesmith:PATH``
+    Training sets through :mod:`eval.adapters.swegym` / :mod:`eval.adapters.swesmith`
+    (local ``.jsonl`` / ``.json`` / ``.parquet`` exports of ``SWE-Gym/SWE-Gym`` /
+    ``SWE-bench/SWE-smith``).
 ``bundled`` / ``bundled:train`` / ``bundled:holdout``
     Tasks built from real PyPI projects by :mod:`eval.bundled` (built on first use,
     then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
@@ -31,14 +39,16 @@ from collections import Counter
 from pathlib import Path
 
 from eval.files import datasets_dir
-from eval.sealed import check_not_sealed, ids_sha256, read_manifest, sealed_ids
+from eval.sealed import check_not_sealed, file_sha256, ids_sha256, read_manifest, sealed_ids
 from eval.tasks import Task, read_rows, tasks_from_rows
 
 #: Hub id and split of SWE-bench Verified (issue 3).
-OFFICIAL_HUB_ID = "princeton-nlp/SWE-bench_Verified"
+OFFICIAL_HUB_ID = "SWE-bench/SWE-bench_Verified"
 OFFICIAL_SPLIT = "test"
 OFFICIAL_SIZE = 500
 PURPOSES = ("eval", "train")
+#: Training-set sources read through :mod:`eval.adapters` (``NAME:PATH``).
+ADAPTER_SOURCES = ("swegym", "swesmith")
 
 
 def _hub_rows(hub_id: str, split: str) -> list[dict]:
@@ -100,8 +110,26 @@ def _select(tasks: list[Task], ids: list[str], source: str) -> list[Task]:
     return [by_id[i] for i in ids]
 
 
+def _sealed_rows(manifest_path: Path, man: dict, source: str) -> list[Task]:
+    """The tasks of the rows file sealed with a user-given list (``seal --from``), its
+    sha256 checked against the manifest's ``rows_sha256``."""
+    rows_path = manifest_path.parent / man["rows_file"]
+    if not rows_path.is_file():
+        raise FileNotFoundError(f"{source}: rows file {rows_path} of {manifest_path} is missing")
+    if file_sha256(rows_path) != man.get("rows_sha256"):
+        raise ValueError(f"{source}: {rows_path} changed since {manifest_path} was sealed "
+                         "(rows sha256 differs)")
+    rows, nums = read_rows(rows_path)
+    tasks = tasks_from_rows(rows, source=str(rows_path), row_numbers=nums)
+    if ids_sha256([t.instance_id for t in tasks]) != man["sha256"]:
+        raise ValueError(f"{source}: {rows_path} holds other ids than {manifest_path}")
+    return tasks
+
+
 def _load_manifest_tasks(manifest_path: Path, source: str) -> list[Task]:
     man = read_manifest(manifest_path)
+    if man.get("rows_file"):
+        return _select(_sealed_rows(manifest_path, man, source), man["ids"], source)
     pool = load_tasks(man["pool"], purpose="eval")
     pool_sha = ids_sha256([t.instance_id for t in pool])
     if man.get("pool_sha256") and man["pool_sha256"] != pool_sha:
@@ -115,8 +143,9 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     """Load a task list by source name (see the module docstring for the names).
 
     Args:
-        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``, a
-            sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
+        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``,
+            ``swegym:PATH``, ``swesmith:PATH``, a sealed-manifest ``.json`` path, or a
+            ``.jsonl`` / ``.json`` / ``.parquet`` path.
         purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
         path: local file for ``official500`` (same as ``official500:PATH``).
         log: progress printer for a bundled build (default: print to stderr).
@@ -133,9 +162,11 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     if not isinstance(source, str) or not source:
         raise ValueError(f"source: expected a non-empty string, got {source!r}")
     name, _, arg = source.partition(":")
-    if name not in ("official500", "holdout100", "bundled"):
+    if name not in ("official500", "holdout100", "bundled") + ADAPTER_SOURCES:
         name, arg = source, ""
-    if name == "official500":
+    if name in ADAPTER_SOURCES:
+        tasks = _load_adapter(name, arg, source)
+    elif name == "official500":
         tasks = load_official(arg or path)
     elif name == "holdout100":
         if arg:
@@ -158,7 +189,8 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
         p = Path(source)
         if not p.suffix:
             raise ValueError(f"source: unknown task source {source!r} (expected official500, "
-                             "holdout100, bundled[:train|:holdout] or a .jsonl/.json/.parquet path)")
+                             "holdout100, bundled[:train|:holdout], swegym:PATH, swesmith:PATH "
+                             "or a .jsonl/.json/.parquet path)")
         if p.suffix == ".json" and p.is_file():
             try:
                 head = json.loads(p.read_text(encoding="utf-8"))
@@ -171,6 +203,19 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
         tasks = tasks_from_rows(rows, source=str(p), base_dir=p.resolve().parent,
                                 row_numbers=nums)
     return _guard(tasks, purpose)
+
+
+def _load_adapter(name: str, path: str, source: str) -> list[Task]:
+    if not path:
+        raise ValueError(f"source: {name} needs a local file, e.g. '{name}:rows.parquet' "
+                         f"(got {source!r})")
+    if name == "swegym":
+        from eval.adapters.swegym import load_swegym
+
+        return load_swegym(path, source)
+    from eval.adapters.swesmith import load_swesmith
+
+    return load_swesmith(path, source)
 
 
 def _guard(tasks: list[Task], purpose: str) -> list[Task]:

@@ -15,7 +15,12 @@ Eval scripts and log parsers of SWE-bench instances come from the ``swebench`` p
 script the official harness runs (swebench 5 ships eval scripts in the dataset rows rather
 than deriving them from a per-repo table), and the parser is the row's ``log_parser`` or
 swebench's ``MAP_REPO_TO_PARSER`` entry for the repo. A row without ``eval_script`` loads
-(ids, patches and lists are usable) but :func:`eval.trialspec.task_trial_spec` refuses it.
+(ids, patches and lists are usable; ``eval_script_source`` says ``"missing"``) but
+:func:`eval.trialspec.task_trial_spec` refuses it. swebench 5.0.2 cannot make one:
+its ``make_test_spec`` reads ``instance["eval_script"]`` and has no per-repo spec table
+(the ``MAP_REPO_VERSION_TO_SPECS`` of swebench <= 4 is gone), so rows of older exports
+(``princeton-nlp/SWE-bench_Verified``) need the scripts of ``SWE-bench/SWE-bench_Verified``;
+this project writes no eval script of its own for SWE-bench rows.
 """
 
 from __future__ import annotations
@@ -58,6 +63,16 @@ class Task:
             :data:`sandbox.protect.DEFAULT_PROTECTED`. Add ``setup.cfg`` /
             ``pyproject.toml`` to protect pytest config kept there. See
             :func:`protected_set`.
+        eval_script_source: where ``eval_script`` came from (issue 13 §3):
+            :data:`SCRIPT_FROM_ROW` (the row's own script, passed through swebench's
+            ``make_test_spec``), :data:`SCRIPT_MISSING` (the row had none), an adapter's
+            value (e.g. ``"swesmith.harness"``), or ``None`` (not recorded: tasks built here).
+        log_parser_fallback: ``True`` when swebench has no parser for ``repo`` and the
+            generic ``parse_log_pytest`` was chosen for it (adapters; issue 13 §3).
+        checkout_base: ``True`` when the image's ``workdir`` is *not* at ``base_commit``
+            and ``base_commit`` (then a branch name of the image's repository, e.g. a
+            SWE-smith instance branch) must be checked out before the agent starts and
+            before the artifact is applied. ``False`` for SWE-bench images (already at base).
     """
 
     instance_id: str
@@ -77,15 +92,27 @@ class Task:
     workdir: str = "/testbed"
     extra: dict = field(default_factory=dict)
     protected_paths: dict | None = None
+    eval_script_source: str | None = None
+    log_parser_fallback: bool = False
+    checkout_base: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready dict (lists stay lists); :func:`task_from_row` reads it back.
-        ``protected_paths`` is left out when None, so task files written before the field
-        existed keep their bytes (the bundled cache is compared byte for byte)."""
+        ``protected_paths``, ``eval_script_source``, ``log_parser_fallback`` and
+        ``checkout_base`` are left out at their defaults, so task files written before the
+        fields existed keep their bytes (the bundled cache is compared byte for byte)."""
         d = asdict(self)
-        if d["protected_paths"] is None:
-            del d["protected_paths"]
+        for name, default in _OMIT_AT_DEFAULT.items():
+            if d[name] == default:
+                del d[name]
         return d
+
+
+_OMIT_AT_DEFAULT = {"protected_paths": None, "eval_script_source": None,
+                    "log_parser_fallback": False, "checkout_base": False}
+#: ``Task.eval_script_source`` values set by :func:`task_from_row`.
+SCRIPT_FROM_ROW = "row"
+SCRIPT_MISSING = "missing"
 
 
 _TASK_FIELDS = {f.name for f in fields(Task)}
@@ -155,6 +182,80 @@ def _official_eval_script(row: dict, image: str, log_parser: str, where: str) ->
     return make_test_spec(inst).eval_script
 
 
+def docker_hub_name(image: str) -> str:
+    """``image`` with ``docker.io/`` in front when its first path component names no
+    registry (no ``.`` or ``:`` in it and not ``localhost``): Podman needs a
+    registry-qualified name where Docker assumes Docker Hub (NOTES.md, SWE-bench harness).
+    ``swebench/sweb.eval.x86_64.x:latest`` -> ``docker.io/swebench/sweb.eval.x86_64.x:latest``.
+    """
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if sep else f"docker.io/library/{image}"
+
+
+def _verifier_fields(row: dict, where: str, official: bool) -> tuple[str, str, str, str | None]:
+    """``(image, log_parser, eval_script, eval_script_source)`` of a validated row.
+
+    The row's own ``image`` wins (issue 13 §2; for ``official`` rows, Docker Hub names, it
+    is registry-qualified with :func:`docker_hub_name`), else the swebench name. The row's
+    ``log_parser`` wins, else swebench's parser for ``repo``. The eval script is the row's
+    (see :func:`_official_eval_script`).
+    """
+    from eval.grading import resolve_parser
+    from sandbox.images import swebench_image
+
+    image = row.get("image") or ""
+    if image and official:
+        image = docker_hub_name(image)
+    image = image or swebench_image(row["instance_id"])
+    log_parser = row.get("log_parser") or _default_parser(row["repo"], where)
+    try:
+        log_parser = resolve_parser(log_parser)[0]
+    except ValueError as exc:
+        raise ValueError(f"{where}: field 'log_parser': {exc}") from None
+    _refuse_image_assets(row, where)
+    eval_script = _official_eval_script(row, image, log_parser, where)
+    src = row.get("eval_script_source")
+    if src is not None and not isinstance(src, str):
+        raise ValueError(f"{where}: field 'eval_script_source' must be a string or null")
+    if src is None and not eval_script:
+        src = SCRIPT_MISSING
+    elif src is None and eval_script != row.get("eval_script"):
+        src = SCRIPT_FROM_ROW  # the row's script, run through swebench's make_test_spec
+    return image, log_parser, eval_script, src
+
+
+def _refuse_image_assets(row: dict, where: str) -> None:
+    """Refuse rows whose ``image_assets`` list files: swebench 5's harness fetches those
+    binary test files by URL and copies them in before the tests run
+    (``run_evaluation._stage_image_assets``, SWE-bench Multimodal); a network-less verifier
+    that skipped them would grade against missing files."""
+    raw = row.get("image_assets")
+    if not raw:
+        return
+    try:
+        assets = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        raise ValueError(f"{where}: field 'image_assets' is a string but not JSON") from None
+    listed = [e for key in ("test_patch", "patch") for e in (assets or {}).get(key) or []
+              if isinstance(e, dict) and e.get("path")] if isinstance(assets, dict) else [raw]
+    if listed:
+        raise ValueError(f"{where}: field 'image_assets' lists {len(listed)} binary test "
+                         "file(s) that swebench's harness downloads at eval time; such rows "
+                         "(SWE-bench Multimodal) are not supported")
+
+
+def _flags(row: dict, where: str) -> dict[str, bool]:
+    out = {}
+    for name in ("log_parser_fallback", "checkout_base"):
+        value = row.get(name, False)
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: field {name!r} must be true or false, got {value!r}")
+        out[name] = value
+    return out
+
+
 def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
                   official: bool = False, base_dir: Path | None = None) -> Task:
     """Validate one SWE-bench-format row and turn it into a :class:`Task`.
@@ -163,17 +264,15 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         row: a mapping with at least the SWE-bench fields.
         row_no: 1-based row number used in error messages.
         source: name of the source used in error messages.
-        official: a SWE-bench Verified row: the image is always
-            :func:`sandbox.images.swebench_image` (the row's own ``image`` is kept in
-            ``extra["dataset_image"]``).
+        official: a SWE-bench (Verified) row: its ``image`` is a Docker Hub name and gets
+            registry-qualified (:func:`docker_hub_name`); without one the image is
+            :func:`sandbox.images.swebench_image`.
         base_dir: a relative ``repo_dir`` is resolved against it.
 
     Raises:
         ValueError: ``"<source> row <n>: field '<name>' ..."`` for a missing or mistyped
             field, a non-list / non-JSON test list, an empty FAIL_TO_PASS, duplicate ids.
     """
-    from sandbox.images import swebench_image
-
     where = _where(source, row_no)
     if hasattr(row, "keys") and not isinstance(row, dict):
         row = dict(row)
@@ -210,25 +309,12 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
     from eval.protection import check_protected_paths
 
     protected_paths = check_protected_paths(row.get("protected_paths"), where)
-
+    flags = _flags(row, where)
     extra = dict(row.get("extra") or {})
     for key, value in row.items():
         if key not in _TASK_FIELDS:
             extra[key] = value
-    if official:
-        if row.get("image"):
-            extra["dataset_image"] = row["image"]
-        image = swebench_image(row["instance_id"])
-    else:
-        image = row.get("image") or swebench_image(row["instance_id"])
-    log_parser = row.get("log_parser") or _default_parser(row["repo"], where)
-    try:
-        from eval.grading import resolve_parser
-
-        log_parser = resolve_parser(log_parser)[0]
-    except ValueError as exc:
-        raise ValueError(f"{where}: field 'log_parser': {exc}") from None
-    eval_script = _official_eval_script(row, image, log_parser, where)
+    image, log_parser, eval_script, script_src = _verifier_fields(row, where, official)
     repo_dir = row.get("repo_dir")
     if repo_dir and base_dir is not None and not Path(repo_dir).is_absolute():
         repo_dir = str((base_dir / repo_dir).resolve())
@@ -239,7 +325,8 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         PASS_TO_PASS=row["PASS_TO_PASS"], version=row["version"],
         environment_setup_commit=row["environment_setup_commit"], image=image,
         eval_script=eval_script, log_parser=log_parser, repo_dir=repo_dir,
-        workdir=row.get("workdir") or "/testbed", extra=extra, protected_paths=protected_paths)
+        workdir=row.get("workdir") or "/testbed", extra=extra, protected_paths=protected_paths,
+        eval_script_source=script_src, **flags)
 
 
 def tasks_from_rows(rows, *, source: str, official: bool = False,

@@ -152,7 +152,9 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
             holds the repository (SWE-bench rows), not for ``repo_dir`` tasks.
 
     Raises:
-        ValueError: the task has no eval script, or its repository cannot be archived.
+        ValueError: the task has no eval script, needs its base branch checked out in the
+            image first (``checkout_base``: not supported by the verifier yet), or its
+            repository cannot be archived.
     """
     from eval.protection import protected_set
     from sandbox import TrialSpec
@@ -161,6 +163,10 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
         raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
                          "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "
                          "e.g. SWE-bench/SWE-bench_Verified)")
+    if task.checkout_base:
+        raise ValueError(f"checkout_base: task {task.instance_id} starts from branch "
+                         f"{task.base_commit!r} of its image's repository (SWE-smith), and the "
+                         "verifier cannot check a branch out before applying the artifact yet")
     rule = trial_limits(task, timeout_s=timeout_s, memory=memory, cpus=cpus,
                         bundled_timeout_s=bundled_timeout_s)
     archive = repo_archive(task.repo_dir, task.base_commit) if task.repo_dir else None

@@ -96,10 +96,15 @@ def test_swebench_row_gets_official_parser_image_and_script():
     assert task_from_row(swe_row(9, repo="pytest-dev/pytest"), 1).log_parser == "parse_log_pytest"
 
 
-def test_official_row_image_is_always_the_swebench_name():
+def test_official_row_keeps_its_own_image_registry_qualified():
+    """Issue 13 §2/§3: a row's own ``image`` wins; Podman needs the registry in front."""
     t = task_from_row(swe_row(3, image="swebench/whatever:v1"), 1, official=True)
-    assert t.image == swebench_image(t.instance_id)
-    assert t.extra["dataset_image"] == "swebench/whatever:v1"
+    assert t.image == "docker.io/swebench/whatever:v1"
+    t = task_from_row(swe_row(3, image="ghcr.io/me/img:2"), 1, official=True)
+    assert t.image == "ghcr.io/me/img:2"
+    t = task_from_row(swe_row(3, image="localhost/img:2"), 1, official=True)
+    assert t.image == "localhost/img:2"
+    assert task_from_row(swe_row(3), 1, official=True).image == swebench_image(t.instance_id)
 
 
 @pytest.mark.parametrize("field, value, needle", [
@@ -234,7 +239,7 @@ def test_official500_hub_offline_says_what_to_do(monkeypatch):
     try:
         tasks = load_tasks("official500")
     except RuntimeError as exc:
-        assert "princeton-nlp/SWE-bench_Verified" in str(exc)
+        assert "SWE-bench/SWE-bench_Verified" in str(exc)
         assert "official500:PATH" in str(exc)
     else:  # pragma: no cover - only where the dataset is in the local HF cache
         assert len({t.instance_id for t in tasks}) == 500
