@@ -62,15 +62,14 @@ from eval.evaluation.generation import (
     rollouts_command,
     start_rollouts,
 )
+from eval.evaluation.replay import replay
 from eval.evaluation.report import (
-    label_agreement,
-    render_replay,
     render_report,
     summarize,
     write_plots,
 )
 from eval.evaluation.slots import RETRY_REASONS, SCHEMA, EvalInputError, read_rows
-from eval.evaluation.verification import SlotVerifier, replay_selection, replay_trials
+from eval.evaluation.verification import SlotVerifier
 from eval.files import atomic_write_text, write_json
 from eval.flaky import flaky_slot_counts
 from eval.modelref import ModelRef, resolve_model
@@ -242,6 +241,18 @@ def _settings(seen_rollouts: dict, rpath: Path):
 # ---------------------------------------------------------------------------
 
 
+def _admitted(admission, tasks: list, runtime) -> tuple[dict | None, list]:
+    """The admission record (None without a manifest) and the tasks with the PASS_TO_PASS
+    tests it found flaky dropped (issue 12 §3)."""
+    if admission is None:
+        return None, tasks
+    from eval.controls import check_admission
+    from eval.flaky import drop_flaky_p2p
+
+    rec = check_admission(admission, tasks, runtime=runtime)
+    return rec, drop_flaky_p2p(tasks, rec["p2p_dropped"])
+
+
 def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime="podman",
              concurrency: int = 2, seed: int = 0, rollouts: str | Path | None = None,
              admission: str | Path | None = None, overrides: dict | None = None,
@@ -290,14 +301,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     by_id = {t.instance_id: t for t in tasks}
     tasks_sha = _ids_sha256(by_id)
 
-    admission_rec = None
-    if admission is not None:
-        from eval.controls import check_admission
-        from eval.flaky import drop_flaky_p2p
-
-        admission_rec = check_admission(admission, tasks, runtime=runtime)
-        tasks = drop_flaky_p2p(tasks, admission_rec["p2p_dropped"])  # issue 12 §3
-        by_id = {t.instance_id: t for t in tasks}
+    admission_rec, tasks = _admitted(admission, tasks, runtime)
+    by_id = {t.instance_id: t for t in tasks}
     rpath, source, model_sha = rollout_origin(rollouts, ref, out)
     binding = run_binding(model_sha256=model_sha, split=split, tasks_sha256=tasks_sha,
                           seed=seed, n=n, overrides=overrides, rollouts_source=source)
@@ -395,65 +400,6 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
             errf.close()
         if own_rt:
             rt.close()
-
-
-# ---------------------------------------------------------------------------
-# replay
-# ---------------------------------------------------------------------------
-
-
-def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
-           concurrency: int = 2, sample: int | None = None, seed: int = 0,
-           timeout_s: float | None = None, max_retries: int = 1,
-           log: Callable[[str], None] | None = None) -> dict:
-    """Re-verify the stored artifacts of an evaluation and compare per-test labels.
-
-    Every graded slot (not unknown for infra reasons) whose artifact is stored gets one fresh
-    trial; its grade's F2P/P2P statuses are compared with the original ones
-    (:func:`eval.evaluation.report.label_agreement`). Empty artifacts are replayed as
-    empty-patch trials.
-
-    Args:
-        results_path: ``results.json`` or the evaluation folder holding it.
-        out: where ``replay.json`` / ``replay.md`` go (default: the evaluation folder).
-        sample: replay only this many slots (chosen with ``random.Random(seed)``).
-
-    Returns: the ``replay.json`` dict.
-
-    Raises: FileNotFoundError / EvalInputError naming the results path or a missing artifact.
-    """
-    from eval.splits import load_tasks
-    from sandbox import VerifierPool, make_runtime
-
-    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    rp = Path(results_path)
-    if rp.is_dir():
-        rp = rp / "results.json"
-    if not rp.is_file():
-        raise FileNotFoundError(f"--replay: no results.json at {rp}")
-    results = json.loads(rp.read_text())
-    src = rp.parent
-    out = Path(out) if out else src
-    tasks = {t.instance_id: t for t in load_tasks(results["split"], purpose="eval")}
-    chosen, controls = replay_selection(src, results, tasks, sample, seed)
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"replay-{os.getpid()}") if own_rt else runtime
-    t0 = time.time()
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
-            pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
-    finally:
-        if own_rt:
-            rt.close()
-    agreement = label_agreement(pairs)
-    rep = {"schema": SCHEMA, "results": str(rp), "binding": results.get("binding"),
-           "slots_replayed": len(pairs), "sample": sample, "agreement": agreement,
-           "slots": rows, "wall_s": round(time.time() - t0, 3)}
-    write_json(out / "replay.json", rep)
-    atomic_write_text(out / "replay.md", render_replay(rep))
-    say(f"replay: {agreement['agree']}/{agreement['tests']} test labels agree, "
-        f"{agreement['resolved_agree']}/{agreement['slots']} resolved verdicts agree")
-    return rep
 
 
 # ---------------------------------------------------------------------------
