@@ -267,5 +267,8 @@ def test_prefetched_resets_answer_trls_calls_once():
     assert envs[0].reset(**rows[0]) is None and sorted(log) == ["t1", "t2"]
     envs[0].reset(**rows[0])  # the next round resets for real
     assert log.count("t1") == 2
+    with ThreadPoolExecutor(2) as pool:  # envs[1]'s prefetched reset was never asked for
+        prefetch_resets(envs, rows, pool)
+    assert sorted(log) == ["t1", "t1", "t1", "t2", "t2"]
     with pytest.raises(PrefetchMismatch, match="t2"):
         envs[1].reset(instance_id="t3", prompt=[])

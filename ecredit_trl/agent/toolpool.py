@@ -261,6 +261,8 @@ def prefetch_resets(envs: list, rows: list[dict], executor: Executor) -> None:
 
     Raises what a reset raised (the first in row order; then no environment keeps a
     prefetched reset, and TRL's own calls reset them again)."""
+    for env in envs:  # a prefetched reset TRL never asked for (a round that broke off)
+        env.__dict__.pop("reset", None)
     futures = [executor.submit(lambda e=env, r=row: e.reset(**r))
                for env, row in zip(envs, rows, strict=True)]
     results = [f.result() for f in futures]
