@@ -3,15 +3,15 @@
 The real trainer path in this process (``ecredit_trl.train.main``: Podman, the embedded
 policy, bundled tasks, real TRL steps, real verifier trials), run twice with the same
 seed: once with the sequential order, once overlapped (tool calls in parallel, trials
-submitted as episodes end). Rollout 0's factual trial is given a deadline it cannot meet
-(a real timeout), so its factual utility is unavailable: the overlapped run has already
-submitted its counterfactual trial, which must be discarded and counted, never used.
+submitted as episodes end). Rollout 2's factual trial is given an artifact that does not
+apply (a real ``apply_failed`` trial), so its factual utility is unavailable: the
+overlapped run has already submitted its counterfactual trial, which must be discarded
+and counted, never used.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,10 +60,10 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     from ecredit_trl.credit.pipeline import TrialPipelineMixin
 
     real_spec = TrialPipelineMixin._spec
+    broken = "--- a/no_such_file.py\n+++ b/no_such_file.py\n@@ -1 +1 @@\n-x\n+y\n"
 
-    def spec(self, task, artifact, trial_id):  # rollout 0's factual trial times out
-        s = real_spec(self, task, artifact, trial_id)
-        return replace(s, timeout_s=0.05) if trial_id == "f-0" else s
+    def spec(self, task, artifact, trial_id):  # rollout 2's factual artifact cannot apply
+        return real_spec(self, task, broken if trial_id == "f-2" else artifact, trial_id)
 
     monkeypatch.setattr(TrialPipelineMixin, "_spec", spec)
     seq, ovl = _run(tmp_path, "sequential"), _run(tmp_path, "overlapped")
@@ -72,11 +72,11 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     assert len(t_seq) == len(t_ovl) == 8 and [r["step"] for r in l_ovl] == [1, 2]
     assert [_strip(t) for t in t_ovl] == [_strip(t) for t in t_seq]
     assert any(t["contrast"] is not None for t in t_ovl)  # the comparison has substance
-    # rollout 0: admitted by its plan, factual timed out -> no utility, no counterfactual
-    t0 = t_ovl[0]
-    assert t0["rollout_index"] == 0 and t0["selected_turn"] is not None
-    assert t0["factual_outcome"] == "timeout" and t0["exclusion"] == "no_original_utility"
-    assert t0["counterfactual"] is None and t0["contrast"] is None
+    # rollout 2: admitted by its plan, factual not applied -> no utility, no counterfactual
+    t2 = t_ovl[2]
+    assert t2["rollout_index"] == 2 and t2["selected_turn"] is not None
+    assert t2["factual_outcome"] == "apply_failed" and t2["exclusion"] == "no_original_utility"
+    assert t2["counterfactual"] is None and t2["contrast"] is None
     # ledger: the same counts; the overlapped run paid for one counterfactual it discarded
     assert [r["counterfactual_discarded"] for r in l_seq] == [0, 0]
     assert [r["counterfactual_discarded"] for r in l_ovl] == [1, 0]
@@ -84,7 +84,7 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     assert [keep(r) for r in l_ovl] == [keep(r) for r in l_seq]
     ids = {p: json.loads((run / "ranks" / "rank0.json").read_text())["trial_ids"]
            for p, run in (("sequential", seq), ("overlapped", ovl))}
-    assert set(ids["overlapped"]) - set(ids["sequential"]) == {"cf-0"}
+    assert set(ids["overlapped"]) - set(ids["sequential"]) == {"cf-2"}
     # the stage timings are on record and add up
     for r in l_ovl + l_seq:
         assert r["generation_busy_s"] > 0 and r["verifier_busy_s"] > 0 and r["tool_busy_s"] > 0
