@@ -15,7 +15,11 @@ records (``ledger.jsonl`` timing fields, TRL's ``step_time`` in ``metrics.jsonl`
 Targets (issue 15 §3, this 2-core machine): overlapped step wall ≤ 0.7 × sequential,
 round wall / max(stage busy) ≤ 1.3.
 
-    python benchmarks/step_pipeline.py [--steps 3] [--rollouts 8] [--arm B] [--json out.json]
+With ``--repeats 2`` the runs go sequential, overlapped, overlapped, sequential (a load
+that drifts during the benchmark then weighs on both alike); figures are summed.
+
+    python benchmarks/step_pipeline.py [--steps 3] [--rollouts 8] [--arm B] [--repeats 1]
+                                       [--json out.json]
 """
 
 from __future__ import annotations
@@ -58,14 +62,14 @@ def run(pipeline: str, args, runs_dir: Path) -> dict:
            "--num_generations", str(args.num_generations), "--seed", str(args.seed),
            "--verifier_concurrency", str(args.verifier_concurrency),
            "--agent_concurrency", str(args.agent_concurrency),
-           "--save_strategy", "no", "--runs_dir", str(runs_dir / pipeline)]
+           "--save_strategy", "no", "--runs_dir", str(runs_dir)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf"))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{pipeline} run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    (run_dir,) = list((runs_dir / pipeline).iterdir())
+    (run_dir,) = list(runs_dir.iterdir())
     metrics = [m for m in _jsonl(run_dir / "metrics.jsonl") if "step_time" in m]
     return {"ledger": _jsonl(run_dir / "ledger.jsonl"),
             "step_time": [m["step_time"] for m in metrics],
@@ -94,21 +98,32 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verifier-concurrency", type=int, default=2)
     ap.add_argument("--agent-concurrency", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
 
-    results = {}
+    results: dict = {}
+    order = []
+    for k in range(args.repeats):
+        pair = ["sequential", "overlapped"]
+        order += pair if k % 2 == 0 else pair[::-1]
     with tempfile.TemporaryDirectory(prefix="step-pipeline-") as tmp:
-        for pipeline in ("sequential", "overlapped"):
+        for n, pipeline in enumerate(order):
             print(f"running {pipeline} ...", flush=True)
-            results[pipeline] = run(pipeline, args, Path(tmp))
+            res = run(pipeline, args, Path(tmp) / f"{n}-{pipeline}")
+            if pipeline in results:  # a repeat: same records expected, timings add up
+                prev = results[pipeline]
+                res = {k: prev[k] + res[k] for k in ("ledger", "step_time")} | {
+                    "trajectories": res["trajectories"]}
+            results[pipeline] = res
     sums = {p: summary(r) for p, r in results.items()}
     same = ([without_timings(t) for t in results["sequential"]["trajectories"]]
             == [without_timings(t) for t in results["overlapped"]["trajectories"]]
             and [without_timings(r) for r in results["sequential"]["ledger"]]
             == [without_timings(r) for r in results["overlapped"]["ledger"]])
 
-    print(f"\n{args.steps} steps x {args.rollouts} rollouts, arm {args.arm}, verifier "
+    print(f"\n{args.steps} steps x {args.rollouts} rollouts x {args.repeats} repeats, arm "
+          f"{args.arm}, load average {os.getloadavg()[0]:.1f} at the end, verifier "
           f"concurrency {args.verifier_concurrency}, agent concurrency {args.agent_concurrency}")
     for p, res in results.items():
         print(f"\n{p}: step  generation  tools  verification  round-wall  step-wall  "
