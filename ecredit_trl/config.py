@@ -25,9 +25,9 @@ class ECreditConfig(GRPOConfig):
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
-    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, a
-    negative ``sandbox_retry_backoff_s``, an agent disk limit below 1 MiB or a remote
-    (non-``unix://``) ``agent_endpoints`` entry.
+    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
+    ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
+    disk limit below 1 MiB or a remote (non-``unix://``) ``agent_endpoints`` entry.
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -83,6 +83,12 @@ class ECreditConfig(GRPOConfig):
     max_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks"})
     max_turns: int = field(default=4, metadata={"help": "assistant turns per rollout"})
     terminal_reward: str = field(default="resolved", metadata={"help": "resolved or utility"})
+    pipeline: str = field(default="overlapped", metadata={
+        "help": "overlapped: tool calls of the rollouts in parallel (agent_concurrency), each "
+                "rollout's trials submitted when its episode ends; sequential: one rollout's "
+                "tool calls after another, all trials after the last episode (issue 15)"})
+    agent_concurrency: int = field(default=8, metadata={
+        "help": "rollouts whose tool calls run at once (overlapped pipeline)"})
     run_name_prefix: str = field(default="ecredit", metadata={"help": "runs/<prefix>-<arm>-..."})
     runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
 
@@ -112,6 +118,10 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
                              f"got {self.snapshot_ignore!r}")
         self._resolve_endpoints()
+        if self.pipeline not in ("sequential", "overlapped"):
+            raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
+        if self.agent_concurrency < 1:
+            raise ValueError(f"agent_concurrency: must be >= 1, got {self.agent_concurrency}")
         if self.verifier_concurrency < 1:
             raise ValueError(f"verifier_concurrency: must be >= 1, got {self.verifier_concurrency}")
         # one assistant turn per tool-calling iteration, plus the first generation

@@ -6,16 +6,22 @@ Per generation batch (DESIGN.md §2):
    (``environment_factory``); every tool call is snapshotted and tagged with
    the assistant turn that made it (the trainer advances the turn counter
    before each generation).
-2. The reward function :meth:`ECreditGRPOTrainer.verifier_reward` plans each
-   rollout's query (blocks, eligibility, verifier-blind selection, ablation),
-   runs the factual trials, then (arms B/M) one counterfactual trial per
-   admitted rollout, all through the :class:`~sandbox.VerifierPool`. The
-   terminal reward comes from the factual report; an unavailable utility
-   gives ``None`` (TRL turns that advantage into 0) and is counted.
+2. Each rollout's query is planned (blocks, eligibility, verifier-blind selection,
+   ablation) and its factual trial plus (arms B/M) at most one counterfactual trial run
+   through the :class:`~sandbox.VerifierPool` (:mod:`ecredit_trl.credit.pipeline`).
+   ``pipeline: overlapped`` (default): the rollouts' tool calls of each iteration of
+   TRL's tool loop run in parallel (:mod:`ecredit_trl.agent.toolpool`, bounded by
+   ``agent_concurrency``) and a rollout's trials are submitted the moment its episode
+   ends, while the others still generate; ``pipeline: sequential``: one rollout's tool
+   calls after another, every trial after the last episode. The reward function
+   :meth:`ECreditGRPOTrainer.verifier_reward` returns the terminal rewards from the
+   factual reports; an unavailable utility gives ``None`` (TRL turns that advantage
+   into 0) and is counted.
 3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the
    (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask`` with
    C from :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes
-   the ledger row and the trajectories.
+   the ledger row (with the round's stage timings, :mod:`ecredit_trl.runs.timings`) and
+   the trajectories.
 
 Exact resume (DESIGN.md §5): every checkpoint also holds
 ``ecredit_state[_<rank>].json`` (generation round, TRL's micro-step counter,
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,10 +51,11 @@ from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.agent.calls import count_calls
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
+from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
+from ecredit_trl.credit.pipeline import COUNTERFACTUAL_ARMS, PendingRollout, TrialPipelineMixin
 from ecredit_trl.credit.planning import (
-    contrast,
     generated_by_turn,
     per_token_advantages,
     plan_query,
@@ -68,11 +76,9 @@ from ecredit_trl.runs.ledger import (
     round_metrics,
     trajectory_row,
 )
-from ecredit_trl.runs.outcomes import trial_outcome
 from ecredit_trl.runs.records import append_jsonl
+from ecredit_trl.runs.timings import TIMING_FIELDS, RoundClock, stage_timings
 from sandbox import VerifierPool
-
-COUNTERFACTUAL_ARMS = ("B", "M")
 
 
 @dataclass
@@ -110,7 +116,7 @@ class RolloutRecord:
     record_error: str | None = None  # traceback: building this rollout's records raised
 
 
-class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
+class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
     """GRPO with counterfactual edit credit (arms O/B/M/E).
 
     Args:
@@ -154,6 +160,14 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         self._emergency = False
         self._checkpoint_reason: str | None = None
         self._round_infra = False
+        self._round_clock: RoundClock | None = None  # stage intervals of the running round
+        self._prefetcher: ToolPrefetcher | None = None  # set while TRL's tool loop runs
+        self._round_controls: list = []  # overlapped: (task id, future) of the round's controls
+        self._round_pending: dict | None = None  # overlapped: row -> future of PendingRollout
+        self._loop_completions: list | None = None
+        self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
+                                                  thread_name_prefix="agent-tools")
+                               if args.pipeline == "overlapped" else None)
         super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
                          train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
                          **kwargs)
@@ -173,44 +187,80 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         self.agent_ctx.turn = 0
         return super()._generate(prompts)
 
+    def _start_overlapped_round(self, inputs) -> None:
+        """Overlapped pipeline, start of a round: queue the empty-patch controls of the
+        batch's tasks, then reset the environments TRL will hand out (its pool, in
+        order) concurrently on the agent pool (:func:`~ecredit_trl.agent.toolpool.prefetch_resets`)."""
+        self._round_pending = {}
+        self._round_controls = self._submit_controls({x["instance_id"] for x in inputs})
+        if self._multi_environment:
+            return
+        pool = self._environment_pool[None]
+        while len(pool) < len(inputs):  # TRL grows its pool the same way
+            pool.append(self.environment_factories[None]())
+        prefetch_resets(pool[:len(inputs)], list(inputs), self._tool_executor)
+
     def _generate_single_turn(self, *args, **kwargs):
         self.agent_ctx.turn += 1
-        return super()._generate_single_turn(*args, **kwargs)
+        if self._prefetcher is not None:
+            self._prefetcher.generation_started()
+        t0 = time.monotonic()
+        out = super()._generate_single_turn(*args, **kwargs)
+        if self._round_clock is not None:
+            self._round_clock.add("generation", t0, time.monotonic())
+        return out
 
-    # -- verification ------------------------------------------------------------
-    def _grade(self, task, log: str, control_log: str | None):
-        from eval.grading import grade
+    # -- tool loop -----------------------------------------------------------------
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *args):
+        """TRL's tool loop with this pipeline's tool dicts (timed in place, or prefetched
+        in parallel across rollouts: :class:`~ecredit_trl.agent.toolpool.ToolPrefetcher`);
+        in the overlapped pipeline every rollout leaving the loop has its trials
+        submitted at once (:meth:`_episode_ended`)."""
+        real = self._sync_tool_dicts
+        clock = self._round_clock
+        record = (lambda a, b: clock.add("tools", a, b)) if clock is not None else (
+            lambda a, b: None)
+        if self._tool_executor is None or any(self._async_tool_dicts):
+            self._sync_tool_dicts = timed_tool_dicts(real, record)
+            try:
+                return super()._tool_call_loop(prompts, prompt_ids, completion_ids,
+                                               completions, *args)
+            finally:
+                self._sync_tool_dicts = real
+        self._loop_completions = completions
+        pf = ToolPrefetcher(completions, real, self._tool_executor,
+                            on_episode_end=self._episode_ended)
+        self._prefetcher, self._sync_tool_dicts = pf, pf.dicts
+        try:
+            out = super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions,
+                                          *args)
+            pf.finish()
+        finally:
+            self._prefetcher, self._sync_tool_dicts = None, real
+            for a, b in pf.times.jobs:
+                record(a, b)
+        return out
 
-        return grade(log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
-                     control_log=control_log)
+    def _episode_ended(self, i: int) -> None:
+        """Overlapped pipeline: row ``i`` left the tool loop; build its records and submit
+        its trials on the agent pool (:meth:`_finish_episode`)."""
+        if self._round_pending is not None and i not in self._round_pending:
+            self._round_pending[i] = self._tool_executor.submit(
+                self._finish_episode, i, self._loop_completions[i])
 
-    def _spec(self, task, artifact: str, trial_id: str):
-        from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
-        from eval.trialspec import task_trial_spec
+    def _rollout_index(self, i: int, n_local: int) -> int:
+        proc, nproc = self.accelerator.process_index, self.accelerator.num_processes
+        return self._generation_round * n_local * nproc + proc * n_local + i
 
-        # limits from the task's split unless given (issue 13 §6); recorded on each result
-        return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
-                               memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,
-                               bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
-                               labels={"ecredit.arm": self.ecfg.arm})
-
-    def _ensure_controls(self, task_ids: set[str]) -> None:
-        """Run the empty-patch control once per task and rank (for the attribution rule)."""
-        missing = sorted(t for t in task_ids if t not in self._control)
-        if not missing:
-            return
-        rank = self.accelerator.process_index
-        specs = [self._spec(self.tasks[t], "", f"control-r{rank}-{self._generation_round}-{i}")
-                 for i, t in enumerate(missing)]
-        for tid, res in zip(missing, self.pool.map(specs), strict=True):
-            self._batch_trials.append(("control", res))
-            self.verified_trial_ids.append(res.trial_id)
-            if res.exit_class == "ok":
-                self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
-
-    def _utility_of(self, task, res) -> tuple[float | None, bool | None, str]:
-        control = self._control.get(task.instance_id)
-        return trial_outcome(task, res, control[1] if control else None)
+    def _finish_episode(self, i: int, completion) -> PendingRollout:
+        """Release row ``i``'s container, build its record and plan, remove its tree, and
+        submit its trials (overlapped pipeline)."""
+        env = self.environments[i]
+        release_sandbox(env)
+        rec, plan = self._rollout_record(env, completion,
+                                         self._rollout_index(i, len(self.environments)))
+        release(env)
+        return self._submit_rollout_trials(rec, plan)
 
     def _rollout_record(self, env, completion, rollout_index: int):
         """One rollout's record and query plan, guarded (issue 11 §2).
@@ -264,71 +314,47 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
     def verifier_reward(self, prompts, completions, environments=None, **kwargs) -> list[float | None]:
         """TRL reward function: verify every rollout of this process (factual + counterfactual).
 
-        Every episode has ended when TRL calls it: the agent containers are released
-        first, each rollout's records are built under a guard (:meth:`_rollout_record`),
-        then its working tree is removed. Returns one terminal reward per rollout:
+        Every episode has ended when TRL calls it. Sequential pipeline: the agent
+        containers are released first, each rollout's records are built under a guard
+        (:meth:`_rollout_record`), then its working tree is removed, then the trials run.
+        Overlapped pipeline: all that was done as each episode ended; the trials are
+        collected here. Returns one terminal reward per rollout:
         1.0/0.0 resolved (or the utility, with ``terminal_reward="utility"``), None when
         unavailable or the rollout was excluded before any trial.
         """
         self._batch_trials = []
-        proc, nproc = self.accelerator.process_index, self.accelerator.num_processes
-        n_local = len(environments)
-        for env in environments:
-            release_sandbox(env)
-        records: list[RolloutRecord] = []
-        plans = []
-        for i, (env, completion) in enumerate(zip(environments, completions, strict=True)):
-            rollout_index = self._generation_round * n_local * nproc + proc * n_local + i
-            rec, plan = self._rollout_record(env, completion, rollout_index)
-            release(env)  # records built: the working tree and snapshot store go now
-            records.append(rec)
-            plans.append(plan)
-        self._verify(records, plans)
-        self._batch_records = records
+        if self._round_pending is not None:  # overlapped: the trials are under way
+            pending = [self._round_pending[i].result() if i in self._round_pending
+                       else self._finish_episode(i, completion)
+                       for i, completion in enumerate(completions)]
+            self._round_pending = None
+            records = [p.record for p in pending]
+            self._collect(self._round_controls, pending)
+            self._batch_records = records
+        else:
+            self._verify_sequential(environments, completions)
+            records = self._batch_records
         self._round_infra = (any(r.exit_class == "infra_error" for _, r in self._batch_trials)
                              or any(r.failure and r.failure[0] in ("sandbox_setup",
                                                                    "sandbox_error")
                                     for r in records))
         return [r.reward for r in records]
 
-    def _verify(self, records: list[RolloutRecord], plans: list) -> None:
-        """Factual trials for every planned rollout, then (arms B/M) one counterfactual
-        trial per admitted rollout; fills rewards, utilities and contrasts in place."""
-        cfg = self.ecfg
-        planned = [i for i, p in enumerate(plans) if p is not None]
-        self._ensure_controls({records[i].task_id for i in planned})
-        # factual trials: one per planned rollout, empty artifacts included (a fresh sandbox each)
-        specs = [self._spec(self.tasks[records[i].task_id], plans[i].final_artifact,
-                            f"f-{records[i].rollout_index}") for i in planned]
-        for i, res in zip(planned, self.pool.map(specs), strict=True):
-            rec = records[i]
-            self._batch_trials.append(("factual", res))
-            self.verified_trial_ids.append(res.trial_id)
-            rec.factual = res.to_json()
-            rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(
-                self.tasks[rec.task_id], res)
-            if rec.utility is None:
-                rec.reward = None
-            elif cfg.terminal_reward == "utility":
-                rec.reward = float(rec.utility)
-            else:
-                rec.reward = 1.0 if rec.resolved else 0.0
-            if rec.exclusion is None and rec.utility is None:
-                rec.exclusion = "no_original_utility"
-
-        # counterfactual trials: exactly one per admitted rollout, arms B/M only
-        if cfg.arm in COUNTERFACTUAL_ARMS:
-            cf_idx = [i for i in planned if records[i].exclusion is None]
-            specs = [self._spec(self.tasks[records[i].task_id], plans[i].ablated_artifact or "",
-                                f"cf-{records[i].rollout_index}") for i in cf_idx]
-            for i, res in zip(cf_idx, self.pool.map(specs), strict=True):
-                rec = records[i]
-                self._batch_trials.append(("counterfactual", res))
-                self.verified_trial_ids.append(res.trial_id)
-                rec.counterfactual = res.to_json()
-                rec.utility_ablated, _, rec.counterfactual_outcome = self._utility_of(
-                    self.tasks[rec.task_id], res)
-                rec.contrast = contrast(rec.utility, rec.utility_ablated)
+    def _verify_sequential(self, environments, completions) -> None:
+        """Sequential pipeline: release every container, build every record (removing each
+        tree once its record is built), then run the trials (:meth:`_verify`)."""
+        for env in environments:
+            release_sandbox(env)
+        records: list[RolloutRecord] = []
+        plans = []
+        for i, (env, completion) in enumerate(zip(environments, completions, strict=True)):
+            rec, plan = self._rollout_record(env, completion,
+                                             self._rollout_index(i, len(environments)))
+            release(env)  # records built: the working tree and snapshot store go now
+            records.append(rec)
+            plans.append(plan)
+        self._verify(records, plans)
+        self._batch_records = records
 
     # -- credit injection ------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -336,6 +362,10 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         round_no = self._generation_round + 1
         self._require_sandbox(f"before generation round {round_no}", check=True)
         self._round_infra = False
+        self._round_clock = RoundClock(start=t0)
+        self._round_pending = None
+        if self._tool_executor is not None:
+            self._start_overlapped_round(inputs)
         out = super()._generate_and_score_completions(inputs)
         # trials that failed for infra reasons: is the service itself gone? (collective)
         self._require_sandbox(f"after the verifier trials of generation round {round_no}",
@@ -355,14 +385,19 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             submit_turns=[r.submit_turn for r in records])
         A = A.to(torch.float32)
         generated = token_turns(out["completion_mask"], out.get("tool_mask"))
-        self._record_batch(records, turns, generated, A, C, time.monotonic() - t0)
+        end = time.monotonic()
+        timings = stage_timings(self._round_clock, end)
+        self._round_clock = None
+        self._record_batch(records, turns, generated, A, C, end - t0, timings)
         self._generation_round += 1
         return out
 
     # -- records -------------------------------------------------------------------
-    def _record_batch(self, records, turns, generated, A, C, wall_s: float) -> None:
+    def _record_batch(self, records, turns, generated, A, C, wall_s: float,
+                      timings: dict | None = None) -> None:
         """Write one round's records: a trajectory row per rollout and the ledger row
-        (counts summed over ranks), and log the ``ecredit/*`` metrics.
+        (counts summed over ranks, stage timings the maximum over ranks), and log the
+        ``ecredit/*`` metrics.
 
         ``turns``: (B, T) credit turn map (-1 after submit); ``generated``: (B, T) turn of
         every generated token (tokens after submit included: they are generated and cost)."""
@@ -389,6 +424,11 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
         vec = torch.tensor([[float(local[k]) for k in keys]], device=self.accelerator.device)
         total = self.accelerator.gather(vec).sum(dim=0).tolist()
         tot = dict(zip(keys, total, strict=True))
+        if timings is not None:  # seconds of the slowest rank
+            tvec = torch.tensor([[float(timings[k]) for k in TIMING_FIELDS]],
+                                device=self.accelerator.device)
+            tmax = self.accelerator.gather(tvec).max(dim=0).values.tolist()
+            timings = {k: round(v, 4) for k, v in zip(TIMING_FIELDS, tmax, strict=True)}
         from accelerate.utils import gather_object
 
         all_traj = gather_object(traj_rows) if self.accelerator.num_processes > 1 else traj_rows
@@ -397,7 +437,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             self._metrics[mode][k].append(float(v))
         gpu_hours = (round(wall_s / 3600 * self.accelerator.num_processes, 6)
                      if torch.cuda.is_available() else 0.0)
-        row = ledger_row(tot, step=step, arm=cfg.arm, wall_s=wall_s, gpu_hours=gpu_hours)
+        row = ledger_row(tot, step=step, arm=cfg.arm, wall_s=wall_s, gpu_hours=gpu_hours,
+                         timings=timings)
         self.ledger_rows.append(row)
         if self.accelerator.is_main_process:
             append_jsonl(self.run_dir / "ledger.jsonl", [row])
@@ -417,6 +458,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, GRPOTrainer):
             except Exception:  # noqa: BLE001 - cleanup goes on; gc removes what is left
                 pass
         self.agent_ctx.close()
+        if self._tool_executor is not None:
+            self._tool_executor.shutdown(wait=True, cancel_futures=True)
 
     # -- sandbox health ----------------------------------------------------------------
     def _any_rank(self, flag: bool) -> bool:

@@ -29,9 +29,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
+from ecredit_trl.runs.timings import TIMING_FIELDS
+
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
-TIMING_KEYS = {"queue_wait_s", "setup_s", "verify_s", "cleanup_s", "wall_s", "gpu_hours"}
+TIMING_KEYS = {"queue_wait_s", "setup_s", "verify_s", "cleanup_s", "wall_s", "gpu_hours",
+               *TIMING_FIELDS}
 TRAJ_KEYS = ("task_id", "rollout_index", "step", "selected_turn", "selected_paths",
              "eligible_turns", "exclusion", "reward", "resolved", "utility", "utility_ablated",
              "contrast", "advantage", "generated_tokens", "turns", "format_error",

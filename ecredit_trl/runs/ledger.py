@@ -76,7 +76,9 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         records: the rollout records of the round.
         stats: one dict per rollout with ``L``, ``applied``, ``cap_active``,
             ``sel_mean``, ``other_mean``.
-        trials: (kind, TrialResult) pairs, kind in factual / counterfactual / control.
+        trials: (kind, TrialResult) pairs, kind in factual / counterfactual / control /
+            counterfactual_discarded (overlapped pipeline: a counterfactual trial that ran
+            before its rollout's factual utility turned out unavailable; not used).
 
     Returns: counts and seconds by name, plus ``outcome_<o>`` for every trial outcome.
     ``protected_paths_touched`` counts the rollouts whose factual trial found the artifact
@@ -89,6 +91,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "trials_factual": sum(1 for k, _ in trials if k == "factual"),
         "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
         "trials_control": sum(1 for k, _ in trials if k == "control"),
+        "counterfactual_discarded": sum(1 for k, _ in trials if k == "counterfactual_discarded"),
         "retries": sum(r.retries for _, r in trials),
         "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
         "protected_paths_touched": sum(1 for k, r in trials if k == "factual"
@@ -140,9 +143,16 @@ def round_metrics(tot: dict[str, float]) -> dict[str, float]:
 
 
 def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
-               gpu_hours: float) -> dict:
+               gpu_hours: float, timings: dict[str, float] | None = None) -> dict:
     """One ``ledger.jsonl`` row: the round's summed counts as integers, seconds rounded to
-    0.1 ms, wall seconds and GPU hours, and the non-zero trial outcomes."""
+    0.1 ms, wall seconds (``wall_s``: the generation round, i.e. environments, generation,
+    tool calls, trials and scoring; the optimizer step follows) and GPU hours, the
+    non-zero trial outcomes, and (when given) the round's stage timings
+    (:func:`ecredit_trl.runs.timings.stage_timings`: ``generation_busy_s``,
+    ``tool_busy_s``, ``verifier_busy_s``, ``generation_wait_s``, ``verifier_idle_s``,
+    ``rollout_setup_s``). ``trials_counterfactual`` counts the used counterfactual trials
+    (at most one per admitted rollout); ``counterfactual_discarded`` the ones that ran and
+    were not used (their seconds are in the sums)."""
     return {"step": step, "arm": arm,
             "generated_tokens": int(tot["generated_tokens"]),
             "trials_factual": int(tot["trials_factual"]),
@@ -165,4 +175,6 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "rollouts_excluded": {x: int(tot[f"excluded_{x}"]) for x in EXCLUSIONS
                                   if tot[f"excluded_{x}"]},
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
-                               if tot[f"outcome_{o}"]}}
+                               if tot[f"outcome_{o}"]},
+            "counterfactual_discarded": int(tot.get("counterfactual_discarded", 0)),
+            **(timings or {})}

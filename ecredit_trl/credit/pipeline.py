@@ -1,0 +1,197 @@
+"""Verifier trials of one generation round: sequential or overlapped (issue 15 §1).
+
+The method's query rules (DESIGN.md §3) in one place for both orders:
+
+* one factual trial per planned rollout (empty artifacts included);
+* at most one counterfactual trial per rollout, arms B/M only, for a rollout admitted
+  by the plan (``exclusion is None``: format error / no eligible block excluded);
+* a counterfactual result is *used* only when the factual utility exists; otherwise the
+  rollout is excluded as ``no_original_utility`` (admission order unchanged).
+
+``pipeline: sequential`` (the order before issue 15) runs, after every episode has ended,
+the missing empty-patch controls, then all factual trials, then the counterfactual
+trials of the rollouts whose factual utility exists. ``pipeline: overlapped`` submits the
+controls of the batch's tasks when the round's generation starts, and each rollout's
+factual **and** counterfactual trial the moment its episode ends (the selection and the
+ablation are fixed before any trial, so neither depends on a verifier result); the reward
+function then only collects. A counterfactual trial of a rollout whose factual utility
+turns out unavailable has run for nothing: its result is not used (the record holds no
+counterfactual, no contrast) and it is counted as ``counterfactual_discarded``.
+
+Both orders fill the records with the same values, append the trials to the round's
+list in the same order (controls, factual by rollout, counterfactual by rollout) and use
+the same trial ids; only timings differ. One difference in which trials run: overlapped
+submits a control for every task of the batch that has none, sequential only for tasks
+with a planned rollout (a task whose every rollout was excluded before any trial gets its
+control one round earlier).
+
+:class:`TrialPipelineMixin` is mixed into the trainer; it uses ``self.pool``,
+``self.tasks``, ``self.ecfg``, ``self.accelerator``, ``self._control``,
+``self._batch_trials``, ``self.verified_trial_ids``, ``self._generation_round`` and
+``self._round_clock`` (a :class:`~ecredit_trl.runs.timings.RoundClock` or None).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from ecredit_trl.credit.planning import contrast
+from ecredit_trl.runs.outcomes import trial_outcome
+
+COUNTERFACTUAL_ARMS = ("B", "M")
+PIPELINES = ("sequential", "overlapped")
+
+
+@dataclass
+class PendingRollout:
+    """One ended episode of the overlapped pipeline: its record and plan (``plan`` None:
+    excluded before any trial) and the futures of its submitted trials."""
+
+    record: object
+    plan: object | None
+    factual: Future | None = None
+    counterfactual: Future | None = None
+
+
+class TrialPipelineMixin:
+    """Trial submission and collection of the trainer (see the module docstring)."""
+
+    # -- specs, grading ------------------------------------------------------------------
+    def _grade(self, task, log: str, control_log: str | None):
+        from eval.grading import grade
+
+        return grade(log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
+                     control_log=control_log)
+
+    def _spec(self, task, artifact: str, trial_id: str):
+        from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
+        from eval.trialspec import task_trial_spec
+
+        # limits from the task's split unless given (issue 13 §6); recorded on each result
+        return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
+                               memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,
+                               bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
+                               labels={"ecredit.arm": self.ecfg.arm})
+
+    def _utility_of(self, task, res) -> tuple[float | None, bool | None, str]:
+        control = self._control.get(task.instance_id)
+        return trial_outcome(task, res, control[1] if control else None)
+
+    # -- submission --------------------------------------------------------------------------
+    def _submit_trial(self, spec) -> Future:
+        """Queue one trial on the pool; its service interval (queue wait excluded) goes to
+        the round clock when it resolves."""
+        submitted = time.monotonic()
+        fut = self.pool.submit(spec)
+        clock = getattr(self, "_round_clock", None)
+        if clock is not None:
+            def done(f: Future) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    clock.add("trials", submitted + f.result().queue_wait_s, time.monotonic())
+            fut.add_done_callback(done)
+        return fut
+
+    def _control_specs(self, task_ids) -> tuple[list[str], list]:
+        missing = sorted(t for t in task_ids if t not in self._control)
+        rank = self.accelerator.process_index
+        specs = [self._spec(self.tasks[t], "", f"control-r{rank}-{self._generation_round}-{i}")
+                 for i, t in enumerate(missing)]
+        return missing, specs
+
+    def _take_controls(self, pairs) -> None:
+        """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
+        for the attribution rule (DESIGN.md §3)."""
+        for tid, res in pairs:
+            self._batch_trials.append(("control", res))
+            self.verified_trial_ids.append(res.trial_id)
+            if res.exit_class == "ok":
+                self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
+
+    def _ensure_controls(self, task_ids: set[str]) -> None:
+        """Run the empty-patch control once per task and rank (for the attribution rule)."""
+        missing, specs = self._control_specs(task_ids)
+        futures = [self._submit_trial(s) for s in specs]
+        self._take_controls(zip(missing, [f.result() for f in futures], strict=True))
+
+    def _submit_controls(self, task_ids) -> list[tuple[str, Future]]:
+        """Overlapped pipeline: queue the controls of ``task_ids`` that have none; returns
+        ``(task id, future)`` pairs to collect with :meth:`_take_controls`."""
+        missing, specs = self._control_specs(task_ids)
+        return [(t, self._submit_trial(s)) for t, s in zip(missing, specs, strict=True)]
+
+    def _submit_rollout_trials(self, rec, plan) -> PendingRollout:
+        """Overlapped pipeline: the factual trial of a planned rollout and, arms B/M, its
+        counterfactual trial when the plan admits it, submitted now."""
+        pending = PendingRollout(rec, plan)
+        if plan is None:
+            return pending
+        task = self.tasks[rec.task_id]
+        pending.factual = self._submit_trial(self._spec(task, plan.final_artifact,
+                                                        f"f-{rec.rollout_index}"))
+        if self.ecfg.arm in COUNTERFACTUAL_ARMS and rec.exclusion is None:
+            pending.counterfactual = self._submit_trial(
+                self._spec(task, plan.ablated_artifact or "", f"cf-{rec.rollout_index}"))
+        return pending
+
+    # -- results into records ------------------------------------------------------------------
+    def _take_factual(self, rec, res) -> None:
+        self._batch_trials.append(("factual", res))
+        self.verified_trial_ids.append(res.trial_id)
+        rec.factual = res.to_json()
+        rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(
+            self.tasks[rec.task_id], res)
+        if rec.utility is None:
+            rec.reward = None
+        elif self.ecfg.terminal_reward == "utility":
+            rec.reward = float(rec.utility)
+        else:
+            rec.reward = 1.0 if rec.resolved else 0.0
+        if rec.exclusion is None and rec.utility is None:
+            rec.exclusion = "no_original_utility"
+
+    def _take_counterfactual(self, rec, res) -> None:
+        self.verified_trial_ids.append(res.trial_id)
+        if rec.exclusion is not None:  # the factual utility is unavailable: not used
+            self._batch_trials.append(("counterfactual_discarded", res))
+            return
+        self._batch_trials.append(("counterfactual", res))
+        rec.counterfactual = res.to_json()
+        rec.utility_ablated, _, rec.counterfactual_outcome = self._utility_of(
+            self.tasks[rec.task_id], res)
+        rec.contrast = contrast(rec.utility, rec.utility_ablated)
+
+    def _verify(self, records: list, plans: list) -> None:
+        """Sequential pipeline: factual trials for every planned rollout, then (arms B/M)
+        one counterfactual trial per admitted rollout; fills the records in place."""
+        planned = [i for i, p in enumerate(plans) if p is not None]
+        self._ensure_controls({records[i].task_id for i in planned})
+        futures = [self._submit_trial(self._spec(self.tasks[records[i].task_id],
+                                                 plans[i].final_artifact,
+                                                 f"f-{records[i].rollout_index}"))
+                   for i in planned]
+        for i, fut in zip(planned, futures, strict=True):
+            self._take_factual(records[i], fut.result())
+        if self.ecfg.arm in COUNTERFACTUAL_ARMS:
+            cf_idx = [i for i in planned if records[i].exclusion is None]
+            futures = [self._submit_trial(self._spec(self.tasks[records[i].task_id],
+                                                     plans[i].ablated_artifact or "",
+                                                     f"cf-{records[i].rollout_index}"))
+                       for i in cf_idx]
+            for i, fut in zip(cf_idx, futures, strict=True):
+                self._take_counterfactual(records[i], fut.result())
+
+    def _collect(self, controls: list[tuple[str, Future]], pending: list[PendingRollout]) -> None:
+        """Overlapped pipeline: wait for the round's controls and every rollout's trials and
+        fill the records in the sequential order (controls, factual, counterfactual)."""
+        self._take_controls((tid, fut.result()) for tid, fut in controls)
+        for p in pending:
+            if p.factual is not None:
+                self._take_factual(p.record, p.factual.result())
+        for p in pending:
+            if p.counterfactual is not None:
+                self._take_counterfactual(p.record, p.counterfactual.result())
+
+
+__all__ = ["COUNTERFACTUAL_ARMS", "PIPELINES", "PendingRollout", "TrialPipelineMixin"]
