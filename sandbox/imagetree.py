@@ -171,7 +171,8 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
             run_git(store, ["update-ref", S0_REF, commit])
             run_git(store, ["symbolic-ref", "HEAD", S0_REF])
             # -a without -l packs the objects borrowed from the image too: a real copy
-            run_git(store, ["repack", "-a", "-d", "-q"])
+            # (no new delta search: deltas of the image's packs are reused as they are)
+            run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
             (store / "objects" / "info" / "alternates").unlink()
             run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
         except SnapshotError as exc:
@@ -204,15 +205,30 @@ class ImageTree:
     name: str
     mountpoint: Path
     path: Path
+    upper: Path | None = None
 
-    def upper_dir(self) -> Path | None:
-        """The container's overlay upper directory (what the rollout wrote), or None."""
+    def _find_upper(self) -> Path | None:
+        """The container's overlay upper directory: only what the rollout wrote (new and
+        copied-up files, whiteouts for deletions), or None (not an overlay)."""
+        guess = self.mountpoint.parent / "diff"  # overlay driver: <layer>/{merged,diff}
+        if self.mountpoint.name == "merged" and guess.is_dir():
+            return guess
         try:
             out = _podman(["container", "inspect", "--format",
                            "{{.GraphDriver.Data.UpperDir}}", self.name], "inspect")
         except ImageTreeError:
             return None
-        return Path(out) if out and out != "<no value>" else None
+        return Path(out) if out and Path(out).is_dir() else None
+
+    def usage_dirs(self, workdir: str) -> tuple[list[Path], list[Path]]:
+        """``(dirs, stores)`` for :func:`sandbox.disk.tree_usage`: the part of the upper
+        layer under ``workdir`` (what this rollout added to the tree: its disk use, at
+        the cost of a walk over the changes only) and the ``.git/objects`` there; the whole
+        tree when there is no upper layer."""
+        if self.upper is None:
+            return [self.path], [self.path / ".git" / "objects"]
+        top = _in_root(self.upper, workdir)
+        return [top], [top / ".git" / "objects"]
 
     def close(self) -> None:
         """Unmount and remove the tree container with its upper layer (idempotent;
@@ -254,6 +270,7 @@ def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] |
         tree.path = _in_root(tree.mountpoint, workdir)
         if not tree.path.is_dir() or tree.path.is_symlink():
             raise ImageTreeError(f"workdir {workdir} is not a directory in image {image!r}")
+        tree.upper = tree._find_upper()
     except BaseException:
         tree.close()
         raise

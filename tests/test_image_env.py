@@ -124,6 +124,7 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     assert env.failure is None, env.failure
     tree, mountpoint = env.image_tree, env.image_tree.mountpoint
     assert _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == [tree.name]
+    assert tree.name in podman_runtime._live  # runtime.close() / `sandbox gc` remove it
     # the image's tree with everything in it: the ignored build output, the untracked file
     assert (env.workdir / "_gen.py").read_text() == "VALUE = 42\n"
     assert (env.workdir / "NOTES.txt").is_file() and (env.workdir / ".git").is_dir()
@@ -152,6 +153,7 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     env.submit()
     release(env)
     assert not _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == []
+    assert tree.name not in podman_runtime._live
     assert not _podman("ps", "-a", "--filter", f"label=ecredit.run={podman_runtime.run_id}",
                        "--format", "{{.Names}}")
 
@@ -188,6 +190,26 @@ def test_agent_breaking_git_and_build_outputs_keeps_true_bytes(ctx, task, podman
     assert env2.final_tree == env2.base_tree == env.base_tree
     release(env2)
     assert _tree_containers(podman_runtime.run_id) == []
+
+
+@pytest.mark.podman
+def test_disk_budget_on_an_image_tree_counts_what_the_rollout_wrote(task, tmp_path,
+                                                                    podman_runtime):
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+
+    ctx = AgentContext(tasks={IID: task}, runtime=podman_runtime, workroot=str(tmp_path),
+                       tree_budget_bytes=1_000_000)
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    # the image's files are not the rollout's: only the upper layer (empty) and the store
+    assert env.usage_at_reset < 200_000
+    env.bash("head -c 600000 /dev/zero > a.bin")
+    assert env.failure is None
+    env.bash("head -c 600000 /dev/zero > b.bin")
+    assert env.failure is not None and env.failure[0] == "disk_budget", env.failure
+    assert env.image_tree is None and _tree_containers(podman_runtime.run_id) == []
+    release(env)
+    ctx.close()
 
 
 def test_image_task_needs_a_local_podman_runtime(tmp_path):
