@@ -57,10 +57,14 @@ def task_image(tmp_path_factory, podman_runtime):
     env.mkdir(parents=True)
     (env / "python").write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
     (env / "python").chmod(0o755)
-    (ctx / "testenv.sh").write_text("export PATH=/opt/testenv/bin:$PATH\n")
+    (ctx / "testenv.sh").write_text("echo noise from the profile\n"
+                                    "export PATH=/opt/testenv/bin:$PATH\n")
+    # SWE-bench images activate `testbed` from /root/.bashrc (sourced by ~/.profile)
+    (ctx / "bashrc").write_text("export ECREDIT_ACTIVE_ENV=testbed\n")
     (ctx / "Containerfile").write_text(
         f"FROM {default_image()}\nCOPY testbed /testbed\nCOPY opt /opt\n"
-        "COPY testenv.sh /etc/profile.d/testenv.sh\nWORKDIR /testbed\n")
+        "COPY testenv.sh /etc/profile.d/testenv.sh\nCOPY bashrc /root/.bashrc\n"
+        "WORKDIR /testbed\n")
     digest = hashlib.sha256(default_image().encode() + b"".join(
         p.read_bytes() for p in sorted(ctx.rglob("*")) if p.is_file() and ".git" not in
         p.parts)).hexdigest()[:12]
@@ -136,8 +140,9 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     # the image's environment in a login shell; history as in the image
     assert env.bash("which python").strip() == "/opt/testenv/bin/python"
     assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"
+    assert env.bash("echo $ECREDIT_ACTIVE_ENV $HOME").split() == ["testbed", "/root"]
     assert env.bash("git log --format=%s").split() == ["base", "pristine"]
-    assert env.trees == [env.base_tree] * 3  # nothing changed the tree
+    assert env.trees == [env.base_tree] * 4  # nothing changed the tree
     out = env.str_replace("calc.py", "a - b", "a + b")
     assert "ERROR" not in out
     assert env.bash("python -m pytest -q -p no:cacheprovider test_calc.py").count("passed")

@@ -26,6 +26,11 @@ trainer excludes with its reason. The tree is measured at every snapshot: growth
 past ``tree_budget_bytes`` or a file over ``max_file_bytes`` ends the episode with
 ``disk_budget`` and removes the rollout's files. The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
+
+Image-held tasks (no ``repo_dir``, issue 13 §1): the tree is the image's ``workdir`` with
+everything in it, copy-on-write per rollout (:mod:`sandbox.imagetree`), in a container of the
+task image running ``bash -lc``; S_0 is the tree at reset, so the artifact applies in a fresh
+container of the image as the SWE-bench harness applies a prediction.
 """
 
 from __future__ import annotations
