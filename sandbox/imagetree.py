@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -192,6 +193,22 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
     return _load(dest)
 
 
+def _opaque(directory: Path) -> bool:
+    """Whether an upper-layer directory does not simply merge with the lower one at the
+    same path: it hides the lower content (``overlay.opaque``) or takes it from another
+    path (``overlay.redirect``, a renamed directory); overlayfs(5), ``trusted.`` or, on
+    userxattr mounts, ``user.`` xattrs. Such a directory counts as changed as a whole."""
+    for ns in ("trusted", "user"):
+        for name, want in (("opaque", b"y"), ("redirect", None)):
+            try:
+                value = os.getxattr(directory, f"{ns}.overlay.{name}", follow_symlinks=False)
+            except OSError:
+                continue
+            if want is None or value == want:
+                return True
+    return False
+
+
 @dataclass
 class ImageTree:
     """One rollout's copy-on-write tree: a tree container of the task image, mounted.
@@ -229,6 +246,38 @@ class ImageTree:
             return [self.path], [self.path / ".git" / "objects"]
         top = _in_root(self.upper, workdir)
         return [top], [top / ".git" / "objects"]
+
+    def changes(self, workdir: str) -> list[str] | None:
+        """Every path under ``workdir`` (tree-relative, POSIX) that can differ from the
+        image: what the overlay's upper layer holds (written, created, copied-up files and
+        symlinks; whiteouts of deleted paths; an opaque directory stands for everything
+        below it). Every write to the tree goes through the overlay, so no other path can
+        have changed. ``.git`` directories are left out (snapshots never record them).
+
+        Returns None when it cannot tell (no upper layer, or ``workdir`` itself opaque): the
+        caller then scans the whole tree. Cost: a walk over the upper layer only.
+        """
+        if self.upper is None:
+            return None
+        top = _in_root(self.upper, workdir)
+        if not top.exists():
+            return []
+        if _opaque(top):
+            return None
+        found: list[str] = []
+        stack = [(top, "")]
+        while stack:
+            d, rel = stack.pop()
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.name == ".git":
+                        continue
+                    path = f"{rel}{e.name}"
+                    if e.is_dir(follow_symlinks=False) and not _opaque(Path(e.path)):
+                        stack.append((Path(e.path), f"{path}/"))
+                    else:
+                        found.append(path)
+        return found
 
     def close(self) -> None:
         """Unmount and remove the tree container with its upper layer (idempotent;

@@ -49,6 +49,10 @@ def task_image(tmp_path_factory, podman_runtime):
     git(repo, "commit", "-qm", "pristine")
     (repo / "calc.py").write_text(CALC)
     (repo / "test_calc.py").write_text(TESTS)
+    for rel in ("pkg/__init__.py", "pkg/util.py", "pkg/sub/deep.py", "docs/guide.txt",
+                "docs/more/a.txt"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(f"# {rel}\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     (repo / "_gen.py").write_text("VALUE = 42\n")  # a build output: ignored, tests need it
@@ -136,7 +140,8 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     files = subprocess.run(["git", f"--git-dir={env.snapshot_repo}", "ls-tree", "-r",
                             "--name-only", env.base_tree], capture_output=True, text=True,
                            check=True).stdout.split()
-    assert files == [".gitignore", "NOTES.txt", "calc.py", "test_calc.py"]
+    assert files == [".gitignore", "NOTES.txt", "calc.py", "docs/guide.txt", "docs/more/a.txt",
+                     "pkg/__init__.py", "pkg/sub/deep.py", "pkg/util.py", "test_calc.py"]
     # the image's environment in a login shell; history as in the image
     assert env.bash("which python").strip() == "/opt/testenv/bin/python"
     assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"
@@ -215,6 +220,48 @@ def test_disk_budget_on_an_image_tree_counts_what_the_rollout_wrote(task, tmp_pa
     assert env.image_tree is None and _tree_containers(podman_runtime.run_id) == []
     release(env)
     ctx.close()
+
+
+@pytest.mark.podman
+def test_snapshots_from_the_upper_layer_equal_a_full_scan(ctx, task, podman_runtime):
+    """Snapshots of an image tree look only at what the overlay's upper layer holds; after
+    renames (redirected dirs), deleted-and-recreated dirs (opaque), mode changes, symlinks,
+    deletions and new trees they equal a snapshot that scans the whole tree."""
+    from ecredit_trl.agent.env import SWEAgentEnv, release
+    from sandbox.snapshot import Snapshotter, changed_paths
+
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    base = ctx._image_bases[(task.image, "/testbed")]
+
+    def full_scan() -> str:
+        with Snapshotter(env.workdir, base=base.commit, objects_from=base.store) as snap:
+            tree = snap.snapshot()
+            return tree if snap.tree_of(tree) else ""
+
+    env.bash("mv pkg pkg2")
+    assert env.image_tree.changes("/testbed") is not None
+    assert env.final_tree == full_scan()
+    assert {c.path for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                          env.final_tree)} == {
+        "pkg/__init__.py", "pkg/util.py", "pkg/sub/deep.py",
+        "pkg2/__init__.py", "pkg2/util.py", "pkg2/sub/deep.py"}
+    for cmd in ("rm -rf docs && mkdir -p docs && echo new > docs/x.txt", "chmod +x calc.py",
+                "echo '# more' >> test_calc.py", "rm NOTES.txt", "mkdir -p n/s && echo 1 > n/s/f",
+                "ln -s calc.py link", "mv pkg2/sub pkg2/sub2 && rm pkg2/util.py",
+                "echo VALUE = 1 > _gen.py && mkdir -p __pycache__ && touch __pycache__/x.pyc",
+                "rm -rf n && echo back > NOTES.txt"):
+        out = env.bash(cmd)
+        assert "exit code" not in out, (cmd, out)
+    assert env.failure is None
+    assert env.final_tree == full_scan()
+    got = {c.path: c.status for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                                   env.final_tree)}
+    assert got == {"NOTES.txt": "M", "calc.py": "X", "docs/guide.txt": "D", "docs/more/a.txt": "D",
+                   "docs/x.txt": "A", "link": "A", "pkg/__init__.py": "D", "pkg/util.py": "D",
+                   "pkg/sub/deep.py": "D", "pkg2/__init__.py": "A", "pkg2/sub2/deep.py": "A",
+                   "test_calc.py": "M"}
+    release(env)
 
 
 def test_image_task_needs_a_local_podman_runtime(tmp_path):

@@ -253,8 +253,10 @@ class SWEAgentEnv:
             self.failure = ("sandbox_setup", self.setup_error)
             return None
         self.workdir = self.image_tree.path
+        tree = self.image_tree
         self.snapshotter = Snapshotter(self.workdir, base=base.commit, objects_from=base.store,
-                                       index_from=base.index, ignore=self.ctx.snapshot_ignore)
+                                       index_from=base.index, ignore=self.ctx.snapshot_ignore,
+                                       changes=lambda: tree.changes(workdir))
         mark_owner(self.snapshotter._tmp)
         self.usage_at_reset = self._usage().total_bytes
         try:
