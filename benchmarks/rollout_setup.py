@@ -100,16 +100,19 @@ def time_cp(image: str, runs: int = 2) -> float:
     best = float("inf")
     try:
         for _ in range(runs):
-            with tempfile.TemporaryDirectory(prefix="ecredit-bench-cp-", dir="/var/tmp") as tmp:
+            tmp = tempfile.mkdtemp(prefix="ecredit-bench-cp-", dir="/var/tmp")
+            try:
                 t0 = time.perf_counter()
                 subprocess.run(["cp", "-a", f"{root}/testbed", f"{tmp}/t"], check=True)
                 best = min(best, time.perf_counter() - t0)
+            finally:
+                subprocess.run(["rm", "-rf", tmp], check=False)
     finally:
         subprocess.run(["podman", "image", "umount", image], env=env, capture_output=True)
     return best
 
 
-def bench(image: str, rollouts: int, log) -> dict:
+def bench(image: str, rollouts: int, log, cache_dir: str | None = None) -> dict:
     from types import SimpleNamespace
 
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
@@ -123,8 +126,8 @@ def bench(image: str, rollouts: int, log) -> dict:
         t0 = time.perf_counter()
         from sandbox.imagetree import base_cache
 
-        ctx._image_bases[(image, "/testbed")] = base_cache(image, "/testbed",
-                                                           Path(wr) / ".images")
+        ctx._image_bases[(image, "/testbed")] = base_cache(
+            image, "/testbed", Path(cache_dir or Path(wr) / ".images"))
         out["cache_s"] = time.perf_counter() - t0
         log(f"base cache (once per image): {out['cache_s']:.1f} s")
         for i in range(rollouts):
@@ -152,12 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=50000)
     ap.add_argument("--mb", type=int, default=1024)
     ap.add_argument("--rollouts", type=int, default=5)
+    ap.add_argument("--cache-dir", default=None,
+                    help="keep the per-image base cache here for the next run (default: a "
+                         "temp dir, so the cache is built and timed)")
     ap.add_argument("--keep-image", action="store_true",
                     help="keep the benchmark image for the next run (else removed)")
     args = ap.parse_args(argv)
     image = build_image(args.files, args.mb, print)
     try:
-        res = bench(image, args.rollouts, print)
+        res = bench(image, args.rollouts, print, args.cache_dir)
         cp = time_cp(image)
     finally:
         if not args.keep_image:

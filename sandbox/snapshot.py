@@ -75,6 +75,8 @@ MAX_HINTED_PATHS = 4000
 """Above this many hinted paths (``changes``) a snapshot scans the whole tree (git's
 pathspec matching is linear in their number)."""
 
+_EXCLUDES: dict[str, bytes] = {}  # base tree id -> our exclude rules (its .gitignore files)
+
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The id of git's empty tree (same in every SHA-1 repository)."""
 
@@ -185,7 +187,12 @@ class Snapshotter:
         return out
 
     def _write_excludes(self) -> None:
-        """Our ignore rules: the base commit's ``.gitignore`` files, read once."""
+        """Our ignore rules: the base commit's ``.gitignore`` files, read once per base tree
+        in this process (a tree id names its content)."""
+        cached = _EXCLUDES.get(self.base_tree)
+        if cached is not None:
+            self.exclude_file.write_bytes(cached)
+            return
         listing = run_git(self.git_dir, ["ls-tree", "-r", "-z", "--full-tree",
                                       self.base_tree]).stdout
         lines: list[str] = []
@@ -200,8 +207,11 @@ class Snapshotter:
                 "utf-8", errors="surrogateescape")
             parent = str(PurePosixPath(path.decode("utf-8", errors="surrogateescape")).parent)
             lines += translate_ignore(text, "" if parent == "." else parent)
-        self.exclude_file.write_bytes(("\n".join(lines) + "\n").encode(
-            "utf-8", errors="surrogateescape"))
+        data = ("\n".join(lines) + "\n").encode("utf-8", errors="surrogateescape")
+        if len(_EXCLUDES) > 256:
+            _EXCLUDES.clear()
+        _EXCLUDES[self.base_tree] = data
+        self.exclude_file.write_bytes(data)
 
     def _seed_index(self, own_index: Path | None) -> None:
         if own_index is not None and own_index.is_file():
