@@ -125,7 +125,7 @@ class AgentContext:
     snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _owns_workroot: bool = False
-    _image_bases: dict = field(default_factory=dict)  # (image, workdir) -> BaseCache
+    _image_bases: dict = field(default_factory=dict)  # (image, workdir) -> BaseCache, + locks
 
     def __post_init__(self) -> None:
         for name in ("max_file_bytes", "tree_budget_bytes"):
@@ -237,11 +237,12 @@ class SWEAgentEnv:
                 or _is_local(runtime):
             raise ValueError(f"runtime: task {iid} is held in image {image}; its rollouts need "
                              "the Podman runtime on local (unix://) endpoints")
-        with self.ctx._lock:  # one base per image, made by the first rollout
-            key = (image, workdir)
-            base = self.ctx._image_bases.get(key)
+        with self.ctx._lock:  # one base per image, made by its first rollout (others wait)
+            lock = self.ctx._image_bases.setdefault(("lock", image, workdir), threading.Lock())
+        with lock:
+            base = self.ctx._image_bases.get((image, workdir))
             if base is None:
-                base = self.ctx._image_bases[key] = base_cache(
+                base = self.ctx._image_bases[(image, workdir)] = base_cache(
                     image, workdir, Path(self.ctx.workroot) / ".images",
                     ignore=self.ctx.snapshot_ignore)
         self.base_tree = base.tree
