@@ -82,6 +82,13 @@ class PodmanSession:
             base store's objects, which the clone's ``objects/info/alternates`` names, so
             ``git status``/``diff``/``stash`` work and the agent cannot write them).
 
+        login_shell: run commands as ``bash -lc`` (image-held tasks: the login shell
+            sources ``/etc/profile``, ``/etc/profile.d`` and ``~/.profile``/``~/.bashrc``,
+            so SWE-bench images activate their ``testbed`` environment and ``which
+            python`` resolves inside it, as mini-swe-agent's ``exec -w <cwd> <id> bash -lc
+            <cmd>``); ``HOME`` is then the image's own (its rc files live there), not
+            ``/tmp``. Default ``bash -c`` with ``HOME=/tmp``.
+
     The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
@@ -92,7 +99,8 @@ class PodmanSession:
                  workdir: str = "/testbed", limits: Limits | None = None,
                  labels: dict[str, str] | None = None, tmp_size: str = "256m",
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                 ro_mounts: list[tuple[str, str]] | tuple = ()) -> None:
+                 ro_mounts: list[tuple[str, str]] | tuple = (),
+                 login_shell: bool = False) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
@@ -100,6 +108,7 @@ class PodmanSession:
 
         self.runtime = runtime
         self.workdir = workdir
+        self.login_shell = login_shell
         self.endpoint = runtime._pick_endpoint()
         self.name = f"ecredit-{runtime.run_id}-agent-{uuid.uuid4().hex[:8]}"
         args = runtime.container_args(image=image, name=self.name,
@@ -120,7 +129,8 @@ class PodmanSession:
         args["init"] = True
         args["ulimits"] = [*args["ulimits"], {"Name": "fsize", "Soft": max_file_bytes,
                                               "Hard": max_file_bytes}]
-        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
+        home = {} if login_shell else {"HOME": "/tmp"}
+        args["environment"] = {**args["environment"], **home, "TMPDIR": "/tmp",
                                "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
@@ -142,14 +152,17 @@ class PodmanSession:
         # agent's own `exit 125` still comes back as the command's status).
         marker = f"@@ecredit-start-{uuid.uuid4().hex}@@\n".encode()
         script = f"printf '%s\\n' '{marker.decode().strip()}'\nexec 2>&1\n{command}"
+        shell = ["bash", "-lc"] if self.login_shell else ["bash", "-c"]
         try:
             code, (out, err) = self.container.exec_run(
-                ["timeout", "-s", "KILL", f"{timeout_s:g}", "bash", "-c", script],
+                ["timeout", "-s", "KILL", f"{timeout_s:g}", *shell, script],
                 workdir=self.workdir, demux=True)
         except Exception as exc:  # podman-py APIError, connection lost
             raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
         out, err = out or b"", err or b""
+        if self.login_shell and marker in out:  # what the image's profile printed goes
+            out = out[out.index(marker):]
         if not out.startswith(marker):
             said = (out + err).decode("utf-8", errors="replace").strip()[-1000:]
             raise SandboxExecError(f"exec did not start in {self.name} (exit status {code}): "
@@ -194,6 +207,37 @@ class LocalSession:
 
     def close(self) -> None:
         pass
+
+
+def open_image_tree(runtime, image: str, workdir: str = "/testbed", *,
+                    labels: dict[str, str] | None = None):
+    """A copy-on-write tree of ``image``'s ``workdir`` for one rollout of an image-held
+    task (:func:`sandbox.imagetree.open_tree`), owned by ``runtime``: labelled with its run
+    id and registered with its live containers, so :meth:`PodmanRuntime.close` and
+    ``python -m sandbox gc`` remove it (and its mount) whatever happens to the caller.
+
+    Raises:
+        ValueError: naming ``runtime`` when it is not a Podman runtime with a local
+            (``unix://``) endpoint: the tree is mounted on this host.
+        ImageTreeError: podman could not create or mount the tree container.
+    """
+    from sandbox.imagetree import TREE_ROLE, open_tree
+    from sandbox.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
+
+    local = [e for e in getattr(runtime, "endpoints", []) if e.startswith("unix://")]
+    if not isinstance(runtime, PodmanRuntime) or len(local) != len(runtime.endpoints):
+        raise ValueError(f"runtime: image {image} holds the task's tree; its rollouts need the "
+                         "Podman runtime on local (unix://) endpoints")
+    tree = open_tree(image, workdir, labels={**(labels or {}), RUN_LABEL: runtime.run_id,
+                                             ROLE_LABEL: TREE_ROLE})
+    runtime._live[tree.name] = local[0]
+    return tree
+
+
+def close_image_tree(runtime, tree) -> None:
+    """Unmount and remove ``tree`` (from :func:`open_image_tree`); never raises."""
+    tree.close()
+    getattr(runtime, "_live", {}).pop(tree.name, None)
 
 
 def open_session(runtime, image: str, host_dir, **kw):

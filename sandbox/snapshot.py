@@ -47,7 +47,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -71,6 +71,12 @@ __all__ = [
     "store_of", "translate_ignore",
 ]
 
+MAX_HINTED_PATHS = 4000
+"""Above this many hinted paths (``changes``) a snapshot scans the whole tree (git's
+pathspec matching is linear in their number)."""
+
+_EXCLUDES: dict[str, bytes] = {}  # base tree id -> our exclude rules (its .gitignore files)
+
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The id of git's empty tree (same in every SHA-1 repository)."""
 
@@ -90,6 +96,16 @@ class Snapshotter:
             caller writes (a replay clone's ``.git``): used in place, its config,
             ``info/attributes`` and hooks replaced by ours, kept after close.
         ignore: generated-file patterns never recorded (:data:`DEFAULT_SNAPSHOT_IGNORE`).
+        index_from: an index file describing ``base`` with the stat data of this tree's
+            files (a per-task cache, :func:`sandbox.imagetree.base_cache`), copied as the
+            private index so the first snapshot only ``stat`` s unchanged files; used only
+            when it describes ``base``. Default: the working tree's own index.
+        changes: a function returning every path (tree-relative; a directory stands for
+            all below it) that can differ from ``base`` now, or None when it cannot tell:
+            snapshots then look only at those paths (plus those it returned before)
+            instead of the whole tree. Only for trees where it is exact: an overlay's upper
+            layer (:meth:`sandbox.imagetree.ImageTree.changes`), which every write goes
+            through. Default None: the whole tree, every snapshot.
 
     Raises:
         SnapshotError: ``workdir`` / ``objects_from`` is not a git repository or
@@ -106,7 +122,9 @@ class Snapshotter:
     def __init__(self, workdir: str | os.PathLike, base: str = "HEAD", *,
                  objects_from: str | os.PathLike | None = None,
                  store: str | os.PathLike | None = None,
-                 ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -> None:
+                 ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE,
+                 index_from: str | os.PathLike | None = None,
+                 changes: Callable[[], list[str] | None] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
         self.ignore = check_patterns(ignore)
         if not self.workdir.is_dir():
@@ -117,7 +135,8 @@ class Snapshotter:
                          check=False).stdout.decode().strip()
         if not base_tree:
             raise SnapshotError(f"unknown tree-ish {base!r} in {objects_from or self.workdir}")
-        own_git = trusted_git_dir(self.workdir) if (self.workdir / ".git").exists() else None
+        own_git = (trusted_git_dir(self.workdir)
+                   if index_from is None and (self.workdir / ".git").exists() else None)
         self._tmp = Path(tempfile.mkdtemp(prefix="ecredit-snap-"))
         self._own_store = store is None
         try:
@@ -133,13 +152,16 @@ class Snapshotter:
             self.exclude_file = self._tmp / "exclude"
             self.base_tree = self.tree_of(base_tree)
             self._write_excludes()
-            self._seed_index(own_git)
+            self._seed_index(Path(index_from) if index_from is not None
+                             else own_git / "index" if own_git else None)
         except BaseException:
             self.close()
             raise
         self.generated: set[str] = set()
         self.generated_new: list[str] = []
         self._is_gen: dict[str, bool] = {}  # memo: untracked paths repeat across snapshots
+        self._changes = changes
+        self._touched: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -165,7 +187,12 @@ class Snapshotter:
         return out
 
     def _write_excludes(self) -> None:
-        """Our ignore rules: the base commit's ``.gitignore`` files, read once."""
+        """Our ignore rules: the base commit's ``.gitignore`` files, read once per base tree
+        in this process (a tree id names its content)."""
+        cached = _EXCLUDES.get(self.base_tree)
+        if cached is not None:
+            self.exclude_file.write_bytes(cached)
+            return
         listing = run_git(self.git_dir, ["ls-tree", "-r", "-z", "--full-tree",
                                       self.base_tree]).stdout
         lines: list[str] = []
@@ -180,11 +207,13 @@ class Snapshotter:
                 "utf-8", errors="surrogateescape")
             parent = str(PurePosixPath(path.decode("utf-8", errors="surrogateescape")).parent)
             lines += translate_ignore(text, "" if parent == "." else parent)
-        self.exclude_file.write_bytes(("\n".join(lines) + "\n").encode(
-            "utf-8", errors="surrogateescape"))
+        data = ("\n".join(lines) + "\n").encode("utf-8", errors="surrogateescape")
+        if len(_EXCLUDES) > 256:
+            _EXCLUDES.clear()
+        _EXCLUDES[self.base_tree] = data
+        self.exclude_file.write_bytes(data)
 
-    def _seed_index(self, own_git: Path | None) -> None:
-        own_index = own_git / "index" if own_git else None
+    def _seed_index(self, own_index: Path | None) -> None:
         if own_index is not None and own_index.is_file():
             shutil.copyfile(own_index, self.index_file)
             probe = run_git(self.git_dir, ["write-tree"], index_file=self.index_file, check=False)
@@ -235,6 +264,17 @@ class Snapshotter:
                 data = ("\0".join(paths) + "\0").encode("utf-8", errors="surrogateescape")
                 self._run(["update-index", *flags, "-z", "--stdin"], input=data)
 
+    def _pathspec(self) -> list[str] | None:
+        """Paths that may differ from the index (from ``changes``, accumulated over the
+        rollout so a path changed earlier is looked at again), or None: the whole tree."""
+        if self._changes is None:
+            return None
+        found = self._changes()
+        if found is None:
+            return None
+        self._touched.update(found)
+        return None if len(self._touched) > MAX_HINTED_PATHS else sorted(self._touched)
+
     def snapshot(self) -> str:
         """Record the working tree as a tree object and return its id (40 hex).
 
@@ -247,10 +287,24 @@ class Snapshotter:
         Raises:
             SnapshotError: git could not read the working tree.
         """
-        if self._run(["add", "-u", "--", "."], check=False).returncode != 0:
-            self._update_tracked_one_by_one()
-        out = self._run(["ls-files", "-z", "--others",
-                         f"--exclude-from={self.exclude_file}"]).stdout
+        spec = self._pathspec()
+        if spec == []:  # nothing can differ from the last snapshot's index
+            self.generated_new = []
+            return self._run(["write-tree"]).stdout.decode().strip()
+        lit = [] if spec is None else ["--literal-pathspecs"]
+        tail = ["--", "."] if spec is None else ["--", *spec]
+        tracked = ["."]
+        if spec is not None:  # `add -u` refuses a pathspec that matches no tracked file
+            out = self._run([*lit, "ls-files", "-z", "--cached", *tail]).stdout
+            tracked = sorted({p.decode("utf-8", errors="surrogateescape")
+                              for p in out.split(b"\0") if p})
+        if tracked:
+            data = ("\0".join(tracked) + "\0").encode("utf-8", errors="surrogateescape")
+            if self._run([*lit, "add", "-u", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                         input=data, check=False).returncode != 0:
+                self._update_tracked_one_by_one()
+        out = self._run([*lit, "ls-files", "-z", "--others",
+                         f"--exclude-from={self.exclude_file}", *tail]).stdout
         new: list[str] = []
         generated: set[str] = set()
         for raw in out.split(b"\0"):
