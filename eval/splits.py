@@ -16,6 +16,10 @@ Sources accepted by :func:`load_tasks`:
     Tasks built from real PyPI projects by :mod:`eval.bundled` (built on first use,
     then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
     ``datasets/bundled_holdout.json``.
+``bundled-image`` / ``bundled-image:train`` / ``bundled-image:holdout``
+    The same tasks (same ids, same partition) held in Podman images, SWE-bench style
+    (:mod:`eval.bundled.imagetasks`: no ``repo_dir``, ``/testbed`` in the image; built on
+    first use, then cached).
 any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
     Rows in the SWE-bench format (:mod:`eval.tasks`). A ``.json`` file holding a sealed
     manifest (a dict with ``"sealed": true``) loads that manifest's tasks.
@@ -115,7 +119,8 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     """Load a task list by source name (see the module docstring for the names).
 
     Args:
-        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``, a
+        source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``,
+            ``bundled-image[:train|:holdout]``, a
             sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
         purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
         path: local file for ``official500`` (same as ``official500:PATH``).
@@ -133,7 +138,7 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     if not isinstance(source, str) or not source:
         raise ValueError(f"source: expected a non-empty string, got {source!r}")
     name, _, arg = source.partition(":")
-    if name not in ("official500", "holdout100", "bundled"):
+    if name not in ("official500", "holdout100", "bundled", "bundled-image"):
         name, arg = source, ""
     if name == "official500":
         tasks = load_official(arg or path)
@@ -154,11 +159,14 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
                 tasks = [t for t in tasks if t.instance_id not in sealed]
         elif arg:
             raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
+    elif name == "bundled-image":
+        tasks = _bundled_image(arg, log)
     else:
         p = Path(source)
         if not p.suffix:
             raise ValueError(f"source: unknown task source {source!r} (expected official500, "
-                             "holdout100, bundled[:train|:holdout] or a .jsonl/.json/.parquet path)")
+                             "holdout100, bundled[:train|:holdout], bundled-image[:train|:holdout] "
+                             "or a .jsonl/.json/.parquet path)")
         if p.suffix == ".json" and p.is_file():
             try:
                 head = json.loads(p.read_text(encoding="utf-8"))
@@ -171,6 +179,26 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
         tasks = tasks_from_rows(rows, source=str(p), base_dir=p.resolve().parent,
                                 row_numbers=nums)
     return _guard(tasks, purpose)
+
+
+def _bundled_image(arg: str, log) -> list[Task]:
+    """``bundled-image[:train|:holdout]``: the image tasks, split like ``bundled`` (same
+    ids: the bundled holdout manifest is checked against the bundled pool it was sealed
+    from, then its ids are selected)."""
+    from eval.bundled.imagetasks import ensure_image_tasks
+
+    if arg not in ("", "train", "holdout"):
+        raise ValueError(f"source: unknown bundled-image split {arg!r} (expected train or "
+                         "holdout)")
+    tasks = ensure_image_tasks(log=log)
+    if arg == "train":
+        sealed = sealed_ids()
+        tasks = [t for t in tasks if t.instance_id not in sealed]
+    elif arg == "holdout":
+        path = datasets_dir() / "bundled_holdout.json"
+        pool_ids = [t.instance_id for t in _load_manifest_tasks(path, "bundled:holdout")]
+        tasks = _select(tasks, pool_ids, "bundled-image:holdout")
+    return tasks
 
 
 def _guard(tasks: list[Task], purpose: str) -> list[Task]:
