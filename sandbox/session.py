@@ -82,6 +82,13 @@ class PodmanSession:
             base store's objects, which the clone's ``objects/info/alternates`` names, so
             ``git status``/``diff``/``stash`` work and the agent cannot write them).
 
+        login_shell: run commands as ``bash -lc`` (image-held tasks: the login shell
+            sources ``/etc/profile``, ``/etc/profile.d`` and ``~/.profile``/``~/.bashrc``,
+            so SWE-bench images activate their ``testbed`` environment and ``which
+            python`` resolves inside it, as mini-swe-agent's ``exec -w <cwd> <id> bash -lc
+            <cmd>``); ``HOME`` is then the image's own (its rc files live there), not
+            ``/tmp``. Default ``bash -c`` with ``HOME=/tmp``.
+
     The environment has ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` from test runs).
 
     Raises: RuntimeError (from podman-py) when the container cannot start; the
@@ -92,7 +99,8 @@ class PodmanSession:
                  workdir: str = "/testbed", limits: Limits | None = None,
                  labels: dict[str, str] | None = None, tmp_size: str = "256m",
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                 ro_mounts: list[tuple[str, str]] | tuple = ()) -> None:
+                 ro_mounts: list[tuple[str, str]] | tuple = (),
+                 login_shell: bool = False) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
@@ -100,6 +108,7 @@ class PodmanSession:
 
         self.runtime = runtime
         self.workdir = workdir
+        self.login_shell = login_shell
         self.endpoint = runtime._pick_endpoint()
         self.name = f"ecredit-{runtime.run_id}-agent-{uuid.uuid4().hex[:8]}"
         args = runtime.container_args(image=image, name=self.name,
@@ -120,7 +129,8 @@ class PodmanSession:
         args["init"] = True
         args["ulimits"] = [*args["ulimits"], {"Name": "fsize", "Soft": max_file_bytes,
                                               "Hard": max_file_bytes}]
-        args["environment"] = {**args["environment"], "HOME": "/tmp", "TMPDIR": "/tmp",
+        home = {} if login_shell else {"HOME": "/tmp"}
+        args["environment"] = {**args["environment"], **home, "TMPDIR": "/tmp",
                                "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
@@ -142,14 +152,17 @@ class PodmanSession:
         # agent's own `exit 125` still comes back as the command's status).
         marker = f"@@ecredit-start-{uuid.uuid4().hex}@@\n".encode()
         script = f"printf '%s\\n' '{marker.decode().strip()}'\nexec 2>&1\n{command}"
+        shell = ["bash", "-lc"] if self.login_shell else ["bash", "-c"]
         try:
             code, (out, err) = self.container.exec_run(
-                ["timeout", "-s", "KILL", f"{timeout_s:g}", "bash", "-c", script],
+                ["timeout", "-s", "KILL", f"{timeout_s:g}", *shell, script],
                 workdir=self.workdir, demux=True)
         except Exception as exc:  # podman-py APIError, connection lost
             raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
         out, err = out or b"", err or b""
+        if self.login_shell and marker in out:  # what the image's profile printed goes
+            out = out[out.index(marker):]
         if not out.startswith(marker):
             said = (out + err).decode("utf-8", errors="replace").strip()[-1000:]
             raise SandboxExecError(f"exec did not start in {self.name} (exit status {code}): "

@@ -90,6 +90,10 @@ class Snapshotter:
             caller writes (a replay clone's ``.git``): used in place, its config,
             ``info/attributes`` and hooks replaced by ours, kept after close.
         ignore: generated-file patterns never recorded (:data:`DEFAULT_SNAPSHOT_IGNORE`).
+        index_from: an index file describing ``base`` with the stat data of this tree's
+            files (a per-task cache, :func:`sandbox.imagetree.base_cache`), copied as the
+            private index so the first snapshot only ``stat`` s unchanged files; used only
+            when it describes ``base``. Default: the working tree's own index.
 
     Raises:
         SnapshotError: ``workdir`` / ``objects_from`` is not a git repository or
@@ -106,7 +110,8 @@ class Snapshotter:
     def __init__(self, workdir: str | os.PathLike, base: str = "HEAD", *,
                  objects_from: str | os.PathLike | None = None,
                  store: str | os.PathLike | None = None,
-                 ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -> None:
+                 ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE,
+                 index_from: str | os.PathLike | None = None) -> None:
         self.workdir = Path(workdir).resolve()
         self.ignore = check_patterns(ignore)
         if not self.workdir.is_dir():
@@ -117,7 +122,8 @@ class Snapshotter:
                          check=False).stdout.decode().strip()
         if not base_tree:
             raise SnapshotError(f"unknown tree-ish {base!r} in {objects_from or self.workdir}")
-        own_git = trusted_git_dir(self.workdir) if (self.workdir / ".git").exists() else None
+        own_git = (trusted_git_dir(self.workdir)
+                   if index_from is None and (self.workdir / ".git").exists() else None)
         self._tmp = Path(tempfile.mkdtemp(prefix="ecredit-snap-"))
         self._own_store = store is None
         try:
@@ -133,7 +139,8 @@ class Snapshotter:
             self.exclude_file = self._tmp / "exclude"
             self.base_tree = self.tree_of(base_tree)
             self._write_excludes()
-            self._seed_index(own_git)
+            self._seed_index(Path(index_from) if index_from is not None
+                             else own_git / "index" if own_git else None)
         except BaseException:
             self.close()
             raise
@@ -183,8 +190,7 @@ class Snapshotter:
         self.exclude_file.write_bytes(("\n".join(lines) + "\n").encode(
             "utf-8", errors="surrogateescape"))
 
-    def _seed_index(self, own_git: Path | None) -> None:
-        own_index = own_git / "index" if own_git else None
+    def _seed_index(self, own_index: Path | None) -> None:
         if own_index is not None and own_index.is_file():
             shutil.copyfile(own_index, self.index_file)
             probe = run_git(self.git_dir, ["write-tree"], index_file=self.index_file, check=False)

@@ -115,6 +115,7 @@ class AgentContext:
     snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _owns_workroot: bool = False
+    _image_bases: dict = field(default_factory=dict)  # (image, workdir) -> BaseCache
 
     def __post_init__(self) -> None:
         for name in ("max_file_bytes", "tree_budget_bytes"):
@@ -146,6 +147,7 @@ class SWEAgentEnv:
         self.task = None
         self.row: dict = {}
         self.workdir: Path | None = None
+        self.image_tree = None  # sandbox.imagetree.ImageTree of an image-held task
         self.session = None
         self.snapshotter: Snapshotter | None = None
         self.calls: list[ToolCall] = []
@@ -174,8 +176,7 @@ class SWEAgentEnv:
         self.failure = None
         self.started = time.monotonic()
         if not getattr(self.task, "repo_dir", None):
-            raise ValueError(f"repo_dir: task {iid} has no local repository; agent sessions "
-                             "need one (SWE-bench image tasks: extract /testbed first)")
+            return self._reset_image(iid)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
         with self.ctx._lock:  # one base store per task, made by the first rollout
             on_host = self.ctx.runtime is None or isinstance(self.ctx.runtime, LocalRuntime)
@@ -204,6 +205,57 @@ class SWEAgentEnv:
                 self.session = None
                 self.setup_error = f"{type(exc).__name__}: {exc}"
                 self.failure = ("sandbox_setup", self.setup_error)
+        return None
+
+    def _reset_image(self, iid: str) -> None:
+        """Reset on an image-held task (no ``repo_dir``): the tree is the image's ``workdir``,
+        copy-on-write (:mod:`sandbox.imagetree`), S_0 = that tree at reset (tracked +
+        untracked non-ignored files, from a per-image cache), commands run as ``bash -lc``
+        in a container of the task image with the image's environment active.
+
+        Raises: ValueError naming ``runtime`` when it is not a Podman runtime with a local
+        endpoint, ``image`` when the task has none; ImageTreeError when the image's
+        base cannot be read (absent image, no git repository at ``workdir``).
+        """
+        from sandbox.imagetree import base_cache, open_tree
+        from sandbox.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
+
+        runtime, image = self.ctx.runtime, getattr(self.task, "image", None)
+        workdir = getattr(self.task, "workdir", None) or "/testbed"
+        if not image:
+            raise ValueError(f"image: task {iid} has neither a repo_dir nor an image")
+        if not isinstance(runtime, PodmanRuntime) or not all(
+                e.startswith("unix://") for e in runtime.endpoints):
+            raise ValueError(f"runtime: task {iid} is held in image {image}; its rollouts need "
+                             "the Podman runtime on local (unix://) endpoints")
+        with self.ctx._lock:  # one base per image, made by the first rollout
+            key = (image, workdir)
+            base = self.ctx._image_bases.get(key)
+            if base is None:
+                base = self.ctx._image_bases[key] = base_cache(
+                    image, workdir, Path(self.ctx.workroot) / ".images",
+                    ignore=self.ctx.snapshot_ignore)
+        self.base_tree = base.tree
+        try:
+            self.image_tree = open_tree(image, workdir, labels={
+                RUN_LABEL: runtime.run_id, ROLE_LABEL: "tree", "ecredit.task": iid[:60]})
+        except Exception as exc:  # an infra failure of this rollout, not the policy's
+            self.setup_error = f"{type(exc).__name__}: {exc}"
+            self.failure = ("sandbox_setup", self.setup_error)
+            return None
+        self.workdir = self.image_tree.path
+        self.snapshotter = Snapshotter(self.workdir, base=base.commit, objects_from=base.store,
+                                       index_from=base.index, ignore=self.ctx.snapshot_ignore)
+        mark_owner(self.snapshotter._tmp)
+        self.usage_at_reset = self._usage().total_bytes
+        try:
+            self.session = open_session(runtime, image, self.workdir, workdir=workdir,
+                                        labels={"ecredit.task": iid[:60]}, login_shell=True,
+                                        max_file_bytes=self.ctx.max_file_bytes)
+        except Exception as exc:  # an infra failure of this rollout, not the policy's
+            self.session = None
+            self.setup_error = f"{type(exc).__name__}: {exc}"
+            self.failure = ("sandbox_setup", self.setup_error)
         return None
 
     def _close_session(self) -> None:
@@ -270,7 +322,10 @@ class SWEAgentEnv:
         if self.snapshotter is not None:
             self.snapshotter.close()
             self.snapshotter = None
-        if self.workdir is not None:
+        if self.image_tree is not None:  # removes the tree's container and upper layer
+            tree, self.image_tree = self.image_tree, None
+            tree.close()
+        elif self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _record(self, name: str, arguments: dict, fn) -> str:

@@ -1,0 +1,264 @@
+"""Rollout trees of image-held tasks: the image's ``/testbed``, copy-on-write (issue 13 §1).
+
+A SWE-bench task's repository, with its untracked build outputs (compiled extensions, a
+generated ``_version.py``, ``*.egg-info``) and its environment, lives inside the task
+image. A rollout's tree is therefore the image's own ``workdir``, never a clone:
+
+* :func:`open_tree` creates a *tree container* from the task image (never started) and
+  ``podman mount`` s it (root only). Its root filesystem is an overlay whose upper layer
+  belongs to that container alone, so ``<mountpoint>/<workdir>`` is a private, writable
+  view of the image's tree on the host at once: nothing is copied, and writes land in
+  the container's upper layer. The agent's container bind-mounts that directory at
+  ``workdir`` (:class:`sandbox.session.PodmanSession`); the editor tools and the
+  snapshots read it on the host. :meth:`ImageTree.close` removes the container (and
+  with it the mount and the upper layer).
+* :func:`base_cache` makes, once per (image id, workdir, ignore patterns), the base of
+  the snapshots: a bare git store holding **S_0 = the tree at reset** (the image repo's
+  tracked files as they are on disk + its untracked files that its ``.gitignore`` does
+  not ignore; generated files as in :mod:`sandbox.snapshot`) as one root commit, and a
+  git index of S_0 with the ``stat`` data of the image's files. The image is read
+  through ``podman image mount`` (read-only, no container runs, no agent ever sees it).
+  A rollout's :class:`~sandbox.snapshot.Snapshotter` borrows the store's objects and
+  starts from a copy of that index: files of a tree container that nobody wrote keep
+  the inode and ctime of the image layer, so the first snapshot only ``stat`` s them
+  (``benchmarks/rollout_setup.py``).
+
+S_0 holds exactly what a fresh container of the same image holds at ``workdir`` (minus
+ignored files, which snapshots never record), so the artifact S_0 → S_K applies there the
+way the SWE-bench harness applies a prediction (``git apply`` at ``/testbed``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from sandbox.agent_repo import BASE_IDENTITY
+from sandbox.gitsafe import (
+    DEFAULT_SNAPSHOT_IGNORE,
+    SnapshotError,
+    check_patterns,
+    git_env,
+    init_store,
+    run_git,
+    trusted_git_dir,
+)
+from sandbox.snapshot import Snapshotter
+
+TREE_ROLE = "tree"
+"""``ecredit.role`` label value of tree containers (never started)."""
+S0_REF = "refs/heads/s0"
+
+
+class ImageTreeError(RuntimeError):
+    """A tree container or the base cache of an image could not be made; the message
+    names the image, the workdir and the podman/git step that failed."""
+
+
+def _podman(args: list[str], what: str, timeout_s: float = 120.0) -> str:
+    from sandbox.podman_runtime import podman_env
+
+    try:
+        proc = subprocess.run(["podman", *args], capture_output=True, env=podman_env(),
+                              timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageTreeError(f"{what}: podman {args[0]} failed: {exc}") from None
+    if proc.returncode != 0:
+        raise ImageTreeError(f"{what}: podman {' '.join(args[:2])} failed: "
+                             f"{proc.stderr.decode(errors='replace').strip()[-500:]}")
+    return proc.stdout.decode().strip()
+
+
+def _in_root(root: Path, workdir: str) -> Path:
+    """``root`` joined with the absolute container path ``workdir`` (ValueError if relative)."""
+    if not workdir.startswith("/") or ".." in PurePosixPath(workdir).parts:
+        raise ValueError(f"workdir: expected an absolute container path, got {workdir!r}")
+    return root / workdir.lstrip("/")
+
+
+def image_id(image: str) -> str:
+    """The local id (64 hex) of ``image``. Raises ImageTreeError when it is not present."""
+    return _podman(["image", "inspect", "--format", "{{.Id}}", image],
+                   f"image {image!r} (is it pulled?)")
+
+
+def _commit_tree(store: Path, tree: str) -> str:
+    """A root commit of ``tree`` with the fixed identity and date of base commits."""
+    proc = subprocess.run(["git", f"--git-dir={store}", "commit-tree", tree, "-m",
+                           "S_0: the tree at reset"], capture_output=True,
+                          env={**git_env(), **BASE_IDENTITY})
+    if proc.returncode != 0:
+        raise SnapshotError(f"commit-tree of S_0 in {store} failed: "
+                            f"{proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode().strip()
+
+
+@dataclass(frozen=True)
+class BaseCache:
+    """The snapshot base of an image's tree (see module doc).
+
+    Attributes:
+        image_id: id of the image it was read from.
+        workdir: container path of the tree (``/testbed``).
+        store: bare git directory holding S_0's objects (own pack, no alternates).
+        index: git index of S_0 with the stat data of the image's files.
+        commit: the root commit of S_0 in ``store`` (fixed identity and date).
+        tree: S_0's tree id.
+    """
+
+    image_id: str
+    workdir: str
+    store: Path
+    index: Path
+    commit: str
+    tree: str
+
+
+def _load(dest: Path) -> BaseCache:
+    meta = json.loads((dest / "meta.json").read_text())
+    return BaseCache(meta["image_id"], meta["workdir"], dest / "git", dest / "s0.index",
+                     meta["commit"], meta["tree"])
+
+
+def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
+               ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -> BaseCache:
+    """S_0 of ``image``'s ``workdir`` as a git store + index under ``cache_dir`` (made once).
+
+    The key is (image id, workdir, ignore patterns): a rebuilt image gets a new cache.
+    Cost: hashing the tree's untracked files and packing S_0's objects (once per image).
+
+    Returns: the :class:`BaseCache` (``<cache_dir>/<16 hex>/``).
+    Raises:
+        ImageTreeError: the image is absent or cannot be mounted, or ``workdir`` there is
+            not a git working tree (naming image and workdir).
+        ValueError: a relative ``workdir`` or bad ``ignore`` patterns.
+    """
+    ignore = check_patterns(ignore)
+    iid = image_id(image)
+    key = hashlib.sha256(json.dumps([iid, workdir, list(ignore)]).encode()).hexdigest()[:16]
+    dest = Path(cache_dir) / key
+    if (dest / "meta.json").is_file():
+        return _load(dest)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    root = Path(_podman(["image", "mount", iid], f"image {image!r}"))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_dir))
+    try:
+        src = _in_root(root, workdir)
+        if not (src / ".git").exists():
+            raise ImageTreeError(f"workdir {workdir} of image {image!r} is not a git working "
+                                 "tree (no .git): image tasks need the repository there")
+        try:
+            src_git = trusted_git_dir(src)
+            objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
+            store = tmp / "git"
+            init_store(store, [(src_git / objects.decode().strip()).resolve()])
+            snap = Snapshotter(src, base="HEAD", objects_from=src, store=store, ignore=ignore)
+            try:
+                tree = snap.snapshot()
+                run_git(store, ["update-index", "-q", "--refresh"], work_tree=src,
+                        index_file=snap.index_file, check=False)
+                shutil.copyfile(snap.index_file, tmp / "s0.index")
+            finally:
+                snap.close()
+            commit = _commit_tree(store, tree)
+            run_git(store, ["update-ref", S0_REF, commit])
+            run_git(store, ["symbolic-ref", "HEAD", S0_REF])
+            # -a without -l packs the objects borrowed from the image too: a real copy
+            run_git(store, ["repack", "-a", "-d", "-q"])
+            (store / "objects" / "info" / "alternates").unlink()
+            run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
+        except SnapshotError as exc:
+            raise ImageTreeError(f"base of image {image!r} at {workdir}: {exc}") from None
+        (tmp / "meta.json").write_text(json.dumps(
+            {"image": image, "image_id": iid, "workdir": workdir, "commit": commit,
+             "tree": tree, "ignore": list(ignore)}))
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        _podman(["image", "umount", iid], f"image {image!r}")
+    return _load(dest)
+
+
+@dataclass
+class ImageTree:
+    """One rollout's copy-on-write tree: a tree container of the task image, mounted.
+
+    Attributes:
+        name: the tree container's name (labelled, never started).
+        mountpoint: its root filesystem on the host.
+        path: ``mountpoint`` + ``workdir``: the rollout's tree on the host.
+    """
+
+    name: str
+    mountpoint: Path
+    path: Path
+
+    def upper_dir(self) -> Path | None:
+        """The container's overlay upper directory (what the rollout wrote), or None."""
+        try:
+            out = _podman(["container", "inspect", "--format",
+                           "{{.GraphDriver.Data.UpperDir}}", self.name], "inspect")
+        except ImageTreeError:
+            return None
+        return Path(out) if out and out != "<no value>" else None
+
+    def close(self) -> None:
+        """Unmount and remove the tree container with its upper layer (idempotent;
+        never raises)."""
+        for args in (["umount", "--force", self.name], ["rm", "--force", "--volumes", self.name]):
+            try:
+                _podman(args, f"tree container {self.name}", timeout_s=60)
+            except ImageTreeError:
+                pass
+
+
+def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] | None = None,
+              name: str | None = None) -> ImageTree:
+    """Create a tree container of ``image`` (no network, never started) and mount it.
+
+    Args:
+        image: the task image (present locally).
+        workdir: container path of the repository (``/testbed``).
+        labels: container labels (the runtime's run label, so ``python -m sandbox gc``
+            removes what a killed process left).
+        name: container name (default: ``ecredit-tree-<random>``).
+
+    Returns: the :class:`ImageTree`; its ``path`` holds the image's tree, untracked and
+    ignored files included.
+    Raises: ImageTreeError (nothing is left behind) when podman fails or ``workdir`` is
+    not a directory of the image.
+    """
+    from sandbox.podman_runtime import ROLE_LABEL
+
+    name = name or f"ecredit-tree-{uuid.uuid4().hex[:12]}"
+    label_args = []
+    for k, v in {ROLE_LABEL: TREE_ROLE, **(labels or {})}.items():
+        label_args += ["--label", f"{k}={v}"]
+    _podman(["create", "--name", name, "--network", "none", *label_args, image, "true"],
+            f"tree container of image {image!r}")
+    tree = ImageTree(name, Path(), Path())
+    try:
+        tree.mountpoint = Path(_podman(["mount", name], f"tree container of image {image!r}"))
+        tree.path = _in_root(tree.mountpoint, workdir)
+        if not tree.path.is_dir() or tree.path.is_symlink():
+            raise ImageTreeError(f"workdir {workdir} is not a directory in image {image!r}")
+    except BaseException:
+        tree.close()
+        raise
+    return tree
+
+
+__all__ = ["BaseCache", "ImageTree", "ImageTreeError", "S0_REF", "TREE_ROLE", "base_cache",
+           "image_id", "open_tree"]

@@ -1,0 +1,200 @@
+"""Agent environments on image-held tasks (issue 13 §1): the tree is the image's /testbed,
+copy-on-write, with its untracked build outputs; commands run in a login shell of the task
+image; S_0 is the tree at reset; the artifact applies in a fresh container of the image."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git
+
+pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = ("from _gen import VALUE\nfrom calc import add\n\n\n"
+         "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+         "def test_gen():\n    assert VALUE == 42\n")
+EVAL = ("#!/bin/bash\n. /etc/profile\ncd /testbed\necho '>>>>> Start Test Output'\n"
+        "python -m pytest -rA -p no:cacheprovider test_calc.py\n"
+        "echo \">>>>> Test Exit Code: $?\"\necho '>>>>> End Test Output'\n")
+IID = "img__calc-1"
+
+
+def _podman(*args: str) -> str:
+    from sandbox.podman_runtime import podman_env
+
+    return subprocess.run(["podman", *args], check=True, capture_output=True, text=True,
+                          env=podman_env()).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def task_image(tmp_path_factory, podman_runtime):
+    """A task image built from the offline image: /testbed = a git repo with history, a
+    .gitignored generated module its tests import, an untracked (not ignored) file, and an
+    environment dir put on PATH by /etc/profile.d (the SWE-bench way)."""
+    from sandbox.images import default_image
+
+    ctx = tmp_path_factory.mktemp("imgctx")
+    repo = ctx / "testbed"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / ".gitignore").write_text("_gen.py\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "pristine")
+    (repo / "calc.py").write_text(CALC)
+    (repo / "test_calc.py").write_text(TESTS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "_gen.py").write_text("VALUE = 42\n")  # a build output: ignored, tests need it
+    (repo / "NOTES.txt").write_text("untracked, not ignored\n")
+    env = ctx / "opt" / "testenv" / "bin"
+    env.mkdir(parents=True)
+    (env / "python").write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
+    (env / "python").chmod(0o755)
+    (ctx / "testenv.sh").write_text("export PATH=/opt/testenv/bin:$PATH\n")
+    (ctx / "Containerfile").write_text(
+        f"FROM {default_image()}\nCOPY testbed /testbed\nCOPY opt /opt\n"
+        "COPY testenv.sh /etc/profile.d/testenv.sh\nWORKDIR /testbed\n")
+    digest = hashlib.sha256(default_image().encode() + b"".join(
+        p.read_bytes() for p in sorted(ctx.rglob("*")) if p.is_file() and ".git" not in
+        p.parts)).hexdigest()[:12]
+    name = f"localhost/ecredit-test-imagetask:{digest}"
+    _podman("build", "-q", "--pull=never", "-t", name, str(ctx))
+    return name, git(repo, "rev-parse", "HEAD")
+
+
+def _task(image: str, base: str):
+    from eval.tasks import task_from_row
+
+    row = {"instance_id": IID, "repo": "local/calc", "base_commit": base,
+           "problem_statement": "add subtracts", "patch": "", "test_patch": "", "version": "0",
+           "environment_setup_commit": base, "FAIL_TO_PASS": ["test_calc.py::test_add"],
+           "PASS_TO_PASS": ["test_calc.py::test_gen"], "image": image, "eval_script": EVAL,
+           "log_parser": "parse_log_pytest"}
+    t = task_from_row(row, 1)
+    assert t.repo_dir is None
+    return t
+
+
+@pytest.fixture
+def task(task_image):
+    return _task(*task_image)
+
+
+@pytest.fixture
+def ctx(task, tmp_path, podman_runtime):
+    from ecredit_trl.agent.env import AgentContext
+
+    c = AgentContext(tasks={IID: task}, runtime=podman_runtime, workroot=str(tmp_path / "wr"))
+    yield c
+    c.close()
+
+
+def _trial(runtime, task, artifact: str, trial_id: str) -> dict:
+    from eval.evaluation.verification import grade_trial
+    from eval.trialspec import task_trial_spec
+
+    r = runtime.run_trial(task_trial_spec(task, artifact, trial_id, timeout_s=120))
+    assert r.exit_class == "ok", r.log
+    return grade_trial(task, r, None)
+
+
+def _mounted(path: Path) -> bool:
+    return f" {path} " in Path("/proc/self/mountinfo").read_text()
+
+
+def _tree_containers(run_id: str) -> list[str]:
+    return _podman("ps", "-a", "--filter", f"label=ecredit.run={run_id}", "--filter",
+                   "label=ecredit.role=tree", "--format", "{{.Names}}").split()
+
+
+@pytest.mark.podman
+def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runtime):
+    from ecredit_trl.agent.env import SWEAgentEnv, release
+    from sandbox.snapshot import artifact, changed_paths, read_blob
+
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    assert env.failure is None, env.failure
+    tree, mountpoint = env.image_tree, env.image_tree.mountpoint
+    assert _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == [tree.name]
+    # the image's tree with everything in it: the ignored build output, the untracked file
+    assert (env.workdir / "_gen.py").read_text() == "VALUE = 42\n"
+    assert (env.workdir / "NOTES.txt").is_file() and (env.workdir / ".git").is_dir()
+    # S_0 = the tree at reset: tracked + untracked-not-ignored files, not the ignored one
+    files = subprocess.run(["git", f"--git-dir={env.snapshot_repo}", "ls-tree", "-r",
+                            "--name-only", env.base_tree], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert files == [".gitignore", "NOTES.txt", "calc.py", "test_calc.py"]
+    # the image's environment in a login shell; history as in the image
+    assert env.bash("which python").strip() == "/opt/testenv/bin/python"
+    assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"
+    assert env.bash("git log --format=%s").split() == ["base", "pristine"]
+    assert env.trees == [env.base_tree] * 3  # nothing changed the tree
+    out = env.str_replace("calc.py", "a - b", "a + b")
+    assert "ERROR" not in out
+    assert env.bash("python -m pytest -q -p no:cacheprovider test_calc.py").count("passed")
+    assert [c.path for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                          env.final_tree)] == ["calc.py"]
+    assert read_blob(env.snapshot_repo, env.final_tree, "calc.py")[1] == b"def add(a, b):\n" \
+        b"    return a + b\n"
+    patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
+    g = _trial(podman_runtime, task, patch, "img-fix")
+    assert (g["resolved"], g["f2p"], g["p2p"]) == (
+        True, {"test_calc.py::test_add": "PASSED"}, {"test_calc.py::test_gen": "PASSED"})
+    assert _trial(podman_runtime, task, "", "img-empty")["resolved"] is False
+    env.submit()
+    release(env)
+    assert not _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == []
+    assert not _podman("ps", "-a", "--filter", f"label=ecredit.run={podman_runtime.run_id}",
+                       "--format", "{{.Names}}")
+
+
+@pytest.mark.podman
+def test_agent_breaking_git_and_build_outputs_keeps_true_bytes(ctx, task, podman_runtime):
+    from ecredit_trl.agent.env import SWEAgentEnv, release
+    from sandbox.snapshot import artifact, changed_paths
+
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    first = env.image_tree.name
+    base_store = ctx._image_bases[(task.image, "/testbed")].store
+    # a same-size edit with the old mtime put back is still seen (ctime, not mtime+size)
+    env.bash("m=$(stat -c %Y calc.py); sed -i 's/a - b/a + b/' calc.py; touch -d @$m calc.py")
+    env.bash("rm -rf .git _gen.py NOTES.txt; echo 'VALUE = 0' > _gen.py")
+    env.bash("printf 'x' > new.txt")
+    changed = {c.path: c.status for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                                        env.final_tree)}
+    assert changed == {"calc.py": "M", "NOTES.txt": "D", "new.txt": "A"}
+    patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
+    # the ignored build output the agent broke is not part of the artifact: the verifier's
+    # fresh container has the image's own, as for repo_dir tasks (ignored files never count)
+    g = _trial(podman_runtime, task, patch, "img-broken")
+    assert g["resolved"] is True, g
+    release(env)
+    # a second rollout: a fresh tree from the image, the same cached base
+    env2 = SWEAgentEnv(ctx)
+    env2.reset(instance_id=IID)
+    assert env2.image_tree.name != first and (env2.workdir / ".git").is_dir()
+    assert (env2.workdir / "calc.py").read_text() == CALC
+    assert ctx._image_bases[(task.image, "/testbed")].store == base_store
+    assert env2.view("calc.py").count("a - b") == 1
+    assert env2.final_tree == env2.base_tree == env.base_tree
+    release(env2)
+    assert _tree_containers(podman_runtime.run_id) == []
+
+
+def test_image_task_needs_a_local_podman_runtime(tmp_path):
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv
+    from sandbox.local_runtime import LocalRuntime
+
+    task = _task("localhost/no-such-image:1", "0" * 40)
+    ctx = AgentContext(tasks={IID: task}, runtime=LocalRuntime(), workroot=str(tmp_path))
+    with pytest.raises(ValueError, match="runtime: task img__calc-1 is held in image"):
+        SWEAgentEnv(ctx).reset(instance_id=IID)
