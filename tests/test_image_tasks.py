@@ -80,11 +80,13 @@ def image_tasks(bundled):
 
 
 def _sample(tasks):
-    """One task per project (the first), in project order."""
-    seen: dict[str, object] = {}
+    """The first and the last task of each project, in project order."""
+    firsts: dict[str, object] = {}
+    lasts: dict[str, object] = {}
     for t in tasks:
-        seen.setdefault(t.extra["project"], t)
-    return list(seen.values())
+        firsts.setdefault(t.extra["project"], t)
+        lasts[t.extra["project"]] = t
+    return [x for k in firsts for x in (firsts[k], lasts[k])]
 
 
 def _in_image(image: str, cmd: str, shell: str = "bash -lc") -> subprocess.CompletedProcess:
@@ -116,6 +118,12 @@ def test_rows_are_swebench_format_without_repo_dir(bundled, image_tasks):
         assert t.base_commit != b.base_commit and t.extra["bundled_base_commit"] == b.base_commit
         assert t.eval_script.splitlines()[3] == ACTIVATE
         assert ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE" in t.eval_script
+    # every task image is its own (a layer cache keyed only by the Containerfile once gave
+    # all tasks of a project the first task's tree); 3 project images besides
+    build = json.loads((_built_dir() / "build.json").read_text())
+    task_ids = [i for n, i in build["images"].items() if n.startswith("localhost/ecredit-eval")]
+    assert len(set(task_ids)) == len(task_ids) == len(image_tasks)
+    assert len(build["images"]) == len(image_tasks) + len(load_recipe().projects)
     rows = [json.loads(x) for x in
             (_built_dir() / "tasks.jsonl").read_text().splitlines()]
     for r in rows:

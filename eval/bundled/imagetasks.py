@@ -65,7 +65,8 @@ from eval.bundled.sources import GitRepo
 from eval.tasks import Task, read_rows, tasks_from_rows
 
 #: Bump when the output for the same bundled set changes (part of :func:`image_tag`).
-IMAGE_BUILDER_VERSION = 1
+#: 2: task layers keyed by base_commit (1 shared one cached layer per project).
+IMAGE_BUILDER_VERSION = 2
 ENV_DIR = "/opt/testbed-env"
 PROFILE = "/etc/profile.d/testbed.sh"
 BUILD_SCRIPT = "/opt/ecredit-build/make_build_info.py"
@@ -168,10 +169,15 @@ def env_containerfile(base_image: str, lay: Layout) -> str:
         f"COPY make_build_info.py {BUILD_SCRIPT}\n")
 
 
-def eval_containerfile(env_image: str) -> str:
-    """Containerfile of a task image (context: the task's repository): one layer."""
+def eval_containerfile(env_image: str, base_commit: str) -> str:
+    """Containerfile of a task image (context: the task's repository): one layer.
+
+    The layer cache keys a ``RUN`` by its text, not by what its bind mount holds, so the
+    command names ``base_commit`` (and checks ``HEAD`` against it): two tasks of a project
+    never share a cached layer, and a rebuild of the same task reuses its own."""
     return (f"FROM {env_image}\n"
             "RUN --mount=type=bind,source=.,target=/ctx cp -a /ctx/. /testbed/ \\\n"
+            f" && test \"$(git -C /testbed rev-parse HEAD)\" = {base_commit} \\\n"
             f" && bash -lc 'cd /testbed && python {BUILD_SCRIPT}'\n")
 
 
@@ -336,7 +342,7 @@ def build_image_tasks(recipe: Recipe, bundled: list[Task], out: Path, *, base_im
             script = image_eval_script(p, tuple(bt.extra["test_files"]), files,
                                        (ctx / "conftest.py").read_bytes())
             name, env = eval_image_name(bt.instance_id, tag), env_image_name(p.name, tag)
-            image_ids[name] = podman_build(name, eval_containerfile(env), ctx)
+            image_ids[name] = podman_build(name, eval_containerfile(env, base), ctx)
             return image_task_row(bt, p, base, name, env, script)
 
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
