@@ -61,6 +61,47 @@ def test_eval_script_activates_the_environment_first():
     assert BUILD_OUTPUT == "_build_info.py"
 
 
+def _src_repo(tmp_path, files: dict[str, str]) -> tuple[str, str]:
+    from eval.bundled.sources import GitRepo
+
+    src = tmp_path / "src"
+    for path, text in files.items():
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(text)
+    return str(src), GitRepo(src).init_pristine("pristine")
+
+
+def test_task_repo_is_reproducible_with_two_commits(tmp_path):
+    from eval.bundled.imagetasks import make_task_repo
+    from eval.bundled.sources import GitRepo
+
+    src, base = _src_repo(tmp_path, {"demo/core.py": "X = 1\n", "tests/test_m.py": "pass\n"})
+    p = _project("demo/core.py")
+    a = make_task_repo(src, base, p, tmp_path / "a")
+    b = make_task_repo(src, base, p, tmp_path / "b")
+    assert a == b and a[0] != a[1]
+    repo = GitRepo(tmp_path / "a")
+    assert repo.git("log", "--format=%s").splitlines() == [
+        "build setup: demo/_build_info.py is generated (ignored), conftest.py imports it",
+        "demo 1.0: sdist import"]
+    assert repo.git("ls-tree", "-r", "--name-only", a[1]).split() == [
+        ".gitignore", "conftest.py", "demo/core.py", "tests/test_m.py"]
+    assert repo.git("status", "--porcelain") == ""
+    (tmp_path / "a" / "demo" / "_build_info.py").write_text("X = 2\n")  # the build output
+    assert repo.git("status", "--porcelain") == ""  # ignored
+    # the source tree at the bundled base, nothing else of the source repository
+    assert repo.git("show", f"{a[0]}:demo/core.py") == "X = 1\n"
+    assert repo.git("rev-list", "--all").split() == [a[1], a[0]]
+
+
+def test_task_repo_refuses_a_tree_that_has_our_files(tmp_path):
+    from eval.bundled.imagetasks import make_task_repo
+
+    src, base = _src_repo(tmp_path, {"demo/core.py": "X = 1\n", "conftest.py": "\n"})
+    with pytest.raises(BuildError, match=r"demo: the sdist already has \['conftest.py'\]"):
+        make_task_repo(src, base, _project("demo/core.py"), tmp_path / "a")
+
+
 # ---------------------------------------------------------------------------
 # built (Podman)
 # ---------------------------------------------------------------------------
