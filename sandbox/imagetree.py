@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -171,7 +172,8 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
             run_git(store, ["update-ref", S0_REF, commit])
             run_git(store, ["symbolic-ref", "HEAD", S0_REF])
             # -a without -l packs the objects borrowed from the image too: a real copy
-            run_git(store, ["repack", "-a", "-d", "-q"])
+            # (no new delta search: deltas of the image's packs are reused as they are)
+            run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
             (store / "objects" / "info" / "alternates").unlink()
             run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
         except SnapshotError as exc:
@@ -191,6 +193,22 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
     return _load(dest)
 
 
+def _opaque(directory: Path) -> bool:
+    """Whether an upper-layer directory does not simply merge with the lower one at the
+    same path: it hides the lower content (``overlay.opaque``) or takes it from another
+    path (``overlay.redirect``, a renamed directory); overlayfs(5), ``trusted.`` or, on
+    userxattr mounts, ``user.`` xattrs. Such a directory counts as changed as a whole."""
+    for ns in ("trusted", "user"):
+        for name, want in (("opaque", b"y"), ("redirect", None)):
+            try:
+                value = os.getxattr(directory, f"{ns}.overlay.{name}", follow_symlinks=False)
+            except OSError:
+                continue
+            if want is None or value == want:
+                return True
+    return False
+
+
 @dataclass
 class ImageTree:
     """One rollout's copy-on-write tree: a tree container of the task image, mounted.
@@ -204,15 +222,62 @@ class ImageTree:
     name: str
     mountpoint: Path
     path: Path
+    upper: Path | None = None
 
-    def upper_dir(self) -> Path | None:
-        """The container's overlay upper directory (what the rollout wrote), or None."""
+    def _find_upper(self) -> Path | None:
+        """The container's overlay upper directory: only what the rollout wrote (new and
+        copied-up files, whiteouts for deletions), or None (not an overlay)."""
+        guess = self.mountpoint.parent / "diff"  # overlay driver: <layer>/{merged,diff}
+        if self.mountpoint.name == "merged" and guess.is_dir():
+            return guess
         try:
             out = _podman(["container", "inspect", "--format",
                            "{{.GraphDriver.Data.UpperDir}}", self.name], "inspect")
         except ImageTreeError:
             return None
-        return Path(out) if out and out != "<no value>" else None
+        return Path(out) if out and Path(out).is_dir() else None
+
+    def usage_dirs(self, workdir: str) -> tuple[list[Path], list[Path]]:
+        """``(dirs, stores)`` for :func:`sandbox.disk.tree_usage`: the part of the upper
+        layer under ``workdir`` (what this rollout added to the tree: its disk use, at
+        the cost of a walk over the changes only) and the ``.git/objects`` there; the whole
+        tree when there is no upper layer."""
+        if self.upper is None:
+            return [self.path], [self.path / ".git" / "objects"]
+        top = _in_root(self.upper, workdir)
+        return [top], [top / ".git" / "objects"]
+
+    def changes(self, workdir: str) -> list[str] | None:
+        """Every path under ``workdir`` (tree-relative, POSIX) that can differ from the
+        image: what the overlay's upper layer holds (written, created, copied-up files and
+        symlinks; whiteouts of deleted paths; an opaque directory stands for everything
+        below it). Every write to the tree goes through the overlay, so no other path can
+        have changed. ``.git`` directories are left out (snapshots never record them).
+
+        Returns None when it cannot tell (no upper layer, or ``workdir`` itself opaque): the
+        caller then scans the whole tree. Cost: a walk over the upper layer only.
+        """
+        if self.upper is None:
+            return None
+        top = _in_root(self.upper, workdir)
+        if not top.exists():
+            return []
+        if _opaque(top):
+            return None
+        found: list[str] = []
+        stack = [(top, "")]
+        while stack:
+            d, rel = stack.pop()
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.name == ".git":
+                        continue
+                    path = f"{rel}{e.name}"
+                    if e.is_dir(follow_symlinks=False) and not _opaque(Path(e.path)):
+                        stack.append((Path(e.path), f"{path}/"))
+                    else:
+                        found.append(path)
+        return found
 
     def close(self) -> None:
         """Unmount and remove the tree container with its upper layer (idempotent;
@@ -254,6 +319,7 @@ def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] |
         tree.path = _in_root(tree.mountpoint, workdir)
         if not tree.path.is_dir() or tree.path.is_symlink():
             raise ImageTreeError(f"workdir {workdir} is not a directory in image {image!r}")
+        tree.upper = tree._find_upper()
     except BaseException:
         tree.close()
         raise

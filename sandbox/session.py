@@ -209,6 +209,37 @@ class LocalSession:
         pass
 
 
+def open_image_tree(runtime, image: str, workdir: str = "/testbed", *,
+                    labels: dict[str, str] | None = None):
+    """A copy-on-write tree of ``image``'s ``workdir`` for one rollout of an image-held
+    task (:func:`sandbox.imagetree.open_tree`), owned by ``runtime``: labelled with its run
+    id and registered with its live containers, so :meth:`PodmanRuntime.close` and
+    ``python -m sandbox gc`` remove it (and its mount) whatever happens to the caller.
+
+    Raises:
+        ValueError: naming ``runtime`` when it is not a Podman runtime with a local
+            (``unix://``) endpoint: the tree is mounted on this host.
+        ImageTreeError: podman could not create or mount the tree container.
+    """
+    from sandbox.imagetree import TREE_ROLE, open_tree
+    from sandbox.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
+
+    local = [e for e in getattr(runtime, "endpoints", []) if e.startswith("unix://")]
+    if not isinstance(runtime, PodmanRuntime) or len(local) != len(runtime.endpoints):
+        raise ValueError(f"runtime: image {image} holds the task's tree; its rollouts need the "
+                         "Podman runtime on local (unix://) endpoints")
+    tree = open_tree(image, workdir, labels={**(labels or {}), RUN_LABEL: runtime.run_id,
+                                             ROLE_LABEL: TREE_ROLE})
+    runtime._live[tree.name] = local[0]
+    return tree
+
+
+def close_image_tree(runtime, tree) -> None:
+    """Unmount and remove ``tree`` (from :func:`open_image_tree`); never raises."""
+    tree.close()
+    getattr(runtime, "_live", {}).pop(tree.name, None)
+
+
 def open_session(runtime, image: str, host_dir, **kw):
     """A :class:`PodmanSession` for a Podman runtime, a :class:`LocalSession` for a local one."""
     from sandbox.local_runtime import LocalRuntime

@@ -47,7 +47,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -70,6 +70,10 @@ __all__ = [
     "Snapshotter", "artifact", "changed_paths", "is_generated", "read_blob", "restore_paths",
     "store_of", "translate_ignore",
 ]
+
+MAX_HINTED_PATHS = 4000
+"""Above this many hinted paths (``changes``) a snapshot scans the whole tree (git's
+pathspec matching is linear in their number)."""
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The id of git's empty tree (same in every SHA-1 repository)."""
@@ -94,6 +98,12 @@ class Snapshotter:
             files (a per-task cache, :func:`sandbox.imagetree.base_cache`), copied as the
             private index so the first snapshot only ``stat`` s unchanged files; used only
             when it describes ``base``. Default: the working tree's own index.
+        changes: a function returning every path (tree-relative; a directory stands for
+            all below it) that can differ from ``base`` now, or None when it cannot tell:
+            snapshots then look only at those paths (plus those it returned before)
+            instead of the whole tree. Only for trees where it is exact: an overlay's upper
+            layer (:meth:`sandbox.imagetree.ImageTree.changes`), which every write goes
+            through. Default None: the whole tree, every snapshot.
 
     Raises:
         SnapshotError: ``workdir`` / ``objects_from`` is not a git repository or
@@ -111,7 +121,8 @@ class Snapshotter:
                  objects_from: str | os.PathLike | None = None,
                  store: str | os.PathLike | None = None,
                  ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE,
-                 index_from: str | os.PathLike | None = None) -> None:
+                 index_from: str | os.PathLike | None = None,
+                 changes: Callable[[], list[str] | None] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
         self.ignore = check_patterns(ignore)
         if not self.workdir.is_dir():
@@ -147,6 +158,8 @@ class Snapshotter:
         self.generated: set[str] = set()
         self.generated_new: list[str] = []
         self._is_gen: dict[str, bool] = {}  # memo: untracked paths repeat across snapshots
+        self._changes = changes
+        self._touched: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -241,6 +254,17 @@ class Snapshotter:
                 data = ("\0".join(paths) + "\0").encode("utf-8", errors="surrogateescape")
                 self._run(["update-index", *flags, "-z", "--stdin"], input=data)
 
+    def _pathspec(self) -> list[str] | None:
+        """Paths that may differ from the index (from ``changes``, accumulated over the
+        rollout so a path changed earlier is looked at again), or None: the whole tree."""
+        if self._changes is None:
+            return None
+        found = self._changes()
+        if found is None:
+            return None
+        self._touched.update(found)
+        return None if len(self._touched) > MAX_HINTED_PATHS else sorted(self._touched)
+
     def snapshot(self) -> str:
         """Record the working tree as a tree object and return its id (40 hex).
 
@@ -253,10 +277,24 @@ class Snapshotter:
         Raises:
             SnapshotError: git could not read the working tree.
         """
-        if self._run(["add", "-u", "--", "."], check=False).returncode != 0:
-            self._update_tracked_one_by_one()
-        out = self._run(["ls-files", "-z", "--others",
-                         f"--exclude-from={self.exclude_file}"]).stdout
+        spec = self._pathspec()
+        if spec == []:  # nothing can differ from the last snapshot's index
+            self.generated_new = []
+            return self._run(["write-tree"]).stdout.decode().strip()
+        lit = [] if spec is None else ["--literal-pathspecs"]
+        tail = ["--", "."] if spec is None else ["--", *spec]
+        tracked = ["."]
+        if spec is not None:  # `add -u` refuses a pathspec that matches no tracked file
+            out = self._run([*lit, "ls-files", "-z", "--cached", *tail]).stdout
+            tracked = sorted({p.decode("utf-8", errors="surrogateescape")
+                              for p in out.split(b"\0") if p})
+        if tracked:
+            data = ("\0".join(tracked) + "\0").encode("utf-8", errors="surrogateescape")
+            if self._run([*lit, "add", "-u", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                         input=data, check=False).returncode != 0:
+                self._update_tracked_one_by_one()
+        out = self._run([*lit, "ls-files", "-z", "--others",
+                         f"--exclude-from={self.exclude_file}", *tail]).stdout
         new: list[str] = []
         generated: set[str] = set()
         for raw in out.split(b"\0"):

@@ -49,6 +49,10 @@ def task_image(tmp_path_factory, podman_runtime):
     git(repo, "commit", "-qm", "pristine")
     (repo / "calc.py").write_text(CALC)
     (repo / "test_calc.py").write_text(TESTS)
+    for rel in ("pkg/__init__.py", "pkg/util.py", "pkg/sub/deep.py", "docs/guide.txt",
+                "docs/more/a.txt"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(f"# {rel}\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
     (repo / "_gen.py").write_text("VALUE = 42\n")  # a build output: ignored, tests need it
@@ -57,10 +61,14 @@ def task_image(tmp_path_factory, podman_runtime):
     env.mkdir(parents=True)
     (env / "python").write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
     (env / "python").chmod(0o755)
-    (ctx / "testenv.sh").write_text("export PATH=/opt/testenv/bin:$PATH\n")
+    (ctx / "testenv.sh").write_text("echo noise from the profile\n"
+                                    "export PATH=/opt/testenv/bin:$PATH\n")
+    # SWE-bench images activate `testbed` from /root/.bashrc (sourced by ~/.profile)
+    (ctx / "bashrc").write_text("export ECREDIT_ACTIVE_ENV=testbed\n")
     (ctx / "Containerfile").write_text(
         f"FROM {default_image()}\nCOPY testbed /testbed\nCOPY opt /opt\n"
-        "COPY testenv.sh /etc/profile.d/testenv.sh\nWORKDIR /testbed\n")
+        "COPY testenv.sh /etc/profile.d/testenv.sh\nCOPY bashrc /root/.bashrc\n"
+        "WORKDIR /testbed\n")
     digest = hashlib.sha256(default_image().encode() + b"".join(
         p.read_bytes() for p in sorted(ctx.rglob("*")) if p.is_file() and ".git" not in
         p.parts)).hexdigest()[:12]
@@ -124,6 +132,7 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     assert env.failure is None, env.failure
     tree, mountpoint = env.image_tree, env.image_tree.mountpoint
     assert _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == [tree.name]
+    assert tree.name in podman_runtime._live  # runtime.close() / `sandbox gc` remove it
     # the image's tree with everything in it: the ignored build output, the untracked file
     assert (env.workdir / "_gen.py").read_text() == "VALUE = 42\n"
     assert (env.workdir / "NOTES.txt").is_file() and (env.workdir / ".git").is_dir()
@@ -131,12 +140,14 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     files = subprocess.run(["git", f"--git-dir={env.snapshot_repo}", "ls-tree", "-r",
                             "--name-only", env.base_tree], capture_output=True, text=True,
                            check=True).stdout.split()
-    assert files == [".gitignore", "NOTES.txt", "calc.py", "test_calc.py"]
+    assert files == [".gitignore", "NOTES.txt", "calc.py", "docs/guide.txt", "docs/more/a.txt",
+                     "pkg/__init__.py", "pkg/sub/deep.py", "pkg/util.py", "test_calc.py"]
     # the image's environment in a login shell; history as in the image
     assert env.bash("which python").strip() == "/opt/testenv/bin/python"
     assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"
+    assert env.bash("echo $ECREDIT_ACTIVE_ENV $HOME").split() == ["testbed", "/root"]
     assert env.bash("git log --format=%s").split() == ["base", "pristine"]
-    assert env.trees == [env.base_tree] * 3  # nothing changed the tree
+    assert env.trees == [env.base_tree] * 4  # nothing changed the tree
     out = env.str_replace("calc.py", "a - b", "a + b")
     assert "ERROR" not in out
     assert env.bash("python -m pytest -q -p no:cacheprovider test_calc.py").count("passed")
@@ -152,6 +163,7 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
     env.submit()
     release(env)
     assert not _mounted(mountpoint) and _tree_containers(podman_runtime.run_id) == []
+    assert tree.name not in podman_runtime._live
     assert not _podman("ps", "-a", "--filter", f"label=ecredit.run={podman_runtime.run_id}",
                        "--format", "{{.Names}}")
 
@@ -188,6 +200,68 @@ def test_agent_breaking_git_and_build_outputs_keeps_true_bytes(ctx, task, podman
     assert env2.final_tree == env2.base_tree == env.base_tree
     release(env2)
     assert _tree_containers(podman_runtime.run_id) == []
+
+
+@pytest.mark.podman
+def test_disk_budget_on_an_image_tree_counts_what_the_rollout_wrote(task, tmp_path,
+                                                                    podman_runtime):
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+
+    ctx = AgentContext(tasks={IID: task}, runtime=podman_runtime, workroot=str(tmp_path),
+                       tree_budget_bytes=1_000_000)
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    # the image's files are not the rollout's: only the upper layer (empty) and the store
+    assert env.usage_at_reset < 200_000
+    env.bash("head -c 600000 /dev/zero > a.bin")
+    assert env.failure is None
+    env.bash("head -c 600000 /dev/zero > b.bin")
+    assert env.failure is not None and env.failure[0] == "disk_budget", env.failure
+    assert env.image_tree is None and _tree_containers(podman_runtime.run_id) == []
+    release(env)
+    ctx.close()
+
+
+@pytest.mark.podman
+def test_snapshots_from_the_upper_layer_equal_a_full_scan(ctx, task, podman_runtime):
+    """Snapshots of an image tree look only at what the overlay's upper layer holds; after
+    renames (redirected dirs), deleted-and-recreated dirs (opaque), mode changes, symlinks,
+    deletions and new trees they equal a snapshot that scans the whole tree."""
+    from ecredit_trl.agent.env import SWEAgentEnv, release
+    from sandbox.snapshot import Snapshotter, changed_paths
+
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=IID)
+    base = ctx._image_bases[(task.image, "/testbed")]
+
+    def full_scan() -> str:
+        with Snapshotter(env.workdir, base=base.commit, objects_from=base.store) as snap:
+            tree = snap.snapshot()
+            return tree if snap.tree_of(tree) else ""
+
+    env.bash("mv pkg pkg2")
+    assert env.image_tree.changes("/testbed") is not None
+    assert env.final_tree == full_scan()
+    assert {c.path for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                          env.final_tree)} == {
+        "pkg/__init__.py", "pkg/util.py", "pkg/sub/deep.py",
+        "pkg2/__init__.py", "pkg2/util.py", "pkg2/sub/deep.py"}
+    for cmd in ("rm -rf docs && mkdir -p docs && echo new > docs/x.txt", "chmod +x calc.py",
+                "echo '# more' >> test_calc.py", "rm NOTES.txt", "mkdir -p n/s && echo 1 > n/s/f",
+                "ln -s calc.py link", "mv pkg2/sub pkg2/sub2 && rm pkg2/util.py",
+                "echo VALUE = 1 > _gen.py && mkdir -p __pycache__ && touch __pycache__/x.pyc",
+                "rm -rf n && echo back > NOTES.txt"):
+        out = env.bash(cmd)
+        assert "exit code" not in out, (cmd, out)
+    assert env.failure is None
+    assert env.final_tree == full_scan()
+    got = {c.path: c.status for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                                   env.final_tree)}
+    assert got == {"NOTES.txt": "M", "calc.py": "X", "docs/guide.txt": "D", "docs/more/a.txt": "D",
+                   "docs/x.txt": "A", "link": "A", "pkg/__init__.py": "D", "pkg/util.py": "D",
+                   "pkg/sub/deep.py": "D", "pkg2/__init__.py": "A", "pkg2/sub2/deep.py": "A",
+                   "test_calc.py": "M"}
+    release(env)
 
 
 def test_image_task_needs_a_local_podman_runtime(tmp_path):

@@ -26,6 +26,11 @@ trainer excludes with its reason. The tree is measured at every snapshot: growth
 past ``tree_budget_bytes`` or a file over ``max_file_bytes`` ends the episode with
 ``disk_budget`` and removes the rollout's files. The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
+
+Image-held tasks (no ``repo_dir``, issue 13 §1): the tree is the image's ``workdir`` with
+everything in it, copy-on-write per rollout (:mod:`sandbox.imagetree`), in a container of the
+task image running ``bash -lc``; S_0 is the tree at reset, so the artifact applies in a fresh
+container of the image as the SWE-bench harness applies a prediction.
 """
 
 from __future__ import annotations
@@ -43,7 +48,12 @@ from ecredit_trl.agent import editor
 from sandbox.agent_repo import agent_clone
 from sandbox.disk import mark_owner, tree_usage
 from sandbox.local_runtime import LocalRuntime
-from sandbox.session import DEFAULT_MAX_FILE_BYTES, open_session
+from sandbox.session import (
+    DEFAULT_MAX_FILE_BYTES,
+    close_image_tree,
+    open_image_tree,
+    open_session,
+)
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
@@ -217,15 +227,14 @@ class SWEAgentEnv:
         endpoint, ``image`` when the task has none; ImageTreeError when the image's
         base cannot be read (absent image, no git repository at ``workdir``).
         """
-        from sandbox.imagetree import base_cache, open_tree
-        from sandbox.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
+        from sandbox.imagetree import base_cache
 
         runtime, image = self.ctx.runtime, getattr(self.task, "image", None)
         workdir = getattr(self.task, "workdir", None) or "/testbed"
         if not image:
             raise ValueError(f"image: task {iid} has neither a repo_dir nor an image")
-        if not isinstance(runtime, PodmanRuntime) or not all(
-                e.startswith("unix://") for e in runtime.endpoints):
+        if not all(e.startswith("unix://") for e in getattr(runtime, "endpoints", ["local"])) \
+                or _is_local(runtime):
             raise ValueError(f"runtime: task {iid} is held in image {image}; its rollouts need "
                              "the Podman runtime on local (unix://) endpoints")
         with self.ctx._lock:  # one base per image, made by the first rollout
@@ -237,15 +246,17 @@ class SWEAgentEnv:
                     ignore=self.ctx.snapshot_ignore)
         self.base_tree = base.tree
         try:
-            self.image_tree = open_tree(image, workdir, labels={
-                RUN_LABEL: runtime.run_id, ROLE_LABEL: "tree", "ecredit.task": iid[:60]})
+            self.image_tree = open_image_tree(runtime, image, workdir,
+                                              labels={"ecredit.task": iid[:60]})
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.setup_error = f"{type(exc).__name__}: {exc}"
             self.failure = ("sandbox_setup", self.setup_error)
             return None
         self.workdir = self.image_tree.path
+        tree = self.image_tree
         self.snapshotter = Snapshotter(self.workdir, base=base.commit, objects_from=base.store,
-                                       index_from=base.index, ignore=self.ctx.snapshot_ignore)
+                                       index_from=base.index, ignore=self.ctx.snapshot_ignore,
+                                       changes=lambda: tree.changes(workdir))
         mark_owner(self.snapshotter._tmp)
         self.usage_at_reset = self._usage().total_bytes
         try:
@@ -287,6 +298,10 @@ class SWEAgentEnv:
         return out
 
     def _usage(self):
+        if self.image_tree is not None:  # the tree container's upper layer: the changes only
+            dirs, stores = self.image_tree.usage_dirs(getattr(self.task, "workdir", None) or "/testbed")
+            snap = getattr(self.snapshotter, "_tmp", None)
+            return tree_usage(dirs, stores + ([Path(snap)] if snap is not None else []))
         return tree_usage([self.workdir] if self.workdir is not None else [], self._stores())
 
     def _last_tree(self) -> str:
@@ -324,7 +339,7 @@ class SWEAgentEnv:
             self.snapshotter = None
         if self.image_tree is not None:  # removes the tree's container and upper layer
             tree, self.image_tree = self.image_tree, None
-            tree.close()
+            close_image_tree(self.ctx.runtime, tree)
         elif self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
