@@ -1,5 +1,8 @@
 """``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
-[--force]``: build (or find in the cache) the bundled tasks of a recipe and print a summary.
+[--force] [--image-tasks]``: build (or find in the cache) the bundled tasks of a recipe and
+print a summary. ``--image-tasks`` builds them (first) and then their stand-in image-held
+tasks (:mod:`eval.bundled.imagetasks`; split ``bundled-image``), ``--out`` then naming the
+image tasks' folder.
 
 The pipeline lives in :mod:`eval.bundled` (recipe, sources, mutations, scripts, screening,
 build); this module is its command line.
@@ -25,8 +28,13 @@ def main(argv=None) -> int:
                     "$ECREDIT_CACHE/bundled/<recipe hash>)")
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
     ap.add_argument("--force", action="store_true", help="rebuild even when built")
+    ap.add_argument("--image-tasks", action="store_true",
+                    help="also build the stand-in image-held tasks (one Podman image per task, "
+                    "no repo_dir; split bundled-image) into $ECREDIT_CACHE/bundled-image/<tag>")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
+    if args.image_tasks:
+        return _image_tasks(args, t0)
     try:
         tasks = ensure_built(args.recipe, out=args.out, concurrency=args.concurrency,
                              force=args.force)
@@ -38,6 +46,26 @@ def main(argv=None) -> int:
         counts[t.extra.get("project", t.repo)] = counts.get(t.extra.get("project", t.repo), 0) + 1
     print(json.dumps({"tasks": len(tasks), "per_project": counts,
                       "dir": str(Path(tasks[0].repo_dir).parent.parent) if tasks else None,
+                      "seconds": round(time.monotonic() - t0, 1)}))
+    return 0
+
+
+def _image_tasks(args, t0: float) -> int:
+    from eval.bundled.imagetasks import ensure_image_tasks, image_built_dir
+    from eval.bundled.recipe import load_recipe
+
+    try:
+        tasks = ensure_image_tasks(args.recipe, out=args.out, concurrency=args.concurrency,
+                                   force=args.force)
+        out = args.out or str(image_built_dir(load_recipe(args.recipe)))
+    except (BuildError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.extra["project"]] = counts.get(t.extra["project"], 0) + 1
+    print(json.dumps({"image_tasks": len(tasks), "per_project": counts, "dir": out,
+                      "images": len({t.image for t in tasks}),
                       "seconds": round(time.monotonic() - t0, 1)}))
     return 0
 

@@ -24,6 +24,10 @@ Sources accepted by :func:`load_tasks`:
     Tasks built from real PyPI projects by :mod:`eval.bundled` (built on first use,
     then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
     ``datasets/bundled_holdout.json``.
+``bundled-image`` / ``bundled-image:train`` / ``bundled-image:holdout``
+    The same tasks (same ids, same partition) held in Podman images, SWE-bench style
+    (:mod:`eval.bundled.imagetasks`: no ``repo_dir``, ``/testbed`` in the image; built on
+    first use, then cached).
 any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
     Rows in the SWE-bench format (:mod:`eval.tasks`). A ``.json`` file holding a sealed
     manifest (a dict with ``"sealed": true``) loads that manifest's tasks.
@@ -144,8 +148,8 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
 
     Args:
         source: ``official500[:PATH]``, ``holdout100``, ``bundled[:train|:holdout]``,
-            ``swegym:PATH``, ``swesmith:PATH``, a sealed-manifest ``.json`` path, or a
-            ``.jsonl`` / ``.json`` / ``.parquet`` path.
+            ``bundled-image[:train|:holdout]``, ``swegym:PATH``, ``swesmith:PATH``, a
+            sealed-manifest ``.json`` path, or a ``.jsonl`` / ``.json`` / ``.parquet`` path.
         purpose: ``"eval"`` or ``"train"``; ``"train"`` refuses sealed ids.
         path: local file for ``official500`` (same as ``official500:PATH``).
         log: progress printer for a bundled build (default: print to stderr).
@@ -162,7 +166,7 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     if not isinstance(source, str) or not source:
         raise ValueError(f"source: expected a non-empty string, got {source!r}")
     name, _, arg = source.partition(":")
-    if name not in ("official500", "holdout100", "bundled") + ADAPTER_SOURCES:
+    if name not in ("official500", "holdout100", "bundled", "bundled-image") + ADAPTER_SOURCES:
         name, arg = source, ""
     if name in ADAPTER_SOURCES:
         tasks = _load_adapter(name, arg, source)
@@ -185,11 +189,14 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
                 tasks = [t for t in tasks if t.instance_id not in sealed]
         elif arg:
             raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
+    elif name == "bundled-image":
+        tasks = _bundled_image(arg, log)
     else:
         p = Path(source)
         if not p.suffix:
             raise ValueError(f"source: unknown task source {source!r} (expected official500, "
-                             "holdout100, bundled[:train|:holdout], swegym:PATH, swesmith:PATH "
+                             "holdout100, bundled[:train|:holdout], bundled-image[:train|:holdout], "
+                             "swegym:PATH, swesmith:PATH "
                              "or a .jsonl/.json/.parquet path)")
         if p.suffix == ".json" and p.is_file():
             try:
@@ -216,6 +223,26 @@ def _load_adapter(name: str, path: str, source: str) -> list[Task]:
     from eval.adapters.swesmith import load_swesmith
 
     return load_swesmith(path, source)
+
+
+def _bundled_image(arg: str, log) -> list[Task]:
+    """``bundled-image[:train|:holdout]``: the image tasks, split like ``bundled`` (same
+    ids: the bundled holdout manifest is checked against the bundled pool it was sealed
+    from, then its ids are selected)."""
+    from eval.bundled.imagetasks import ensure_image_tasks
+
+    if arg not in ("", "train", "holdout"):
+        raise ValueError(f"source: unknown bundled-image split {arg!r} (expected train or "
+                         "holdout)")
+    tasks = ensure_image_tasks(log=log)
+    if arg == "train":
+        sealed = sealed_ids()
+        tasks = [t for t in tasks if t.instance_id not in sealed]
+    elif arg == "holdout":
+        path = datasets_dir() / "bundled_holdout.json"
+        pool_ids = [t.instance_id for t in _load_manifest_tasks(path, "bundled:holdout")]
+        tasks = _select(tasks, pool_ids, "bundled-image:holdout")
+    return tasks
 
 
 def _guard(tasks: list[Task], purpose: str) -> list[Task]:

@@ -31,14 +31,18 @@ def _restore_block(path: str, content: bytes) -> str:
     return f"{mk}base64 -d > {q} <<'{tag}'\n{b64}{tag}\n"
 
 
-def make_eval_script(project: ProjectRecipe, tests: tuple[str, ...], files: dict[str, bytes]
-                     ) -> str:
+def make_eval_script(project: ProjectRecipe, tests: tuple[str, ...], files: dict[str, bytes],
+                     *, setup_lines: tuple[str, ...] = ()) -> str:
     """Eval script of a bundled task: restore the listed test files (and the project's
     ``test_support`` files) to their base content, run pytest on ``tests`` between the
     SWE-bench markers, and record the test command's exit status like swebench 5 does
-    (``>>>>> Test Exit Code: N`` after the end marker)."""
+    (``>>>>> Test Exit Code: N`` after the end marker).
+
+    ``setup_lines`` go before ``cd /testbed`` (image tasks activate their environment there,
+    as swebench's scripts do with ``source /opt/miniconda3/bin/activate``); empty for
+    bundled tasks, whose scripts keep their bytes."""
     lines = ["#!/bin/bash", f"# ecredit-trl bundled task: {project.name} {project.version}",
-             "set -uo pipefail", "cd /testbed", "export PYTHONDONTWRITEBYTECODE=1",
+             "set -uo pipefail", *setup_lines, "cd /testbed", "export PYTHONDONTWRITEBYTECODE=1",
              "# fixed str hashing: set/dict orders in test output repeat from run to run",
              "export PYTHONHASHSEED=0"]
     for k, v in project.env.items():

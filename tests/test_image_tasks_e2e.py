@@ -1,0 +1,243 @@
+"""End to end on the stand-in image-held tasks (``bundled-image``, issue 13 §4): the agent's
+tree and the verifier keep the untracked build output; the main job (arm M, 2 steps),
+``eval.run``, ``eval.controls`` and the pilot run on them (2-3 tasks, few rollouts).
+
+Mirrors the bundled-task tests (test_train.py, test_eval_run.py, test_eval_controls.py,
+test_pilot.py). The image tasks and the embedded policy come from their caches (built on
+first use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.podman
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def image_tasks():
+    from eval.splits import load_tasks
+
+    return load_tasks("bundled-image", log=lambda m: print(f"[build_tasks] {m}", flush=True))
+
+
+def _one_per_project(tasks, k: int = 1):
+    out, seen = [], {}
+    for t in tasks:
+        if seen.get(t.extra["project"], 0) < k:
+            seen[t.extra["project"]] = seen.get(t.extra["project"], 0) + 1
+            out.append(t)
+    return out
+
+
+@pytest.fixture(scope="module")
+def split_file(tmp_path_factory):
+    """Two held-out image tasks of two projects, as a swebench-format .jsonl (no repo_dir)."""
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    hold = load_tasks("bundled-image:holdout")
+    two = _one_per_project(hold)[:2]
+    path = tmp_path_factory.mktemp("isplit") / "two.jsonl"
+    save_tasks(two, path)
+    assert all(r["repo_dir"] is None for r in _jsonl(path))
+    return path
+
+
+# ---------------------------------------------------------------------------
+# the build output survives into the agent's tree and the verifier
+# ---------------------------------------------------------------------------
+
+def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
+                                                          podman_runtime):
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+    from eval.evaluation.verification import grade_trial
+    from eval.trialspec import task_trial_spec
+    from sandbox.snapshot import artifact, changed_paths
+
+    t = _one_per_project(image_tasks)[-1]  # cachetools: src/ layout, PYTHONPATH=src
+    bo, mut = t.extra["build_output"], t.extra["mutation"]
+    ctx = AgentContext(tasks={t.instance_id: t}, runtime=podman_runtime,
+                       workroot=str(tmp_path / "wr"))
+    try:
+        env = SWEAgentEnv(ctx)
+        env.reset(instance_id=t.instance_id)
+        assert env.failure is None, env.failure
+        # on the host side of the tree (what the editor tools read) ...
+        assert f"BASE_COMMIT = '{t.base_commit}'" in (env.workdir / bo).read_text()
+        # ... through the agent's tools ...
+        assert f"BASE_COMMIT = '{t.base_commit}'" in env.view(bo)
+        assert f"BASE_COMMIT = '{t.base_commit}'" in env.bash(f"cat {bo}")
+        # ... with the image's environment active in the agent's login shell
+        assert env.bash("which python").strip() == "/opt/testbed-env/bin/python"
+        assert env.bash("git rev-parse HEAD").strip() == t.base_commit
+        # the listed tests run in the agent's container (the generated module imported)
+        f2p = t.FAIL_TO_PASS[0]
+        out = env.bash(f"PYTHONPATH=src python -m pytest -q -p no:cacheprovider '{f2p}' 2>&1 "
+                       "| tail -3")
+        assert "1 failed" in out, out
+        # the gold fix, made with the agent's editor, resolves in a fresh container
+        minus = [ln[1:] for ln in t.patch.splitlines()
+                 if ln.startswith("-") and not ln.startswith("---")]
+        plus = [ln[1:] for ln in t.patch.splitlines()
+                if ln.startswith("+") and not ln.startswith("+++")]
+        assert len(minus) == len(plus) == 1, t.patch
+        assert "ERROR" not in env.str_replace(mut["path"], minus[0], plus[0])
+        assert [c.path for c in changed_paths(env.snapshot_repo, env.base_tree,
+                                              env.final_tree)] == [mut["path"]]
+        patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
+        assert bo not in patch  # ignored: never part of an artifact
+        spec = task_trial_spec(t, patch, "e2e-agent-fix", timeout_s=120)
+        assert spec.repo_archive is None
+        head, rest = spec.eval_script.split("\n", 1)
+        spec.eval_script = f"{head}\necho \"verifier: $(grep BASE_COMMIT /testbed/{bo})\"\n{rest}"
+        r = podman_runtime.run_trial(spec)
+        assert r.exit_class == "ok", r.log[-2000:]
+        assert f"verifier: BASE_COMMIT = '{t.base_commit}'" in r.log
+        assert grade_trial(t, r, None)["resolved"] is True
+        env.submit()
+        release(env)
+    finally:
+        ctx.close()
+
+
+# ---------------------------------------------------------------------------
+# eval.run, eval.controls
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    """A random tiny Llama + BPE with the qwen3 template (as in test_eval_run.py)."""
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
+
+    out = tmp_path_factory.mktemp("policy")
+    corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
+              '"arguments": {}}\n</tool_call>'] * 10
+    tok = build_tokenizer(corpus, vocab_size=300)
+    build_model(tok, seed=0).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runtime):
+    from eval.run import evaluate
+
+    out = tmp_path / "ev"
+    res = evaluate(out=out, model=str(tiny_policy), split=str(split_file), n=2,
+                   runtime=podman_runtime, overrides={"max_new_tokens": 48},
+                   log=lambda *_: None)
+    s = res["summary"]
+    assert s["denominator"] == {"tasks": 2, "n": 2, "slots": 4}
+    assert s["resolved"] + s["failed"] + s["unknown"] == 4
+    ids = {r["instance_id"] for r in _jsonl(split_file)}
+    assert set(s["per_task"]) == ids
+    rollouts = _jsonl(out / "rollouts.jsonl")
+    assert len(rollouts) == 4 and all(r["turns"] for r in rollouts)
+    # no rollout failed to set up (the image's tree, not a repo_dir)
+    assert not [r for r in rollouts if (r.get("failure") or {}).get("kind") == "sandbox_setup"]
+    slots = _jsonl(out / "slots.jsonl")
+    assert len(slots) == 4
+    assert all(not r["classification"]["unknown"] for r in slots), slots
+
+
+def test_controls_admit_image_tasks(split_file, tmp_path, podman_runtime):
+    from eval.controls import run_controls
+
+    rows = _jsonl(split_file)
+    res = run_controls(str(split_file), tmp_path, runtime=podman_runtime, concurrency=2,
+                       log=lambda *_: None)
+    c = res["counts"]
+    assert c["controls"]["count"] == 2 * len(rows)
+    assert c["admitted"]["count"] == len(rows), c["not_admitted"]
+    for k in ("unresolved", "partially_observed", "expectation_mismatches", "infra_errors"):
+        assert c[k]["count"] == 0, k
+    man = json.loads((tmp_path / "admission.json").read_text())
+    assert set(man["images"]) == {r["image"] for r in rows}  # one image per task
+    assert all(d and d.startswith("sha256:") for d in man["images"].values())
+
+
+# ---------------------------------------------------------------------------
+# the main job: arm M, 2 steps
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def warm_policy():
+    """The embedded policy, warm-started on the bundled twins of these tasks (its demos
+    need a host repository; the image tasks have the same ids, problems and gold)."""
+    from ecredit_trl.policy.warmstart import ensure_default_policy
+    from eval.splits import load_tasks
+
+    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
+
+
+def test_train_arm_m_two_steps_on_image_tasks(tmp_path, warm_policy, image_tasks):
+    runs = tmp_path / "runs"
+    cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
+           "1", "ecredit_trl/train.py", "--arm", "M", "--runs_dir", str(runs), "--max_steps",
+           "2", "--tasks", "bundled-image:train", "--max_tasks", "2", "--model",
+           str(warm_policy)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (run,) = list(runs.iterdir())
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["ecredit"]["arm"] == "M"
+    ledger = _jsonl(run / "ledger.jsonl")
+    assert [r["step"] for r in ledger] == [1, 2]
+    trajs = _jsonl(run / "trajectories.jsonl")
+    assert len(trajs) == sum(r["rollouts"] for r in ledger) == 2 * 4
+    by_id = {t.instance_id: t for t in image_tasks}
+    assert len({t["task_id"] for t in trajs}) <= 2 and {t["task_id"] for t in trajs} <= set(by_id)
+    assert sum(r["trials_factual"] for r in ledger) == len(trajs)
+    assert all(t["factual"] for t in trajs)
+    # every rollout got its tree from the image (no setup failure), and arm M asked one
+    # counterfactual per admitted rollout
+    assert not [t["exclusion"] for t in trajs if t["exclusion"] == "sandbox_setup"]
+    queried = [t for t in trajs if t["counterfactual"]]
+    assert sum(r["trials_counterfactual"] for r in ledger) == len(queried) >= 1, (
+        ledger, [(t["exclusion"], t["contrast"]) for t in trajs])
+    assert all(t["exclusion"] is None for t in queried)
+    man = json.loads((run / "manifest.json").read_text())
+    used = {by_id[t["task_id"]].image for t in trajs}
+    assert used <= set(man["images"]) and all(
+        man["images"][i].startswith("sha256:") for i in used)
+    assert all(by_id[i].repo_dir is None for i in {t["task_id"] for t in trajs})
+
+
+# ---------------------------------------------------------------------------
+# the pilot
+# ---------------------------------------------------------------------------
+
+def test_pilot_on_image_tasks(tmp_path, image_tasks, podman_runtime):
+    from ecredit_trl.credit.pilot import run_pilot
+    from ecredit_trl.credit.scripted import scripted_trajectories
+
+    tasks = _one_per_project(image_tasks)[:2]
+    try:
+        trajs = scripted_trajectories(tasks, max_tasks=2)
+    except ValueError as exc:
+        if "no repo_dir" not in str(exc):
+            raise
+        pytest.skip("missing piece: the pilot's scripted rollouts (ecredit_trl/credit/"
+                    "scripted.py) and its replay (ecredit_trl/credit/pilot.py) need a host "
+                    "repo_dir; building and replaying them in the image's /testbed "
+                    f"(sandbox.imagetree) is not implemented yet ({exc})")
+    assert len(trajs) >= 8
+    out = tmp_path / "pilot"
+    table = run_pilot(tasks, trajs, out, seed=0, concurrency=2, runtime=podman_runtime,
+                      timeout_s=300, log=lambda _m: None)
+    records = _jsonl(out / "records.jsonl")
+    assert table["usable"] >= 2 and records
+    assert {r["task_id"] for r in records} <= {t.instance_id for t in tasks}
