@@ -94,21 +94,25 @@ def image_id(image: str) -> str:
 
 
 _CHECKOUT_SH = ('G="git -c core.hooksPath=/dev/null -c advice.detachedHead=false"; '
-                '$G rev-parse -q --verify "refs/heads/$1^{commit}" >/dev/null '
-                '|| { echo "no local branch $1 in $PWD" >&2; exit 3; }; '
-                '$G checkout -q "$1" -- && $G rev-parse HEAD')
+                'if $G rev-parse -q --verify "refs/heads/$1^{commit}" >/dev/null; then '
+                '$G checkout -q "$1" --; '
+                'elif $G rev-parse -q --verify "refs/remotes/origin/$1^{commit}" >/dev/null; then '
+                '$G checkout -q --no-track -b "$1" "refs/remotes/origin/$1" --; '
+                'else echo "no local branch $1 in $PWD (nor origin/$1)" >&2; exit 3; '
+                'fi && $G rev-parse HEAD')
 
 
 def checkout_branch(image: str, host_tree: Path, workdir: str, branch: str, *,
                     labels: dict[str, str] | None = None) -> str:
-    """Check out the local ``branch`` of the repository in ``host_tree`` (a tree container's
+    """Check out ``branch`` (local, else a new local one from ``origin/<branch>``) of
+    the repository in ``host_tree`` (a tree container's
     mounted ``workdir``) with the image's own git, in a one-off container of ``image``
     (no network, tree bind-mounted at ``workdir``, removed after): the image's git config
     and hooks never run on the host. The same step as the verifier's (``sandbox.trial_script``).
 
     Returns: the commit id now at HEAD (40 hex).
     Raises: ValueError for a bad branch name; ImageTreeError naming image, workdir and
-    branch when the image's repository has no such local branch (with
+    branch when the image's repository has no such branch (with
     :data:`sandbox.trial.CHECKOUT_HELP`) or git fails.
     """
     from sandbox.trial import CHECKOUT_HELP, check_branch

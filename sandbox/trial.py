@@ -88,7 +88,8 @@ class TrialSpec:
             ``resolved_swebench``); otherwise the one log serves both verdicts.
         limits_source: where ``timeout_s`` / ``limits`` came from (recorded with them on
             the result, e.g. ``"harness"``, ``"bundled+timeout_s"``); "" when not said.
-        checkout: a local branch of the image's repository at ``workdir`` to check out
+        checkout: a branch of the image's repository at ``workdir`` (local, or
+            else a new local one from ``origin/<branch>``) to check out
             before the artifact is applied (SWE-smith: one branch per instance); None: the
             image's tree as it is. A branch the image lacks ends the trial as
             ``infra_error`` with a ``checkout:`` error (exit 94), never a grade of another

@@ -3,7 +3,8 @@
 Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
 
 0. Only when ``checkout`` exists (a task whose base is a branch of the image's repository,
-   SWE-smith): ``git checkout`` of that local branch in ``workdir``, before the artifact or
+   SWE-smith): ``git checkout`` of that branch in ``workdir`` (local, else a new local one
+   from ``origin/<branch>``: an image whose repository fetched the branches), before the artifact or
    the protected set is touched;
    a branch the image lacks ends the trial with exit 94 and a ``checkout-failed`` line
    (never a grade of the image's default tree).
@@ -78,10 +79,13 @@ echo ">>>>> ecredit oom-kills-start $(oom_kills)"
 if [ -e "$ED/checkout" ]; then
   b="$(cat "$ED/checkout")"
   G=(git -c core.hooksPath=/dev/null -c advice.detachedHead=false)
-  if ! "${G[@]}" rev-parse -q --verify "refs/heads/$b^{commit}" > /dev/null; then
-    echo ">>>>> ecredit checkout-failed no local branch $b in $WD"; exit 94
+  if "${G[@]}" rev-parse -q --verify "refs/heads/$b^{commit}" > /dev/null; then co=("$b")
+  elif "${G[@]}" rev-parse -q --verify "refs/remotes/origin/$b^{commit}" > /dev/null; then
+    co=(--no-track -b "$b" "refs/remotes/origin/$b")
+  else
+    echo ">>>>> ecredit checkout-failed no local branch $b in $WD (nor origin/$b)"; exit 94
   fi
-  "${G[@]}" checkout -q "$b" -- || { echo ">>>>> ecredit checkout-failed git checkout $b"; exit 94; }
+  "${G[@]}" checkout -q "${co[@]}" -- || { echo ">>>>> ecredit checkout-failed git checkout $b"; exit 94; }
   echo ">>>>> ecredit checkout $b $("${G[@]}" rev-parse HEAD)"
 fi
 echo ">>>>> ecredit apply-start $(date +%s.%N)"

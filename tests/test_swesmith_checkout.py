@@ -18,6 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs po
 
 REPO = "swesmith/me__calc.0123abcd"
 IID = "me__calc.0123abcd.func_pm_op_swap__x1"
+FETCHED = "me__calc.0123abcd.func_pm_op_swap__x2"  # only as origin/<id> (a plain git fetch)
 MISSING = "me__calc.0123abcd.func_pm_remove_cond__zz9"
 F2P = ["tests/test_add.py::test_add"]
 P2P = ["tests/test_keep.py::test_keep"]
@@ -60,6 +61,7 @@ def smith_image(tmp_path_factory, podman_runtime):
     bug = git(repo, "diff", "HEAD~1", "HEAD") + "\n"
     git(repo, "rm", "-q", "tests/test_add.py")
     git(repo, "commit", "-qm", "remove F2P tests")
+    git(repo, "update-ref", f"refs/remotes/origin/{FETCHED}", IID)
     git(repo, "checkout", "-q", "main")  # the image's default checkout is NOT the instance
     conda = ctx / "opt" / "miniconda3"
     (conda / "bin").mkdir(parents=True)
@@ -69,7 +71,7 @@ def smith_image(tmp_path_factory, podman_runtime):
     (conda / "envs" / "testbed" / "bin" / "pytest").chmod(0o755)
     (ctx / "Containerfile").write_text(
         f"FROM {default_image()}\nCOPY testbed /testbed\nCOPY opt /opt\nWORKDIR /testbed\n")
-    digest = hashlib.sha256(json.dumps([default_image(), IID, FILES, ACTIVATE, PYTEST,
+    digest = hashlib.sha256(json.dumps([default_image(), IID, FETCHED, FILES, ACTIVATE, PYTEST,
                                         bug]).encode()).hexdigest()[:12]
     name = f"localhost/ecredit-test-swesmith:{digest}"
     if subprocess.run(["podman", "image", "exists", name]).returncode != 0:  # built once
@@ -78,13 +80,13 @@ def smith_image(tmp_path_factory, podman_runtime):
 
 
 def _tasks(tmp_path, image: str, bug: str) -> dict:
-    """The SWE-smith rows of the image (through the adapter): ``IID`` and one whose branch
-    the image lacks."""
+    """The SWE-smith rows of the image (through the adapter): ``IID``, ``FETCHED`` (the same
+    branch content, as a remote-tracking branch only) and one whose branch the image lacks."""
     from eval.splits import load_tasks
 
     rows = [{"instance_id": iid, "repo": REPO, "patch": bug, "FAIL_TO_PASS": F2P,
              "PASS_TO_PASS": P2P, "image_name": image, "problem_statement": "add subtracts"}
-            for iid in (IID, MISSING)]
+            for iid in (IID, FETCHED, MISSING)]
     path = tmp_path / "smith.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tasks = {t.instance_id: t for t in load_tasks(f"swesmith:{path}")}
@@ -119,6 +121,10 @@ def test_verifier_checks_out_the_instance_branch(smith_image, tmp_path, podman_r
         True, {F2P[0]: "PASSED"}, {P2P[0]: "PASSED"})
     empty = _grade(podman_runtime, task, "", "smith-empty")
     assert empty["resolved"] is False and empty["f2p"] == {F2P[0]: "FAILED"}
+    # a branch present only as origin/<id> (an image that ran a plain `git fetch`) works too
+    fetched = _grade(podman_runtime, _tasks(tmp_path, image, bug)[FETCHED], task.patch,
+                     "smith-fetched")
+    assert (fetched["resolved"], fetched["f2p"]) == (True, {F2P[0]: "PASSED"})
     # on main (the image's default checkout) the gold would not even apply: the bug is absent
     assert "return a - b" in task.patch and "return a - b" not in git_show_main(image)
 
@@ -134,7 +140,8 @@ def test_verifier_missing_branch_is_a_clear_infra_error(smith_image, tmp_path, p
     task = _tasks(tmp_path, image, bug)[MISSING]
     r = _trial(podman_runtime, task, task.patch, "smith-missing")
     assert r.exit_class == "infra_error" and r.test_exit_code is None
-    assert r.error.startswith(f"checkout: no local branch {MISSING} in /testbed;"), r.error
+    assert r.error.startswith(f"checkout: no local branch {MISSING} in /testbed (nor origin/"
+                              f"{MISSING});"), r.error
     assert "derived image" in r.error and ">>>>> ecredit test-start" not in r.log
 
 
@@ -177,11 +184,16 @@ def test_agent_reset_starts_on_the_branch_and_its_artifact_resolves(smith_image,
         assert env2.base_tree == env.base_tree and env2.final_tree == env2.base_tree
         assert "a - b" in (env2.workdir / "pkg" / "calc.py").read_text()
         release(env2)
+        env4 = SWEAgentEnv(ctx)  # a branch only as origin/<id>: git makes the local one
+        env4.reset(instance_id=FETCHED)
+        assert env4.failure is None and env4.base_tree == env.base_tree
+        assert env4.bash("git rev-parse --abbrev-ref HEAD").strip() == FETCHED
+        release(env4)
         # an image without the instance branch: a clear error at reset, naming the remedy
         from sandbox.imagetree import ImageTreeError
 
         env3 = SWEAgentEnv(ctx)
-        with pytest.raises(ImageTreeError, match=rf"no local branch {MISSING}.*derived image"):
+        with pytest.raises(ImageTreeError, match=rf"no local branch {MISSING} in /testbed \(nor .*derived image"):
             env3.reset(instance_id=MISSING)
         release(env3)
     finally:
