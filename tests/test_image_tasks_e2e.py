@@ -221,23 +221,54 @@ def test_train_arm_m_two_steps_on_image_tasks(tmp_path, warm_policy, image_tasks
 # ---------------------------------------------------------------------------
 
 def test_pilot_on_image_tasks(tmp_path, image_tasks, podman_runtime):
+    """Scripted rollouts and the pilot's replay start from S_0 = the image's tree at reset
+    (the base the agent environment starts from), trials run in the task images."""
+    from test_pilot import _check_signs, _check_table_against_records
+
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from ecredit_trl.credit.pilot import run_pilot
-    from ecredit_trl.credit.scripted import scripted_trajectories
+    from ecredit_trl.credit.scripted import KINDS, scripted_trajectories
 
     tasks = _one_per_project(image_tasks)[:2]
-    try:
-        trajs = scripted_trajectories(tasks, max_tasks=2)
-    except ValueError as exc:
-        if "no repo_dir" not in str(exc):
-            raise
-        pytest.skip("missing piece: the pilot's scripted rollouts (ecredit_trl/credit/"
-                    "scripted.py) and its replay (ecredit_trl/credit/pilot.py) need a host "
-                    "repo_dir; building and replaying them in the image's /testbed "
-                    f"(sandbox.imagetree) is not implemented yet ({exc})")
-    assert len(trajs) >= 8
+    assert len(tasks) == 2 and all(t.repo_dir is None for t in tasks)
+    trajs = scripted_trajectories(tasks, max_tasks=2)
+    # one-line mutations: the gold fix cannot be split, so 5 kinds per task
+    assert [(t.task_id, t.rollout_index) for t in trajs] == [
+        (t.instance_id, KINDS.index(k)) for t in sorted(tasks, key=lambda t: t.repo)
+        for k in KINDS if k != "gold_split"]
     out = tmp_path / "pilot"
     table = run_pilot(tasks, trajs, out, seed=0, concurrency=2, runtime=podman_runtime,
                       timeout_s=300, log=lambda _m: None)
     records = _jsonl(out / "records.jsonl")
-    assert table["usable"] >= 2 and records
-    assert {r["task_id"] for r in records} <= {t.instance_id for t in tasks}
+    trials = _jsonl(out / "trials.jsonl")
+    _check_table_against_records(table, records, trials)
+    assert table["planned"] == len(records) == 10
+    assert table["excluded"]["format_error"] == 2
+    assert table["excluded"]["no_eligible_block"] == 2  # tests_only
+    assert table["excluded"]["no_original_utility"] == 0
+    assert table["usable"] == 6  # mixed, gold_only, nofix of each task
+    assert table["trials"]["factual"] == table["trials"]["counterfactual"] == 6
+    assert sum(t["role"] == "control" for t in trials) == 2
+    assert all(t["exit_class"] == "ok" for t in trials), trials
+    by_key = {(r["task_id"], r["rollout_index"]): r for r in records}
+    for t in tasks:
+        g = by_key[(t.instance_id, KINDS.index("gold_only"))]
+        assert g["resolved_P"] and g["D"] == 1.0 and g["ablation"]["artifact_empty"]
+        n = by_key[(t.instance_id, KINDS.index("nofix"))]
+        assert not n["resolved_P"] and n["D"] == 0
+    assert _check_signs(records) >= 4
+    assert table["meta"]["selections_before_trials"]
+    # S_0 of every replay is the tree an agent rollout of the task starts from
+    ctx = AgentContext(tasks={t.instance_id: t for t in tasks}, runtime=podman_runtime,
+                       workroot=str(tmp_path / "wr"))
+    try:
+        for t in tasks:
+            env = SWEAgentEnv(ctx)
+            env.reset(instance_id=t.instance_id)
+            assert env.failure is None, env.failure
+            s0 = {r["snapshots"][0] for r in records
+                  if r["task_id"] == t.instance_id and r.get("snapshots")}
+            assert s0 == {env.base_tree}
+            release(env)
+    finally:
+        ctx.close()

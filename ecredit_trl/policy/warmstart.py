@@ -108,6 +108,60 @@ def policy_key(tasks, recipe: dict) -> str:
     return h.hexdigest()
 
 
+#: Image-held task sets with host-repository twins (same ids, problem statements and gold
+#: patches): their default policy is the twin's (issue 13 §4: ``bundled-image`` is made from
+#: the bundled projects). Source name -> twin source name; the split suffix is kept.
+DEMO_TWINS = {"bundled-image": "bundled"}
+
+
+def default_policy_tasks(source: str, tasks) -> list:
+    """The tasks the embedded default policy of a training run on ``source`` is warm-started on.
+
+    Its demonstrations are made in a host repository (:mod:`ecredit_trl.policy.demos`), so:
+
+    * every task has a ``repo_dir``: ``tasks`` themselves;
+    * ``source`` is ``bundled-image[:train|:holdout]`` (:data:`DEMO_TWINS`): the bundled
+      twin split (``bundled[:...]``, loaded with ``purpose="train"``), so the policy cache
+      key is the bundled run's and a cached policy is reused, never retrained;
+    * otherwise (image-held tasks without a twin) no default can be made.
+
+    Args:
+        source: the ``--tasks`` value (an ``eval.splits.load_tasks`` source).
+        tasks: the tasks it loaded (``eval.tasks.Task``-like).
+
+    Returns: the warm-start tasks (a new list).
+    Raises:
+        ValueError: naming ``--model`` when some task has no ``repo_dir`` and ``source``
+            has no twin, or when an image task's id, base commit, problem statement or gold
+            patch differs from its twin's.
+    """
+    tasks = list(tasks)
+    no_repo = [t.instance_id for t in tasks if not getattr(t, "repo_dir", None)]
+    if not no_repo:
+        return tasks
+    name, sep, split = source.partition(":")
+    twin = DEMO_TWINS.get(name)
+    if twin is None:
+        raise ValueError(
+            f"--model: {len(no_repo)} training task(s) of {source!r} are held in images (no "
+            f"repo_dir, e.g. {no_repo[:3]}); the embedded default policy is warm-started on "
+            "demonstrations made in a host repository, so give a policy with --model "
+            "(a local model directory or a hub id)")
+    from eval.splits import load_tasks
+
+    twins = load_tasks(f"{twin}{sep}{split}", purpose="train")
+    by_id = {t.instance_id: t for t in twins}
+    fields = ("base_commit", "problem_statement", "patch")
+    bad = [t.instance_id for t in tasks if t.instance_id not in by_id
+           or any(getattr(t, f) != getattr(by_id[t.instance_id], f) for f in fields)]
+    if bad:
+        raise ValueError(
+            f"--model: task(s) {bad[:5]} of {source!r} have no identical twin in "
+            f"{twin}{sep}{split} (id, base commit, problem statement, gold patch); rebuild the "
+            "image tasks (python -m eval.build_tasks --image-tasks) or give --model")
+    return twins
+
+
 def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: int | None = None,
                           seed: int = 0, log=print, isolate: bool = True, **recipe) -> str:
     """Path of the warm-started default policy for ``tasks``; trains it once, then reuses it.
@@ -427,5 +481,6 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "ensure_default_policy", "load_policy",
+__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "default_policy_tasks",
+           "ensure_default_policy", "load_policy",
            "policy_key", "recipe_for", "train_dir"]
