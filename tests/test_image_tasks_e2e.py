@@ -216,6 +216,52 @@ def test_train_arm_m_two_steps_on_image_tasks(tmp_path, warm_policy, image_tasks
     assert all(by_id[i].repo_dir is None for i in {t["task_id"] for t in trajs})
 
 
+def test_default_warm_start_of_image_tasks_is_the_bundled_policy(image_tasks, split_file):
+    """bundled-image:train warm-starts on its bundled twins (same cache key as a bundled run);
+    an image-only set without twins, or a twin that differs, is refused naming --model."""
+    import dataclasses
+
+    from ecredit_trl.policy.warmstart import default_policy_tasks, policy_key, recipe_for
+    from eval.splits import load_tasks
+
+    img = load_tasks("bundled-image:train", purpose="train")
+    bundled = load_tasks("bundled:train", purpose="train")
+    assert all(t.repo_dir is None for t in img) and all(t.repo_dir for t in bundled)
+    chosen = default_policy_tasks("bundled-image:train", img)
+    assert [t.instance_id for t in chosen] == [t.instance_id for t in bundled]
+    assert all(t.repo_dir for t in chosen)
+    r = recipe_for()
+    assert policy_key(chosen, r) == policy_key(bundled, r) != policy_key(img, r)
+    assert default_policy_tasks("bundled:train", bundled) == bundled  # unchanged
+    with pytest.raises(ValueError, match=r"--model: 2 training task\(s\) of .*two\.jsonl"):
+        default_policy_tasks(str(split_file), load_tasks(str(split_file)))
+    changed = [dataclasses.replace(img[0], patch=img[0].patch + "\n")] + img[1:]
+    with pytest.raises(ValueError, match=rf"--model: task\(s\) \['{img[0].instance_id}'\]"):
+        default_policy_tasks("bundled-image:train", changed)
+
+
+def test_train_without_model_on_image_tasks_reuses_the_bundled_policy(tmp_path, warm_policy,
+                                                                      capsys):
+    """train.main on bundled-image:train without --model: the cached bundled policy, 1 step."""
+    from ecredit_trl.train import main
+
+    stamp = (Path(warm_policy) / "warmstart.json").stat().st_mtime_ns
+    runs = tmp_path / "runs"
+    rc = main(["--arm", "O", "--max_steps", "1", "--runs_dir", str(runs), "--tasks",
+               "bundled-image:train", "--max_tasks", "1", "--save_steps", "100"])
+    assert rc == 0
+    assert f"warmstart: reusing cached policy {warm_policy}" in capsys.readouterr().out
+    assert (Path(warm_policy) / "warmstart.json").stat().st_mtime_ns == stamp  # not retrained
+    (run,) = runs.iterdir()
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["model"]["path"] == str(warm_policy) and cfg["model"]["model"] is None
+    (ledger,) = _jsonl(run / "ledger.jsonl")
+    trajs = _jsonl(run / "trajectories.jsonl")
+    assert ledger["step"] == 1 and len(trajs) == ledger["rollouts"] == 4
+    assert not [t for t in trajs if t["exclusion"] == "sandbox_setup"]
+    assert ledger["trials_factual"] == len(trajs)
+
+
 # ---------------------------------------------------------------------------
 # the pilot
 # ---------------------------------------------------------------------------

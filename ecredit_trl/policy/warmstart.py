@@ -132,8 +132,8 @@ def default_policy_tasks(source: str, tasks) -> list:
     Returns: the warm-start tasks (a new list).
     Raises:
         ValueError: naming ``--model`` when some task has no ``repo_dir`` and ``source``
-            has no twin, or when an image task's id, base commit, problem statement or gold
-            patch differs from its twin's.
+            has no twin, or when an image task's problem statement, gold patch or bundled
+            base commit (``extra["bundled_base_commit"]``) differs from its twin's.
     """
     tasks = list(tasks)
     no_repo = [t.instance_id for t in tasks if not getattr(t, "repo_dir", None)]
@@ -151,15 +151,23 @@ def default_policy_tasks(source: str, tasks) -> list:
 
     twins = load_tasks(f"{twin}{sep}{split}", purpose="train")
     by_id = {t.instance_id: t for t in twins}
-    fields = ("base_commit", "problem_statement", "patch")
     bad = [t.instance_id for t in tasks if t.instance_id not in by_id
-           or any(getattr(t, f) != getattr(by_id[t.instance_id], f) for f in fields)]
+           or not _same_task(t, by_id[t.instance_id])]
     if bad:
         raise ValueError(
             f"--model: task(s) {bad[:5]} of {source!r} have no identical twin in "
-            f"{twin}{sep}{split} (id, base commit, problem statement, gold patch); rebuild the "
-            "image tasks (python -m eval.build_tasks --image-tasks) or give --model")
+            f"{twin}{sep}{split} (id, problem statement, gold patch, bundled base commit); "
+            "rebuild the image tasks (python -m eval.build_tasks --image-tasks) or give --model")
     return twins
+
+
+def _same_task(image_task, twin) -> bool:
+    """Same problem statement and gold patch, and the image task was made from the twin's
+    base commit (``extra["bundled_base_commit"]``; the image repository has its own commits,
+    :mod:`eval.bundled.imagetasks`)."""
+    return (image_task.problem_statement == twin.problem_statement
+            and image_task.patch == twin.patch
+            and (image_task.extra or {}).get("bundled_base_commit") == twin.base_commit)
 
 
 def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: int | None = None,
