@@ -151,6 +151,17 @@ def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runti
     assert all(not r["classification"]["unknown"] for r in slots), slots
 
 
+def test_eval_run_help_names_the_image_split(capsys):
+    from eval.run import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--split SPLIT official500 | holdout100 | bundled[:train|:holdout] | " \
+           "bundled-image[:train|:holdout]" in text
+
+
 def test_controls_admit_image_tasks(split_file, tmp_path, podman_runtime):
     from eval.controls import run_controls
 

@@ -22,6 +22,10 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    shrinkage ``s`` / cap flag / m / L of :func:`ecredit_trl.credit.coefficients.credit_stats`
    (arm M).
 
+Image-held tasks (no ``repo_dir``, issue 13 §4) are replayed from S_0 = the image's tree at
+reset, the base their training rollouts start from (:mod:`ecredit_trl.credit.taskbase`); their
+trials run in the task images as for any task.
+
 A trial that ends in ``infra_error`` (after the pool's retries) has no utility; any
 other exit class (``ok``, ``apply_failed``, ``timeout``, ``oom``) is graded, so a
 missing observation is attributed to the artifact only when the task's control
