@@ -329,3 +329,19 @@ def test_pilot_on_image_tasks(tmp_path, image_tasks, podman_runtime):
             release(env)
     finally:
         ctx.close()
+
+
+def test_pilot_and_scripted_refuse_a_task_without_repository_or_image(image_tasks, tmp_path):
+    import dataclasses
+
+    from ecredit_trl.credit.pilot import run_pilot
+    from ecredit_trl.credit.scripted import scripted_for_task
+    from ecredit_trl.credit.trajectory import FileWrite, Trajectory, Turn
+
+    t = dataclasses.replace(image_tasks[0], image="")
+    traj = Trajectory(t.instance_id, 0, False, (Turn(5, {"x.txt": FileWrite(b"x\n")}),))
+    with pytest.raises(ValueError, match=r"tasks: neither repo_dir nor image for \['"):
+        run_pilot([t], [traj], tmp_path / "p", runtime="local", log=lambda _m: None)
+    assert not (tmp_path / "p").exists()  # refused before anything is written
+    with pytest.raises(ValueError, match=rf"image: task {t.instance_id} has neither"):
+        scripted_for_task(t)
