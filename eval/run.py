@@ -1,7 +1,7 @@
 """Policy evaluation: per-rollout success on a split with a fixed denominator.
 
 ``python -m eval.run --model PATH_OR_RUN_DIR --split official500|holdout100|bundled|
-bundled:holdout|FILE --n N --out DIR [--runtime podman|local --concurrency C --seed S
+bundled:holdout|bundled-image[:holdout]|FILE --n N --out DIR [--runtime podman|local --concurrency C --seed S
 --rollouts FILE --admission MANIFEST --max-turns K --max-new-tokens T --temperature X
 --batch-size B --agent-concurrency A --use-vllm]``
 
@@ -412,7 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     still written), 2 on bad input (the message names the flag, field or path)."""
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
-    ap.add_argument("--split", help="official500 | holdout100 | bundled | bundled:train | bundled:holdout | FILE")
+    ap.add_argument("--split", help="official500 | holdout100 | bundled[:train|:holdout] | "
+                    "bundled-image[:train|:holdout] (the image-held stand-ins: python -m "
+                    "eval.build_tasks --image-tasks) | swegym:PATH | swesmith:PATH | FILE "
+                    "(eval.splits.load_tasks)")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
