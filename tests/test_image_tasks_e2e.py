@@ -149,6 +149,10 @@ def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runti
     slots = _jsonl(out / "slots.jsonl")
     assert len(slots) == 4
     assert all(not r["classification"]["unknown"] for r in slots), slots
+    # every slot records the limits its trial ran under, control-answered slots included
+    # (stand-in image tasks have no repo_dir: the harness limits, issue 13 §6)
+    assert [r["trial"]["limits"]["source"] for r in slots] == ["harness"] * 4
+    assert {r["trial"]["limits"]["timeout_s"] for r in slots} == {1800.0}
 
 
 def test_eval_run_help_names_the_image_split(capsys):
