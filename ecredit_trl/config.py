@@ -41,7 +41,9 @@ class ECreditConfig(GRPOConfig):
         default_factory=lambda: list(DEFAULT_SNAPSHOT_IGNORE),
         metadata={"help": "generated files never recorded in snapshots (dir/ = a directory "
                           "at any depth, name = a file name, a/b = a path; fnmatch globs)"})
-    selection_seed: int = field(default=0, metadata={"help": "run seed of block selection"})
+    selection_seed: int | None = field(default=None, metadata={
+        "help": "run seed of block selection (default: the run's --seed, so the seeds of a "
+                "study do not share one selection stream; an explicit value wins)"})
     runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
         default_factory=list,
@@ -93,6 +95,8 @@ class ECreditConfig(GRPOConfig):
     runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
 
     def __post_init__(self) -> None:
+        if self.selection_seed is None:  # issue 14 §4: one selection stream per run seed
+            self.selection_seed = self.seed
         if self.arm not in ARMS:
             raise ValueError(f"arm: expected one of {ARMS}, got {self.arm!r}")
         if self.runtime not in ("podman", "local"):

@@ -268,9 +268,11 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
 
 def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     """The training tasks (``--max_tasks`` of them) and the policy's path: ``--model``, or
-    the embedded policy, built and warm-started on every training task on first use.
+    the embedded policy, built and warm-started on every training task on first use
+    (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`).
 
-    Raises: ValueError (no training tasks), FileNotFoundError (a local ``--model`` path
+    Raises: ValueError (no training tasks; image-held tasks without ``--model`` and without
+    a bundled twin), FileNotFoundError (a local ``--model`` path
     that is no directory).
     """
     from eval.splits import load_tasks
@@ -284,11 +286,12 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
         require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
                             cfg.tasks)
     if margs.model is None:
-        from ecredit_trl.policy.warmstart import ensure_default_policy
+        from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
 
-        # warm-started on every training task, so --max_tasks reuses the cached policy
+        # warm-started on every training task, so --max_tasks reuses the cached policy (image
+        # tasks: on their bundled twins; other image-only sets need --model)
         kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
-        model_path = ensure_default_policy(all_tasks, **kw)
+        model_path = ensure_default_policy(default_policy_tasks(cfg.tasks, all_tasks), **kw)
     else:
         model_path = margs.model
         looks_local = model_path.startswith(("/", ".", "~")) or Path(model_path).exists()

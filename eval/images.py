@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         images = split_images(args.split)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: the hub is unreachable
         print(f"error: --split {args.split}: {exc}", file=sys.stderr)
         return 2
     if args.cmd == "list":

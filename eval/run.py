@@ -1,7 +1,7 @@
 """Policy evaluation: per-rollout success on a split with a fixed denominator.
 
 ``python -m eval.run --model PATH_OR_RUN_DIR --split official500|holdout100|bundled|
-bundled:holdout|FILE --n N --out DIR [--runtime podman|local --concurrency C --seed S
+bundled:holdout|bundled-image[:holdout]|FILE --n N --out DIR [--runtime podman|local --concurrency C --seed S
 --rollouts FILE --admission MANIFEST --max-turns K --max-new-tokens T --temperature X
 --batch-size B --agent-concurrency A --use-vllm]``
 
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -130,7 +131,7 @@ def run_binding(*, model_sha256: str, split: str, tasks_sha256: str, seed: int, 
 
 
 def _check_args(n, concurrency: int, model, rollouts, batch_size: int = 1,
-                agent_concurrency: int = 1) -> None:
+                agent_concurrency: int = 1, use_vllm: bool = False) -> None:
     if not isinstance(n, int) or n < 1:
         raise EvalInputError(f"--n: must be an int >= 1, got {n!r}")
     for flag, v in (("--concurrency", concurrency), ("--batch-size", batch_size),
@@ -139,6 +140,10 @@ def _check_args(n, concurrency: int, model, rollouts, batch_size: int = 1,
             raise EvalInputError(f"{flag}: must be >= 1, got {v}")
     if model is None and rollouts is None:
         raise EvalInputError("--model is required unless --rollouts is given")
+    if use_vllm and rollouts is None and importlib.util.find_spec("vllm") is None:
+        # refused before anything is written (not as unknown slots after the subprocess died)
+        raise EvalInputError("--use-vllm: vllm is not installed in this environment "
+                             "(pip install vllm on a CUDA host; or drop --use-vllm)")
 
 
 def _bind_out(out: Path, run_cfg: dict) -> None:
@@ -290,7 +295,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     from eval.splits import load_tasks
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    _check_args(n, concurrency, model, rollouts, batch_size, agent_concurrency)
+    _check_args(n, concurrency, model, rollouts, batch_size, agent_concurrency, use_vllm)
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     t_start = time.time()
     out = Path(out)
@@ -412,7 +417,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     still written), 2 on bad input (the message names the flag, field or path)."""
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
-    ap.add_argument("--split", help="official500 | holdout100 | bundled | bundled:train | bundled:holdout | FILE")
+    ap.add_argument("--split", help="official500 | holdout100 | bundled[:train|:holdout] | "
+                    "bundled-image[:train|:holdout] (the image-held stand-ins: python -m "
+                    "eval.build_tasks --image-tasks) | swegym:PATH | swesmith:PATH | FILE "
+                    "(eval.splits.load_tasks)")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")

@@ -267,11 +267,13 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         official: a SWE-bench (Verified) row: its ``image`` is a Docker Hub name and gets
             registry-qualified (:func:`docker_hub_name`); without one the image is
             :func:`sandbox.images.swebench_image`.
-        base_dir: a relative ``repo_dir`` is resolved against it.
+        base_dir: the task file's folder: a relative ``repo_dir`` is resolved against it,
+            and a ``repo_dir`` of a row read from a file must be a git repository.
 
     Raises:
         ValueError: ``"<source> row <n>: field '<name>' ..."`` for a missing or mistyped
-            field, a non-list / non-JSON test list, an empty FAIL_TO_PASS, duplicate ids.
+            field, a non-list / non-JSON test list, an empty FAIL_TO_PASS, duplicate ids, a
+            ``repo_dir`` (rows read from a file) that is not a git repository.
     """
     where = _where(source, row_no)
     if hasattr(row, "keys") and not isinstance(row, dict):
@@ -316,8 +318,15 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
             extra[key] = value
     image, log_parser, eval_script, script_src = _verifier_fields(row, where, official)
     repo_dir = row.get("repo_dir")
-    if repo_dir and base_dir is not None and not Path(repo_dir).is_absolute():
-        repo_dir = str((base_dir / repo_dir).resolve())
+    if repo_dir and base_dir is not None:
+        given = repo_dir
+        if not Path(repo_dir).is_absolute():  # relative to the folder of the task file
+            repo_dir = str((base_dir / repo_dir).resolve())
+        if not Path(repo_dir, ".git").exists() and not Path(repo_dir, "HEAD").is_file():
+            # refused at load, not at the first rollout (a copied row keeps a relative path)
+            raise ValueError(f"{where}: field 'repo_dir' {given!r} is not a git repository "
+                             f"(resolved to {repo_dir}; a relative repo_dir is relative to the "
+                             "folder of the task file)")
     return Task(
         instance_id=row["instance_id"], repo=row["repo"], base_commit=row["base_commit"],
         problem_statement=row["problem_statement"], patch=row["patch"],

@@ -10,7 +10,8 @@ PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
 need_apt=()
-for tool in podman runc debootstrap git patch; do
+# docker-registry: a local registry for the real podman-py pull test (tests/test_images_pull.py)
+for tool in podman runc debootstrap git patch docker-registry; do
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -18,7 +19,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then echo "[setup] need root to install ${need_apt[*]}" >&2; exit 1; fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq podman runc debootstrap git patch uidmap >/dev/null
+  apt-get install -y -qq podman runc debootstrap git patch uidmap docker-registry >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -149,6 +149,21 @@ def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runti
     slots = _jsonl(out / "slots.jsonl")
     assert len(slots) == 4
     assert all(not r["classification"]["unknown"] for r in slots), slots
+    # every slot records the limits its trial ran under, control-answered slots included
+    # (stand-in image tasks have no repo_dir: the harness limits, issue 13 §6)
+    assert [r["trial"]["limits"]["source"] for r in slots] == ["harness"] * 4
+    assert {r["trial"]["limits"]["timeout_s"] for r in slots} == {1800.0}
+
+
+def test_eval_run_help_names_the_image_split(capsys):
+    from eval.run import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--split SPLIT official500 | holdout100 | bundled[:train|:holdout] | " \
+           "bundled-image[:train|:holdout]" in text
 
 
 def test_controls_admit_image_tasks(split_file, tmp_path, podman_runtime):
@@ -216,28 +231,121 @@ def test_train_arm_m_two_steps_on_image_tasks(tmp_path, warm_policy, image_tasks
     assert all(by_id[i].repo_dir is None for i in {t["task_id"] for t in trajs})
 
 
+def test_default_warm_start_of_image_tasks_is_the_bundled_policy(image_tasks, split_file):
+    """bundled-image:train warm-starts on its bundled twins (same cache key as a bundled run);
+    an image-only set without twins, or a twin that differs, is refused naming --model."""
+    import dataclasses
+
+    from ecredit_trl.policy.warmstart import default_policy_tasks, policy_key, recipe_for
+    from eval.splits import load_tasks
+
+    img = load_tasks("bundled-image:train", purpose="train")
+    bundled = load_tasks("bundled:train", purpose="train")
+    assert all(t.repo_dir is None for t in img) and all(t.repo_dir for t in bundled)
+    chosen = default_policy_tasks("bundled-image:train", img)
+    assert [t.instance_id for t in chosen] == [t.instance_id for t in bundled]
+    assert all(t.repo_dir for t in chosen)
+    r = recipe_for()
+    assert policy_key(chosen, r) == policy_key(bundled, r) != policy_key(img, r)
+    assert default_policy_tasks("bundled:train", bundled) == bundled  # unchanged
+    with pytest.raises(ValueError, match=r"--model: 2 training task\(s\) of .*two\.jsonl"):
+        default_policy_tasks(str(split_file), load_tasks(str(split_file)))
+    changed = [dataclasses.replace(img[0], patch=img[0].patch + "\n")] + img[1:]
+    with pytest.raises(ValueError, match=rf"--model: task\(s\) \['{img[0].instance_id}'\]"):
+        default_policy_tasks("bundled-image:train", changed)
+
+
+def test_train_without_model_on_image_tasks_reuses_the_bundled_policy(tmp_path, warm_policy,
+                                                                      capsys):
+    """train.main on bundled-image:train without --model: the cached bundled policy, 1 step."""
+    from ecredit_trl.train import main
+
+    stamp = (Path(warm_policy) / "warmstart.json").stat().st_mtime_ns
+    runs = tmp_path / "runs"
+    rc = main(["--arm", "O", "--max_steps", "1", "--runs_dir", str(runs), "--tasks",
+               "bundled-image:train", "--max_tasks", "1", "--save_steps", "100"])
+    assert rc == 0
+    assert f"warmstart: reusing cached policy {warm_policy}" in capsys.readouterr().out
+    assert (Path(warm_policy) / "warmstart.json").stat().st_mtime_ns == stamp  # not retrained
+    (run,) = runs.iterdir()
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["model"]["path"] == str(warm_policy) and cfg["model"]["model"] is None
+    (ledger,) = _jsonl(run / "ledger.jsonl")
+    trajs = _jsonl(run / "trajectories.jsonl")
+    assert ledger["step"] == 1 and len(trajs) == ledger["rollouts"] == 4
+    assert not [t for t in trajs if t["exclusion"] == "sandbox_setup"]
+    assert ledger["trials_factual"] == len(trajs)
+
+
 # ---------------------------------------------------------------------------
 # the pilot
 # ---------------------------------------------------------------------------
 
 def test_pilot_on_image_tasks(tmp_path, image_tasks, podman_runtime):
+    """Scripted rollouts and the pilot's replay start from S_0 = the image's tree at reset
+    (the base the agent environment starts from), trials run in the task images."""
+    from test_pilot import _check_signs, _check_table_against_records
+
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from ecredit_trl.credit.pilot import run_pilot
-    from ecredit_trl.credit.scripted import scripted_trajectories
+    from ecredit_trl.credit.scripted import KINDS, scripted_trajectories
 
     tasks = _one_per_project(image_tasks)[:2]
-    try:
-        trajs = scripted_trajectories(tasks, max_tasks=2)
-    except ValueError as exc:
-        if "no repo_dir" not in str(exc):
-            raise
-        pytest.skip("missing piece: the pilot's scripted rollouts (ecredit_trl/credit/"
-                    "scripted.py) and its replay (ecredit_trl/credit/pilot.py) need a host "
-                    "repo_dir; building and replaying them in the image's /testbed "
-                    f"(sandbox.imagetree) is not implemented yet ({exc})")
-    assert len(trajs) >= 8
+    assert len(tasks) == 2 and all(t.repo_dir is None for t in tasks)
+    trajs = scripted_trajectories(tasks, max_tasks=2)
+    # one-line mutations: the gold fix cannot be split, so 5 kinds per task
+    assert [(t.task_id, t.rollout_index) for t in trajs] == [
+        (t.instance_id, KINDS.index(k)) for t in sorted(tasks, key=lambda t: t.repo)
+        for k in KINDS if k != "gold_split"]
     out = tmp_path / "pilot"
     table = run_pilot(tasks, trajs, out, seed=0, concurrency=2, runtime=podman_runtime,
                       timeout_s=300, log=lambda _m: None)
     records = _jsonl(out / "records.jsonl")
-    assert table["usable"] >= 2 and records
-    assert {r["task_id"] for r in records} <= {t.instance_id for t in tasks}
+    trials = _jsonl(out / "trials.jsonl")
+    _check_table_against_records(table, records, trials)
+    assert table["planned"] == len(records) == 10
+    assert table["excluded"]["format_error"] == 2
+    assert table["excluded"]["no_eligible_block"] == 2  # tests_only
+    assert table["excluded"]["no_original_utility"] == 0
+    assert table["usable"] == 6  # mixed, gold_only, nofix of each task
+    assert table["trials"]["factual"] == table["trials"]["counterfactual"] == 6
+    assert sum(t["role"] == "control" for t in trials) == 2
+    assert all(t["exit_class"] == "ok" for t in trials), trials
+    by_key = {(r["task_id"], r["rollout_index"]): r for r in records}
+    for t in tasks:
+        g = by_key[(t.instance_id, KINDS.index("gold_only"))]
+        assert g["resolved_P"] and g["D"] == 1.0 and g["ablation"]["artifact_empty"]
+        n = by_key[(t.instance_id, KINDS.index("nofix"))]
+        assert not n["resolved_P"] and n["D"] == 0
+    assert _check_signs(records) >= 4
+    assert table["meta"]["selections_before_trials"]
+    # S_0 of every replay is the tree an agent rollout of the task starts from
+    ctx = AgentContext(tasks={t.instance_id: t for t in tasks}, runtime=podman_runtime,
+                       workroot=str(tmp_path / "wr"))
+    try:
+        for t in tasks:
+            env = SWEAgentEnv(ctx)
+            env.reset(instance_id=t.instance_id)
+            assert env.failure is None, env.failure
+            s0 = {r["snapshots"][0] for r in records
+                  if r["task_id"] == t.instance_id and r.get("snapshots")}
+            assert s0 == {env.base_tree}
+            release(env)
+    finally:
+        ctx.close()
+
+
+def test_pilot_and_scripted_refuse_a_task_without_repository_or_image(image_tasks, tmp_path):
+    import dataclasses
+
+    from ecredit_trl.credit.pilot import run_pilot
+    from ecredit_trl.credit.scripted import scripted_for_task
+    from ecredit_trl.credit.trajectory import FileWrite, Trajectory, Turn
+
+    t = dataclasses.replace(image_tasks[0], image="")
+    traj = Trajectory(t.instance_id, 0, False, (Turn(5, {"x.txt": FileWrite(b"x\n")}),))
+    with pytest.raises(ValueError, match=r"tasks: neither repo_dir nor image for \['"):
+        run_pilot([t], [traj], tmp_path / "p", runtime="local", log=lambda _m: None)
+    assert not (tmp_path / "p").exists()  # refused before anything is written
+    with pytest.raises(ValueError, match=rf"image: task {t.instance_id} has neither"):
+        scripted_for_task(t)

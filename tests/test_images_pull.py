@@ -216,3 +216,14 @@ def test_a_split_name_is_handed_to_eval_images():
     assert proc.returncode == 0, proc.stderr
     n = len(split_images("bundled:holdout"))
     assert proc.stdout.splitlines()[-1] == f"{n} images: {n} present, 0 pulled, 0 failed"
+
+
+def test_pull_of_an_unreachable_hub_split_is_one_error_line(capsys):
+    """official500 from the hub, offline (HF_HUB_OFFLINE=1 in tests): exit 2 with one line
+    naming the split and the local-copy way out, no traceback."""
+    from eval.images import main
+
+    assert main(["pull", "--split", "official500"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --split official500: ") and "official500:PATH" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -182,6 +182,23 @@ def test_save_and_reload_roundtrip(tmp_path):
     assert load_tasks(str(tmp_path / "out.jsonl")) == tasks
 
 
+def test_repo_dir_is_checked_when_the_file_is_loaded(tmp_path):
+    """A row copied out of its task folder keeps its relative repo_dir: refused at load, naming
+    the field, the row and where the path resolved (not at the first rollout)."""
+    rows = [swe_row(0, repo_dir="repos/proj")]
+    src = tmp_path / "copy" / "t.jsonl"
+    src.parent.mkdir()
+    with pytest.raises(ValueError, match=r"row 1: field 'repo_dir' 'repos/proj' is not a git "
+                       r"repository \(resolved to .*copy/repos/proj"):
+        load_tasks(write_jsonl(src, rows))
+    (src.parent / "repos" / "proj").mkdir(parents=True)  # a folder, still no repository
+    with pytest.raises(ValueError, match="field 'repo_dir'"):
+        load_tasks(str(src))
+    git(src.parent / "repos" / "proj", "init", "-q")
+    (task,) = load_tasks(str(src))
+    assert task.repo_dir == str((src.parent / "repos" / "proj").resolve())
+
+
 # ---------------------------------------------------------------------------
 # official500
 # ---------------------------------------------------------------------------

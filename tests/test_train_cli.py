@@ -27,3 +27,16 @@ def test_bad_arguments_fail_with_one_line(args, expected, tmp_path):
     assert "Traceback" not in proc.stderr
     assert "usage:" not in proc.stderr  # not the hundreds of fields before the one line
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_selection_seed_defaults_to_the_run_seed():
+    """Issue 14 §4: every seed of a study gets its own block-selection stream; an explicit
+    selection_seed still wins."""
+    from ecredit_trl.train import parse_args
+
+    cfg, _ = parse_args(["--arm", "B", "--seed", "7"])
+    assert (cfg.seed, cfg.selection_seed) == (7, 7)
+    cfg, _ = parse_args(["--arm", "B", "--seed", "7", "--selection_seed", "3"])
+    assert (cfg.seed, cfg.selection_seed) == (7, 3)
+    cfg, _ = parse_args(["--arm", "B"])
+    assert cfg.selection_seed == cfg.seed  # the embedded default seed

@@ -92,3 +92,15 @@ def test_eval_refuses_bad_batch_flags(tmp_path):
         with pytest.raises(EvalInputError, match=flag):
             evaluate(model="m", split="bundled", n=1, out=tmp_path / "o", **kw)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed")
+def test_eval_run_refuses_use_vllm_without_vllm_before_writing(tmp_path, capsys):
+    """eval.run checks for vLLM up front: exit 2 naming the flag, no output folder (not a
+    0/N report of unknown slots after the rollout subprocess died)."""
+    from eval.run import main
+
+    rc = main(["--model", str(tmp_path / "nope"), "--split", "bundled:train", "--n", "1",
+               "--out", str(tmp_path / "ev"), "--use-vllm"])
+    assert rc == 2 and "--use-vllm: vllm is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()

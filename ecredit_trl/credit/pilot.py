@@ -22,6 +22,10 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    shrinkage ``s`` / cap flag / m / L of :func:`ecredit_trl.credit.coefficients.credit_stats`
    (arm M).
 
+Image-held tasks (no ``repo_dir``, issue 13 §4) are replayed from S_0 = the image's tree at
+reset, the base their training rollouts start from (:mod:`ecredit_trl.credit.taskbase`); their
+trials run in the task images as for any task.
+
 A trial that ends in ``infra_error`` (after the pool's retries) has no utility; any
 other exit class (``ok``, ``apply_failed``, ``timeout``, ``oom``) is graded, so a
 missing observation is attributed to the artifact only when the task's control
@@ -58,6 +62,7 @@ from ecredit_trl.credit.blocks import (
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.pilot_report import EXCLUSIONS, pilot_table, render_markdown
 from ecredit_trl.credit.pilot_trials import PilotTrials
+from ecredit_trl.credit.taskbase import s0_source
 from ecredit_trl.credit.trajectory import (
     ReplayError,
     Trajectory,
@@ -119,7 +124,10 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     Args:
         tasks: :class:`eval.tasks.Task` list; every trajectory's ``task_id`` must
             be one of their ``instance_id`` s and those tasks need a ``repo_dir``
-            (the local git repository the replay checks out).
+            (the local git repository the replay checks out) or, image-held, an
+            ``image`` present locally: the replay then starts from S_0 = the image's
+            tree at reset, the base the training rollouts start from
+            (:func:`ecredit_trl.credit.taskbase.s0_source`).
         trajectories: the rollouts (:func:`ecredit_trl.credit.trajectory.load_trajectories`).
         out_dir: output folder (created; files in it are replaced).
         seed: run seed of the selection RNG.
@@ -137,8 +145,9 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
         The pilot table (:func:`pilot_table`) plus ``meta``.
 
     Raises:
-        ValueError: a trajectory names an unknown task, a needed task has no
-            ``repo_dir``, or a bad λ/c/concurrency.
+        ValueError: a trajectory names an unknown task, a needed task has neither
+            ``repo_dir`` nor ``image``, or a bad λ/c/concurrency.
+        sandbox.imagetree.ImageTreeError: an image-held task's image cannot be read.
 
     source: DESIGN.md §3; issue 4
     """
@@ -217,7 +226,8 @@ def _write_outputs(out: Path, table: dict, trial_rows: list[dict], records: list
 def _check_inputs(tasks: Sequence, trajectories: Sequence[Trajectory], *, concurrency: int,
                   credit_lambda: float, credit_cap: float) -> dict:
     """instance_id → task, after checking concurrency, λ/c, that every trajectory names a
-    known task and that every replayed task has a ``repo_dir``. Raises ValueError."""
+    known task and that every replayed task has a ``repo_dir`` or an image. Raises
+    ValueError."""
     if concurrency < 1:
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
     credit_stats("M", contrast=None, token_turn=token_turns(Trajectory("x", 0, False, ())),
@@ -227,10 +237,11 @@ def _check_inputs(tasks: Sequence, trajectories: Sequence[Trajectory], *, concur
     if unknown:
         raise ValueError(f"trajectories: unknown task_id(s) {unknown[:10]} (not in the task list)")
     no_repo = sorted({tr.task_id for tr in trajectories
-                      if not tr.format_error and not by_id[tr.task_id].repo_dir})
+                      if not tr.format_error and not by_id[tr.task_id].repo_dir
+                      and not getattr(by_id[tr.task_id], "image", None)})
     if no_repo:
-        raise ValueError(f"tasks: no repo_dir for {no_repo[:10]}; replay needs the task's "
-                         "git repository locally")
+        raise ValueError(f"tasks: neither repo_dir nor image for {no_repo[:10]}; replay needs "
+                         "the task's git repository locally or its image")
     return by_id
 
 
@@ -238,12 +249,16 @@ def _plan_all(trajectories: Sequence[Trajectory], by_id: dict, *, seed: int,
               credit_lambda: float, credit_cap: float,
               test_patterns: Sequence[str]) -> list[dict]:
     """Phase A: one record per trajectory (in file order), replayed in a temporary folder
-    that is removed afterwards; no trial runs."""
+    that is removed afterwards (with the S_0 stores of image-held tasks); no trial runs."""
     records: list[dict] = []
     work_root = Path(tempfile.mkdtemp(prefix="ecredit-pilot-"))
+    sources: dict[str, tuple[str, str]] = {}
     try:
         for i, tr in enumerate(trajectories):
-            records.append(_plan_one(tr, by_id[tr.task_id] if not tr.format_error else None,
+            task = by_id[tr.task_id] if not tr.format_error else None
+            if task is not None and tr.task_id not in sources:
+                sources[tr.task_id] = s0_source(task, work_root / ".images")
+            records.append(_plan_one(tr, task, sources.get(tr.task_id),
                                      work_root / f"r{i}", seed=seed,
                                      credit_lambda=credit_lambda, credit_cap=credit_cap,
                                      test_patterns=test_patterns))
@@ -252,9 +267,11 @@ def _plan_all(trajectories: Sequence[Trajectory], by_id: dict, *, seed: int,
     return records
 
 
-def _plan_one(tr: Trajectory, task, work: Path, *, seed: int, credit_lambda: float,
-              credit_cap: float, test_patterns: Sequence[str]) -> dict:
-    """One trajectory's record: exclusion (format error, replay error, no eligible block)
+def _plan_one(tr: Trajectory, task, source: tuple[str, str] | None, work: Path, *, seed: int,
+              credit_lambda: float, credit_cap: float, test_patterns: Sequence[str]) -> dict:
+    """One trajectory's record (replayed onto ``source`` = (repository, S_0 commit) of
+    :func:`ecredit_trl.credit.taskbase.s0_source`): exclusion (format error, replay error,
+    no eligible block)
     or its selection, snapshots, both artifacts (``_factual_artifact``,
     ``_ablated_artifact``, dropped before the records are written) and m / L."""
     tt = token_turns(tr)
@@ -265,7 +282,7 @@ def _plan_one(tr: Trajectory, task, work: Path, *, seed: int, credit_lambda: flo
         rec["exclusion"] = "format_error"
         return rec
     try:
-        snaps = replay(tr, task.repo_dir, task.base_commit, work)
+        snaps = replay(tr, source[0], source[1], work)
     except ReplayError as exc:
         rec["exclusion"] = "format_error"
         rec["exclusion_detail"] = f"replay: {exc}"

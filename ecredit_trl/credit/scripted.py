@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ecredit_trl.credit.blocks import DEFAULT_TEST_PATTERNS, is_test_path, selection_seed
+from ecredit_trl.credit.taskbase import s0_source
 from ecredit_trl.credit.trajectory import (
     FileWrite,
     ReplayError,
@@ -110,19 +111,23 @@ def _first_hunks(section: str) -> str | None:
     return "".join(lines[:starts[keep]])
 
 
-def gold_info(task, tmp: Path) -> GoldInfo:
+def gold_info(task, tmp: Path, source: tuple[str, str] | None = None) -> GoldInfo:
     """Apply ``task.patch`` in scratch clones under ``tmp`` and read the contents.
+
+    ``source``: ``(repository, commit)`` of S_0 (:func:`ecredit_trl.credit.taskbase.s0_source`;
+    default ``(task.repo_dir, task.base_commit)``); it must outlive the returned reader.
 
     Raises: ReplayError when the base cannot be checked out or the gold patch
     does not apply.
     """
-    work = checkout_base(task.repo_dir, task.base_commit, tmp / "gold")
+    repo, commit = source or (task.repo_dir, task.base_commit)
+    work = checkout_base(repo, commit, tmp / "gold")
     files = sorted(_git(["ls-tree", "-r", "--name-only", "-z", "HEAD"], work)
                    .decode().split("\0"))
     files = [f for f in files if f]
 
-    def reader(path: str) -> bytes:  # reads the task repository, which outlives ``tmp``
-        return _git(["cat-file", "blob", f"{task.base_commit}:{path}"], task.repo_dir)
+    def reader(path: str) -> bytes:  # reads ``source``, which outlives the clones in ``tmp``
+        return _git(["cat-file", "blob", f"{commit}:{path}"], repo)
 
     with Snapshotter(work, store=work / ".git") as snap:  # our clone: its .git is ours alone
         _git(["apply", "--whitespace=nowarn", "-"], work, input=task.patch.encode())
@@ -141,7 +146,7 @@ def gold_info(task, tmp: Path) -> GoldInfo:
         sections = _split_sections(task.patch)
         half = _first_hunks(sections[0]) if len(sections) == 1 else None
         if half is not None:
-            w2 = checkout_base(task.repo_dir, task.base_commit, tmp / "half")
+            w2 = checkout_base(repo, commit, tmp / "half")
             _git(["apply", "--whitespace=nowarn", "-"], w2, input=half.encode())
             p = paths[0]
             content = (w2 / p).read_bytes()
@@ -155,36 +160,46 @@ def _pick(rng: random.Random, items: Sequence[str]) -> str | None:
 
 
 def scripted_for_task(task, *, kinds: Sequence[str] = KINDS, seed: int = 0,
-                      test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS) -> list[Trajectory]:
+                      test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+                      cache_dir: str | Path | None = None) -> list[Trajectory]:
     """Scripted rollouts of one task (see the module docstring for the kinds).
 
     Args:
-        task: an :class:`eval.tasks.Task` with ``repo_dir``, ``base_commit`` and
-            a gold ``patch``.
+        task: an :class:`eval.tasks.Task` with a gold ``patch`` and either ``repo_dir`` +
+            ``base_commit`` or, image-held, an ``image`` present locally: then the writes
+            are made against S_0 = the image's tree at reset, the base the agent
+            environment starts from (:func:`ecredit_trl.credit.taskbase.s0_source`).
         kinds: which kinds to build, a subset of :data:`KINDS`.
         seed: seeds token counts and the choice of noise/repair/doc files.
         test_patterns: test-path patterns (files matching them are never used
             as noise or repair targets).
+        cache_dir: where an image's S_0 store is made (default: a temporary folder
+            removed before returning).
 
     Returns: one :class:`Trajectory` per kind (``gold_split`` only when the fix can be
     split); rollout index = ``KINDS.index(kind)``.
 
     Raises:
-        ValueError: an unknown kind or a task without ``repo_dir``.
+        ValueError: an unknown kind, or a task with neither ``repo_dir`` nor ``image``.
         ReplayError: the gold patch does not apply to the base.
+        sandbox.imagetree.ImageTreeError: the task's image cannot be read.
     """
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise ValueError(f"kinds: unknown {bad}; expected a subset of {KINDS}")
-    if not task.repo_dir:
-        raise ValueError(f"task {task.instance_id}: no repo_dir (scripted rollouts need the "
-                         "task's git repository)")
-    rng = random.Random(selection_seed(seed, task.instance_id, -1))
     tmp = Path(tempfile.mkdtemp(prefix="ecredit-scripted-"))
-    try:
-        info = gold_info(task, tmp)
+    try:  # the S_0 store (image tasks) must outlive gold_info: its reader is used below
+        source = s0_source(task, cache_dir or tmp / "images")
+        info = gold_info(task, tmp, source)
+        return _build(task, info, kinds, seed, test_patterns)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(task, info: GoldInfo, kinds: Sequence[str], seed: int,
+           test_patterns: Sequence[str]) -> list[Trajectory]:
+    """The trajectories of :func:`scripted_for_task` from the task's :class:`GoldInfo`."""
+    rng = random.Random(selection_seed(seed, task.instance_id, -1))
     tg = _targets(info, rng, test_patterns)
     turn = _TurnMaker(rng)  # every turn draws its token count: the call order is the seed's
     common = {
@@ -351,7 +366,8 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
     """Scripted rollouts over several tasks, picked round-robin over repositories.
 
     Args:
-        tasks: :class:`eval.tasks.Task` list (with ``repo_dir``).
+        tasks: :class:`eval.tasks.Task` list (with ``repo_dir``, or image-held: see
+            :func:`scripted_for_task`).
         kinds: kinds per task (see :data:`KINDS`).
         seed: see :func:`scripted_for_task`.
         max_tasks: use at most this many tasks (None: all), alternating repositories
@@ -371,8 +387,12 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
     if max_tasks is not None:
         order = order[:max_tasks]
     out: list[Trajectory] = []
-    for t in order:
-        out.extend(scripted_for_task(t, kinds=kinds, seed=seed))
+    cache = Path(tempfile.mkdtemp(prefix="ecredit-scripted-images-"))
+    try:  # one S_0 store per image, shared by its tasks
+        for t in order:
+            out.extend(scripted_for_task(t, kinds=kinds, seed=seed, cache_dir=cache))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     return out
 
 

@@ -108,6 +108,68 @@ def policy_key(tasks, recipe: dict) -> str:
     return h.hexdigest()
 
 
+#: Image-held task sets with host-repository twins (same ids, problem statements and gold
+#: patches): their default policy is the twin's (issue 13 §4: ``bundled-image`` is made from
+#: the bundled projects). Source name -> twin source name; the split suffix is kept.
+DEMO_TWINS = {"bundled-image": "bundled"}
+
+
+def default_policy_tasks(source: str, tasks) -> list:
+    """The tasks the embedded default policy of a training run on ``source`` is warm-started on.
+
+    Its demonstrations are made in a host repository (:mod:`ecredit_trl.policy.demos`), so:
+
+    * every task has a ``repo_dir``: ``tasks`` themselves;
+    * ``source`` is ``bundled-image[:train|:holdout]`` (:data:`DEMO_TWINS`): the bundled
+      twin split (``bundled[:...]``, loaded with ``purpose="train"``), so the policy cache
+      key is the bundled run's and a cached policy is reused, never retrained;
+    * otherwise (image-held tasks without a twin) no default can be made.
+
+    Args:
+        source: the ``--tasks`` value (an ``eval.splits.load_tasks`` source).
+        tasks: the tasks it loaded (``eval.tasks.Task``-like).
+
+    Returns: the warm-start tasks (a new list).
+    Raises:
+        ValueError: naming ``--model`` when some task has no ``repo_dir`` and ``source``
+            has no twin, or when an image task's problem statement, gold patch or bundled
+            base commit (``extra["bundled_base_commit"]``) differs from its twin's.
+    """
+    tasks = list(tasks)
+    no_repo = [t.instance_id for t in tasks if not getattr(t, "repo_dir", None)]
+    if not no_repo:
+        return tasks
+    name, sep, split = source.partition(":")
+    twin = DEMO_TWINS.get(name)
+    if twin is None:
+        raise ValueError(
+            f"--model: {len(no_repo)} training task(s) of {source!r} are held in images (no "
+            f"repo_dir, e.g. {no_repo[:3]}); the embedded default policy is warm-started on "
+            "demonstrations made in a host repository, so give a policy with --model "
+            "(a local model directory or a hub id)")
+    from eval.splits import load_tasks
+
+    twins = load_tasks(f"{twin}{sep}{split}", purpose="train")
+    by_id = {t.instance_id: t for t in twins}
+    bad = [t.instance_id for t in tasks if t.instance_id not in by_id
+           or not _same_task(t, by_id[t.instance_id])]
+    if bad:
+        raise ValueError(
+            f"--model: task(s) {bad[:5]} of {source!r} have no identical twin in "
+            f"{twin}{sep}{split} (id, problem statement, gold patch, bundled base commit); "
+            "rebuild the image tasks (python -m eval.build_tasks --image-tasks) or give --model")
+    return twins
+
+
+def _same_task(image_task, twin) -> bool:
+    """Same problem statement and gold patch, and the image task was made from the twin's
+    base commit (``extra["bundled_base_commit"]``; the image repository has its own commits,
+    :mod:`eval.bundled.imagetasks`)."""
+    return (image_task.problem_statement == twin.problem_statement
+            and image_task.patch == twin.patch
+            and (image_task.extra or {}).get("bundled_base_commit") == twin.base_commit)
+
+
 def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: int | None = None,
                           seed: int = 0, log=print, isolate: bool = True, **recipe) -> str:
     """Path of the warm-started default policy for ``tasks``; trains it once, then reuses it.
@@ -427,5 +489,6 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "ensure_default_policy", "load_policy",
+__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "default_policy_tasks",
+           "ensure_default_policy", "load_policy",
            "policy_key", "recipe_for", "train_dir"]

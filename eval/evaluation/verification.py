@@ -216,12 +216,13 @@ class SlotVerifier:
             if c["exit_class"] == "infra_error":
                 self.finish(key, {**unknown_slot(*key, "control_infra_error"),
                                   **rollout_fields(r), "trial_source": "empty_control",
-                                  "trial_id": c["trial_id"]})
+                                  "trial_id": c["trial_id"], "trial": c.get("trial")})
                 continue
             g = grade_trial(self.by_id[key[0]], _ControlTrial(c),
                             c["log"] if c["exit_class"] == "ok" else None)
+            # the control's trial row (limits included) answers this slot: recorded on it
             self.finish(key, {**g, **rollout_fields(r), "trial_source": "empty_control",
-                              "log_path": f"logs/{c['trial_id']}.log"})
+                              "trial": c.get("trial"), "log_path": f"logs/{c['trial_id']}.log"})
 
 
 def replay_selection(src: Path, results: dict, tasks: dict, sample: int | None,
