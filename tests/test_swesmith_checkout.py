@@ -178,6 +178,12 @@ def test_agent_reset_starts_on_the_branch_and_its_artifact_resolves(smith_image,
         assert r.exit_class == "ok", r.log
         g = grade_trial(tasks[IID], r, None)
         assert (g["resolved"], g["f2p"]) == (True, {F2P[0]: "PASSED"})
+        # the pilot's / scripted rollouts' S_0 (host-side replay) is the same branch tree
+        from ecredit_trl.credit.taskbase import s0_source
+
+        store, commit = s0_source(tasks[IID], tmp_path / "replay")
+        assert git(tmp_path, f"--git-dir={store}", "rev-parse", f"{commit}^{{tree}}") \
+            == env.base_tree
         # a second rollout: a fresh tree on the branch, the same cached S_0
         env2 = SWEAgentEnv(ctx)
         env2.reset(instance_id=IID)
