@@ -151,10 +151,15 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
             a protected path (for ``resolved_swebench``); default: for tasks whose image
             holds the repository (SWE-bench rows), not for ``repo_dir`` tasks.
 
+    A task with ``checkout_base`` (SWE-smith: its base is the instance branch
+    ``base_commit`` of the image's repository) gets ``checkout=base_commit``: the trial checks
+    that branch out in ``workdir`` before applying the artifact, and an image without it
+    ends the trial as ``infra_error`` with a ``checkout:`` error (:class:`sandbox.TrialSpec`).
+
     Raises:
-        ValueError: the task has no eval script, needs its base branch checked out in the
-            image first (``checkout_base``: not supported by the verifier yet), or its
-            repository cannot be archived.
+        ValueError: the task has no eval script, has ``checkout_base`` together with a
+            ``repo_dir``, a base branch git cannot check out, or its repository cannot be
+            archived.
     """
     from eval.protection import protected_set
     from sandbox import TrialSpec
@@ -163,10 +168,12 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
         raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
                          "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "
                          "e.g. SWE-bench/SWE-bench_Verified)")
+    checkout = None
     if task.checkout_base:
-        raise ValueError(f"checkout_base: task {task.instance_id} starts from branch "
-                         f"{task.base_commit!r} of its image's repository (SWE-smith), and the "
-                         "verifier cannot check a branch out before applying the artifact yet")
+        if task.repo_dir is not None:
+            raise ValueError(f"checkout_base: task {task.instance_id} has a repo_dir; a base "
+                             "branch is checked out only in an image's repository")
+        checkout = task.base_commit
     rule = trial_limits(task, timeout_s=timeout_s, memory=memory, cpus=cpus,
                         bundled_timeout_s=bundled_timeout_s)
     archive = repo_archive(task.repo_dir, task.base_commit) if task.repo_dir else None
@@ -175,6 +182,6 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
                      timeout_s=rule.timeout_s, limits=limits or rule.sandbox_limits(),
                      limits_source="explicit limits" if limits else rule.source,
                      labels={"ecredit.task": task.instance_id[:60], **(labels or {})},
-                     protected=protected_set(task),
+                     protected=protected_set(task), checkout=checkout,
                      swebench_pass=(task.repo_dir is None) if swebench_pass is None
                      else swebench_pass)

@@ -93,6 +93,45 @@ def image_id(image: str) -> str:
                    f"image {image!r} (is it pulled?)")
 
 
+_CHECKOUT_SH = ('G="git -c core.hooksPath=/dev/null -c advice.detachedHead=false"; '
+                'if $G rev-parse -q --verify "refs/heads/$1^{commit}" >/dev/null; then '
+                '$G checkout -q "$1" --; '
+                'elif $G rev-parse -q --verify "refs/remotes/origin/$1^{commit}" >/dev/null; then '
+                '$G checkout -q --no-track -b "$1" "refs/remotes/origin/$1" --; '
+                'else echo "no local branch $1 in $PWD (nor origin/$1)" >&2; exit 3; '
+                'fi && $G rev-parse HEAD')
+
+
+def checkout_branch(image: str, host_tree: Path, workdir: str, branch: str, *,
+                    labels: dict[str, str] | None = None) -> str:
+    """Check out ``branch`` (local, else a new local one from ``origin/<branch>``) of
+    the repository in ``host_tree`` (a tree container's
+    mounted ``workdir``) with the image's own git, in a one-off container of ``image``
+    (no network, tree bind-mounted at ``workdir``, removed after): the image's git config
+    and hooks never run on the host. The same step as the verifier's (``sandbox.trial_script``).
+
+    Returns: the commit id now at HEAD (40 hex).
+    Raises: ValueError for a bad branch name; ImageTreeError naming image, workdir and
+    branch when the image's repository has no such branch (with
+    :data:`sandbox.trial.CHECKOUT_HELP`) or git fails.
+    """
+    from sandbox.trial import CHECKOUT_HELP, check_branch
+
+    check_branch(branch, "checkout")
+    label_args = []
+    for k, v in (labels or {}).items():
+        label_args += ["--label", f"{k}={v}"]
+    what = f"checkout of branch {branch!r} at {workdir} of image {image!r}"
+    try:
+        out = _podman(["run", "--rm", "--network", "none", *label_args, "--memory", "2g",
+                       "--pids-limit", "1024", "-v", f"{Path(host_tree).resolve()}:{workdir}",
+                       "-w", workdir, "--entrypoint", "sh", image, "-c", _CHECKOUT_SH,
+                       "checkout", branch], what)
+    except ImageTreeError as exc:
+        raise ImageTreeError(f"{exc} ({CHECKOUT_HELP})") from None
+    return out.splitlines()[-1].strip()
+
+
 def _commit_tree(store: Path, tree: str) -> str:
     """A root commit of ``tree`` with the fixed identity and date of base commits."""
     proc = subprocess.run(["git", f"--git-dir={store}", "commit-tree", tree, "-m",
@@ -132,28 +171,42 @@ def _load(dest: Path) -> BaseCache:
 
 
 def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
-               ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE) -> BaseCache:
+               ignore: Iterable[str] = DEFAULT_SNAPSHOT_IGNORE,
+               checkout: str | None = None) -> BaseCache:
     """S_0 of ``image``'s ``workdir`` as a git store + index under ``cache_dir`` (made once).
 
-    The key is (image id, workdir, ignore patterns): a rebuilt image gets a new cache.
+    The key is (image id, workdir, ignore patterns, ``checkout``): a rebuilt image gets a
+    new cache. With ``checkout`` (a task whose base is a branch of the image's repository,
+    SWE-smith), S_0 is the tree after :func:`checkout_branch` of that branch in a tree
+    container (removed after), as every rollout's tree is at reset; otherwise the image's
+    tree read through ``podman image mount``.
     Cost: hashing the tree's untracked files and packing S_0's objects (once per image).
 
     Returns: the :class:`BaseCache` (``<cache_dir>/<16 hex>/``).
     Raises:
-        ImageTreeError: the image is absent or cannot be mounted, or ``workdir`` there is
-            not a git working tree (naming image and workdir).
+        ImageTreeError: the image is absent or cannot be mounted, ``workdir`` there is
+            not a git working tree (naming image and workdir), or it has no local branch
+            ``checkout``.
         ValueError: a relative ``workdir`` or bad ``ignore`` patterns.
     """
     ignore = check_patterns(ignore)
     iid = image_id(image)
-    key = hashlib.sha256(json.dumps([iid, workdir, list(ignore)]).encode()).hexdigest()[:16]
+    ident = [iid, workdir, list(ignore)] + ([checkout] if checkout is not None else [])
+    key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     dest = Path(cache_dir) / key
     if (dest / "meta.json").is_file():
         return _load(dest)
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    root = Path(_podman(["image", "mount", iid], f"image {image!r}"))
+    holder = None
+    if checkout is None:
+        root = Path(_podman(["image", "mount", iid], f"image {image!r}"))
+    else:
+        holder = open_tree(image, workdir)
+        root = holder.mountpoint
     tmp = None
     try:
+        if holder is not None:
+            checkout_branch(image, holder.path, workdir, checkout)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_dir))
         src = _in_root(root, workdir)
         if not (src / ".git").exists():
@@ -184,7 +237,7 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
             raise ImageTreeError(f"base of image {image!r} at {workdir}: {exc}") from None
         (tmp / "meta.json").write_text(json.dumps(
             {"image": image, "image_id": iid, "workdir": workdir, "commit": commit,
-             "tree": tree, "ignore": list(ignore)}))
+             "tree": tree, "ignore": list(ignore), "checkout": checkout}))
         try:
             tmp.rename(dest)
         except OSError:  # another process made it first
@@ -194,10 +247,13 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        try:
-            _podman(["image", "umount", iid], f"image {image!r}")
-        except ImageTreeError:
-            pass  # still mounted: harmless (read-only); podman image umount --all clears it
+        if holder is not None:
+            holder.close()
+        else:
+            try:
+                _podman(["image", "umount", iid], f"image {image!r}")
+            except ImageTreeError:
+                pass  # still mounted: harmless (read-only); podman image umount --all clears it
     return _load(dest)
 
 
@@ -335,4 +391,4 @@ def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] |
 
 
 __all__ = ["BaseCache", "ImageTree", "ImageTreeError", "S0_REF", "TREE_ROLE", "base_cache",
-           "image_id", "open_tree"]
+           "checkout_branch", "image_id", "open_tree"]

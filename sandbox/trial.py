@@ -22,6 +22,7 @@ from sandbox.protect import artifact_paths, check_pattern, matches
 from sandbox.trial_script import (
     APPLY_FAILED_EXIT,
     APPLY_UNEXPECTED_EXIT,
+    CHECKOUT_FAILED_EXIT,
     PROTECT_FAILED_EXIT,
     TRIAL_SCRIPT,
 )
@@ -40,6 +41,13 @@ _SWEBENCH_PASS = ">>>>> ecredit swebench-pass"
 _OOM_START = ">>>>> ecredit oom-kills-start"
 _OOM_END = ">>>>> ecredit oom-kills-end"
 _TOUCHED = ">>>>> ecredit protected-touched"
+_CHECKOUT_FAILED = ">>>>> ecredit checkout-failed"
+CHECKOUT_HELP = ("images without the instance branches (SWE-smith's published images: SWE-smith "
+                 "fetches each branch from its GitHub mirror when a container starts) need them "
+                 "fetched into a derived image first (e.g. a Containerfile FROM the image that "
+                 "runs `git fetch` of the branches into /testbed)")
+"""What to do about an image that lacks a task's base branch (in every such error)."""
+_BRANCH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@/-]*")
 SWEBENCH_LOG = "swebench.log"
 """File (in the control directory) holding the unprotected SWE-bench pass's output."""
 
@@ -80,6 +88,12 @@ class TrialSpec:
             ``resolved_swebench``); otherwise the one log serves both verdicts.
         limits_source: where ``timeout_s`` / ``limits`` came from (recorded with them on
             the result, e.g. ``"harness"``, ``"bundled+timeout_s"``); "" when not said.
+        checkout: a branch of the image's repository at ``workdir`` (local, or
+            else a new local one from ``origin/<branch>``) to check out
+            before the artifact is applied (SWE-smith: one branch per instance); None: the
+            image's tree as it is. A branch the image lacks ends the trial as
+            ``infra_error`` with a ``checkout:`` error (exit 94), never a grade of another
+            tree.
     """
 
     trial_id: str
@@ -94,6 +108,7 @@ class TrialSpec:
     protected: tuple[str, ...] = ()
     swebench_pass: bool = False
     limits_source: str = ""
+    checkout: str | None = None
 
     def limits_record(self) -> dict:
         """``{"timeout_s", "memory", "pids", "cpus", "source"}``: what the trial ran under."""
@@ -111,6 +126,11 @@ class TrialSpec:
         for i, pat in enumerate(self.protected):
             check_pattern(pat, f"protected[{i}]")
         self.protected = tuple(dict.fromkeys([*self.protected, ".git/"]))
+        if self.checkout is not None:
+            check_branch(self.checkout, "checkout")
+            if self.repo_archive is not None:
+                raise ValueError("checkout: a branch is checked out in an image's repository; "
+                                 "this spec ships its own tree (repo_archive)")
 
     def artifact_paths(self) -> list[str]:
         """Every path the artifact could touch (:func:`sandbox.protect.artifact_paths`)."""
@@ -119,6 +139,16 @@ class TrialSpec:
     def protected_named(self) -> list[str]:
         """The artifact's paths that are in the protected set (stashed and restored)."""
         return [p for p in self.artifact_paths() if matches(p, self.protected)]
+
+
+def check_branch(branch: str, field: str) -> str:
+    """``branch`` if it is a plain branch name we pass to ``git checkout`` (letters, digits,
+    ``._+@/-``, not starting with ``-``/``.``, no ``..``, no ``.lock`` end: a subset of
+    git-check-ref-format(1)); else ValueError naming ``field``."""
+    if (not isinstance(branch, str) or not _BRANCH_RE.fullmatch(branch) or ".." in branch
+            or branch.endswith((".lock", "/", ".")) or "//" in branch or "/." in branch):
+        raise ValueError(f"{field}: not a branch name git can check out: {branch!r}")
+    return branch
 
 
 @dataclass
@@ -194,7 +224,8 @@ class TrialResult:
 def control_files(spec: TrialSpec) -> bytes:
     """Tar (bytes) holding ``ecredit/``: ``trial.sh``, ``eval.sh``, ``artifact.patch``,
     ``paths.list`` (every path the artifact names) and ``protected.list`` (those in the
-    protected set), both NUL-separated, and ``swebench.pass`` when asked for."""
+    protected set), both NUL-separated, ``swebench.pass`` when asked for, and ``checkout``
+    (the branch name) when the spec has one."""
     buf = io.BytesIO()
     named = spec.artifact_paths()
     protected = [p for p in named if matches(p, spec.protected)]
@@ -209,6 +240,8 @@ def control_files(spec: TrialSpec) -> bytes:
             _add(tar, f"ecredit/{name}", data, mode=0o644)
         if spec.swebench_pass:
             _add(tar, "ecredit/swebench.pass", b"", mode=0o644)
+        if spec.checkout is not None:
+            _add(tar, "ecredit/checkout", spec.checkout.encode(), mode=0o644)
     return buf.getvalue()
 
 
@@ -299,8 +332,11 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out,
                               oom=oom or bool(res.oom_kills))
     if res.exit_class == "infra_error" and res.error is None:
+        failed = [ln for ln in log.splitlines() if ln.startswith(_CHECKOUT_FAILED)]
         res.error = (f"the trial's protected set could not be stashed or restored (exit "
                      f"{exit_code})" if exit_code == PROTECT_FAILED_EXIT else
+                     f"checkout: {failed[0][len(_CHECKOUT_FAILED):].strip()}; {CHECKOUT_HELP}"
+                     if exit_code == CHECKOUT_FAILED_EXIT and failed else
                      f"sandbox ended with exit code {exit_code} before the eval script finished")
 
 

@@ -2,6 +2,12 @@
 
 Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
 
+0. Only when ``checkout`` exists (a task whose base is a branch of the image's repository,
+   SWE-smith): ``git checkout`` of that branch in ``workdir`` (local, else a new local one
+   from ``origin/<branch>``: an image whose repository fetched the branches), before the artifact or
+   the protected set is touched;
+   a branch the image lacks ends the trial with exit 94 and a ``checkout-failed`` line
+   (never a grade of the image's default tree).
 1. ``oom-kills-start``: the sandbox cgroup's ``oom_kill`` counter (v2 ``memory.events``,
    v1 ``memory.oom_control``; ``na`` where neither is readable or ``ECREDIT_OOM_COUNTER=off``).
 2. Stash the base content of the protected paths the artifact names
@@ -26,8 +32,8 @@ Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
    nothing of this unprotected run can reach the verdict.
 8. ``oom-kills-end`` with the counter again.
 
-Exit codes: 0 (eval script ran to its end), 95 / 97 (apply failed), 96 (protection could
-not be applied: infra), 98 (no workdir).
+Exit codes: 0 (eval script ran to its end), 94 (the base branch could not be checked out),
+95 / 97 (apply failed), 96 (protection could not be applied: infra), 98 (no workdir).
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ APPLY_UNEXPECTED_EXIT = 95
 """Exit code when applying changed a path the artifact does not name."""
 PROTECT_FAILED_EXIT = 96
 """Exit code when the protected set could not be stashed or restored."""
+CHECKOUT_FAILED_EXIT = 94
+"""Exit code when the task's base branch (``checkout``) is not in the image's repository or
+could not be checked out."""
 
 TRIAL_SCRIPT = r"""#!/bin/bash
 set -u
@@ -67,6 +76,18 @@ same() {  # same file state (absent / symlink target / bytes + mode) at $1 and $
   cmp -s -- "$1" "$2" && [ "$(stat -c %a -- "$1")" = "$(stat -c %a -- "$2")" ]
 }
 echo ">>>>> ecredit oom-kills-start $(oom_kills)"
+if [ -e "$ED/checkout" ]; then
+  b="$(cat "$ED/checkout")"
+  G=(git -c core.hooksPath=/dev/null -c advice.detachedHead=false)
+  if "${G[@]}" rev-parse -q --verify "refs/heads/$b^{commit}" > /dev/null; then co=("$b")
+  elif "${G[@]}" rev-parse -q --verify "refs/remotes/origin/$b^{commit}" > /dev/null; then
+    co=(--no-track -b "$b" "refs/remotes/origin/$b")
+  else
+    echo ">>>>> ecredit checkout-failed no local branch $b in $WD (nor origin/$b)"; exit 94
+  fi
+  "${G[@]}" checkout -q "${co[@]}" -- || { echo ">>>>> ecredit checkout-failed git checkout $b"; exit 94; }
+  echo ">>>>> ecredit checkout $b $("${G[@]}" rev-parse HEAD)"
+fi
 echo ">>>>> ecredit apply-start $(date +%s.%N)"
 mkdir -p "$ED/base" "$ED/art" || exit 96
 touch "$ED/stamp" || exit 96
@@ -123,4 +144,4 @@ echo ">>>>> ecredit oom-kills-end $(oom_kills)"
 exit 0
 """
 
-__all__ = ["APPLY_FAILED_EXIT", "APPLY_UNEXPECTED_EXIT", "PROTECT_FAILED_EXIT", "TRIAL_SCRIPT"]
+__all__ = ["APPLY_FAILED_EXIT", "APPLY_UNEXPECTED_EXIT", "CHECKOUT_FAILED_EXIT", "PROTECT_FAILED_EXIT", "TRIAL_SCRIPT"]

@@ -158,11 +158,11 @@ def test_swesmith_row_becomes_a_branch_based_task(tmp_path):
     end = lines.index(": '>>>>> End Test Output'")
     assert lines[end - 1] == "SWEBENCH_TEST_EXIT_CODE=$?"
     assert task_from_row(t.to_dict(), 1) == t
-    # the verifier would apply the artifact to the image's default checkout: refused, not wrong
+    # the verifier checks the instance branch out before applying the artifact
     from eval.trialspec import task_trial_spec
 
-    with pytest.raises(ValueError, match=r"checkout_base: task .* starts from branch"):
-        task_trial_spec(t, "", "t1")
+    spec = task_trial_spec(t, "", "t1")
+    assert spec.checkout == SMITH_ID and spec.repo_archive is None
 
 
 @pytest.mark.parametrize("field", ["instance_id", "repo", "patch", "FAIL_TO_PASS",

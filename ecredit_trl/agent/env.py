@@ -219,15 +219,14 @@ class SWEAgentEnv:
 
     def _reset_image(self, iid: str) -> None:
         """Reset on an image-held task (no ``repo_dir``): the tree is the image's ``workdir``,
-        copy-on-write (:mod:`sandbox.imagetree`), S_0 = that tree at reset (tracked +
-        untracked non-ignored files, from a per-image cache), commands run as ``bash -lc``
-        in a container of the task image with the image's environment active.
+        copy-on-write (:mod:`sandbox.imagetree`), S_0 = that tree at reset (tracked + untracked
+        non-ignored files, from a per-image cache; a ``checkout_base`` task's branch checked out
+        first, S_0 per branch), commands run as ``bash -lc`` in the task image's environment.
 
-        Raises: ValueError naming ``runtime`` when it is not a Podman runtime with a local
-        endpoint, ``image`` when the task has none; ImageTreeError when the image's
-        base cannot be read (absent image, no git repository at ``workdir``).
+        Raises: ValueError naming ``runtime`` (not Podman on local endpoints) or ``image`` (none);
+        ImageTreeError: no such image, or no git repository / ``checkout_base`` branch there.
         """
-        from sandbox.imagetree import base_cache
+        from sandbox.imagetree import base_cache, checkout_branch
 
         runtime, image = self.ctx.runtime, getattr(self.task, "image", None)
         workdir = getattr(self.task, "workdir", None) or "/testbed"
@@ -237,18 +236,22 @@ class SWEAgentEnv:
                 or _is_local(runtime):
             raise ValueError(f"runtime: task {iid} is held in image {image}; its rollouts need "
                              "the Podman runtime on local (unix://) endpoints")
-        with self.ctx._lock:  # one base per image, made by its first rollout (others wait)
-            lock = self.ctx._image_bases.setdefault(("lock", image, workdir), threading.Lock())
+        branch = self.task.base_commit if self.task.checkout_base else None
+        key = (image, workdir) if branch is None else (image, workdir, branch)
+        with self.ctx._lock:  # one base per image (+ branch), made by its first rollout
+            lock = self.ctx._image_bases.setdefault(("lock", *key), threading.Lock())
         with lock:
-            base = self.ctx._image_bases.get((image, workdir))
+            base = self.ctx._image_bases.get(key)
             if base is None:
-                base = self.ctx._image_bases[(image, workdir)] = base_cache(
-                    image, workdir, Path(self.ctx.workroot) / ".images",
+                base = self.ctx._image_bases[key] = base_cache(
+                    image, workdir, Path(self.ctx.workroot) / ".images", checkout=branch,
                     ignore=self.ctx.snapshot_ignore)
         self.base_tree = base.tree
         try:
             self.image_tree = open_image_tree(runtime, image, workdir,
                                               labels={"ecredit.task": iid[:60]})
+            if branch is not None:  # the tree S_0 was taken from (base_cache did the same)
+                checkout_branch(image, self.image_tree.path, workdir, branch)
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.setup_error = f"{type(exc).__name__}: {exc}"
             self.failure = ("sandbox_setup", self.setup_error)

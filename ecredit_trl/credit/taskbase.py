@@ -43,7 +43,8 @@ def s0_source(task, cache_dir: str | Path, *,
     Raises:
         ValueError: naming ``image`` when the task has neither a ``repo_dir`` nor an image.
         sandbox.imagetree.ImageTreeError: the image is absent, cannot be mounted, or holds
-            no git working tree at ``workdir``.
+            no git working tree at ``workdir`` (or, for a ``checkout_base`` task such as
+            SWE-smith's, no branch ``base_commit``: S_0 is that branch's tree at reset).
     """
     if getattr(task, "repo_dir", None):
         return str(task.repo_dir), task.base_commit
@@ -52,6 +53,7 @@ def s0_source(task, cache_dir: str | Path, *,
         raise ValueError(f"image: task {task.instance_id} has neither a repo_dir nor an image")
     from sandbox.imagetree import base_cache
 
+    branch = task.base_commit if getattr(task, "checkout_base", False) else None
     base = base_cache(image, getattr(task, "workdir", None) or "/testbed", cache_dir,
-                      ignore=ignore)
+                      ignore=ignore, checkout=branch)
     return str(base.store), base.commit

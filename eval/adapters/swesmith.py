@@ -16,10 +16,15 @@ SWE-smith package itself (``swesmith`` 0.0.9 on PyPI, read 2026-11-30: ``profile
   (``RepoProfile.get_container`` runs ``git checkout <instance_id>`` in ``/testbed``), so
   ``base_commit = instance_id`` and ``checkout_base: true``. The branch holds two commits,
   the bug and the removal of the FAIL_TO_PASS test files ("Key assumption ... each branch has
-  two commits", ``harness/utils.py``); the agent starts from the tip. The published images
-  do not hold the instance branches: SWE-smith runs ``git fetch`` in the container first,
-  which a network-less sandbox cannot do, so the branches must be fetched into the image
-  before use (done where images are pulled, not here).
+  two commits", ``harness/utils.py``); the agent starts from the tip. Both the agent's reset
+  (``sandbox.imagetree.checkout_branch``, S_0 cached per image and branch) and the verifier
+  (``sandbox.TrialSpec.checkout``, set by ``eval.trialspec.task_trial_spec``) run ``git
+  checkout <instance_id>`` in ``/testbed`` of a container of the image first. The published
+  images do not hold the instance branches: SWE-smith runs ``git fetch`` in the container
+  first, which a network-less sandbox cannot do, so the branches must be fetched into a
+  derived image before use (nothing here fetches); an image without the branch fails the
+  reset (``ImageTreeError``) and the trial (``infra_error``, ``checkout: no local branch
+  ...``) with that remedy in the message, never grading the image's default tree.
 - **patch** is the *bug* (SWE-smith grades its gold with ``git apply --reverse``):
   ``Task.patch`` (the fix) is :func:`reverse_patch` of it; the row's patch is kept as
   ``extra["bug_patch"]``.
