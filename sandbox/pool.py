@@ -14,6 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from sandbox.trial import TrialResult, TrialSpec
 
+#: infra errors a retry cannot fix (the image lacks the task's base branch): not retried
+NOT_TRANSIENT = ("checkout:",)
+
 
 class VerifierPool:
     """Run trials on ``runtime`` with at most ``max_concurrency`` at once.
@@ -62,7 +65,8 @@ class VerifierPool:
         while True:
             attempt += 1
             res = self.runtime.run_trial(spec)
-            if res.exit_class != "infra_error" or attempt > self.max_retries:
+            if (res.exit_class != "infra_error" or attempt > self.max_retries
+                    or (res.error or "").startswith(NOT_TRANSIENT)):
                 break
             errors.append(res.error or "infra_error")
             with self._lock:
