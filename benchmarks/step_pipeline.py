@@ -10,7 +10,14 @@ records (``ledger.jsonl`` timing fields, TRL's ``step_time`` in ``metrics.jsonl`
 * the round wall (``wall_s``: environments, generation, tools, trials, scoring) and the
   step wall (TRL's ``step_time``: the round plus the optimizer step);
 * ``round wall / max(stage busy)`` and ``overlapped / sequential`` walls;
-* whether the two runs' records are identical except timings (the seeded contract).
+* whether the two runs' records are identical except timings (the seeded contract);
+* the trials' mean service time (container setup, apply + tests, cleanup) and queue wait;
+* the CPU picture, sampled every 0.25 s while each run goes on: CPU seconds of the
+  training process tree (psutil; the kernel's rusage of the reaped tree for the whole
+  run), of the run's own containers (their cgroups, found by name), of every container on
+  the machine, and machine utilisation from ``/proc/stat`` (over the generation rounds and
+  over the whole run), so the table says whether a step was CPU-saturated and what floor
+  its own CPU work puts under any reordering (other jobs on the machine show as ``other``).
 
 Targets (issue 15 §3, this 2-core machine): overlapped step wall ≤ 0.7 × sequential,
 round wall / max(stage busy) ≤ 1.3.
