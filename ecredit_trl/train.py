@@ -36,6 +36,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# libgomp's default wait policy spins idle OpenMP threads for a while after every parallel
+# region; on a few CPU cores shared with verifier trials and agent containers those spinning
+# threads take whole cores from them (measured: generation busy 44 s vs 8 s over 3 steps of
+# benchmarks/step_pipeline.py on 2 cores). PASSIVE makes them sleep; a user's value wins. Read
+# by libgomp when torch loads, so it must be set before the first `import torch`.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # `accelerate launch ecredit_trl/train.py` puts ecredit_trl/ (not the repo root) first on
 # sys.path. Its subpackages (agent, credit, policy, runs) would then shadow any top-level
