@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -93,3 +94,32 @@ def swebench_resolved(tmp_path: Path, log_text: str, f2p, p2p, parser_name: str)
     return get_eval_report(spec, pred, str(path), include_tests_status=False)["x__y-1"][
         "resolved"
     ]
+
+
+def write_jsonl(path, rows) -> str:
+    """Write ``rows`` as JSON lines to ``path``; returns the path as a string."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture
+def ds_dir(tmp_path, monkeypatch):
+    """An empty datasets folder (``ECREDIT_DATASETS_DIR``) for sealing tests."""
+    d = tmp_path / "datasets"
+    d.mkdir()
+    monkeypatch.setenv("ECREDIT_DATASETS_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    """A random tiny Llama + BPE with the qwen3 template: makes format errors, exercises all."""
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
+
+    out = tmp_path_factory.mktemp("policy")
+    corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
+              '"arguments": {}}\n</tool_call>'] * 10
+    tok = build_tokenizer(corpus, vocab_size=300)
+    build_model(tok, seed=0).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

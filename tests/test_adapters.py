@@ -5,14 +5,13 @@ test-removal commit)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, write_jsonl
 
 from eval.adapters.swegym import swegym_image
 from eval.adapters.swesmith import reverse_patch, swesmith_eval_script
@@ -20,12 +19,6 @@ from eval.holdout import seal_list
 from eval.sealed import SealedTaskError
 from eval.splits import load_tasks
 from eval.tasks import task_from_row
-
-
-def write_jsonl(path, rows) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
-
 
 # ---------------------------------------------------------------------------
 # SWE-Gym

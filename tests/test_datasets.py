@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import write_jsonl
 
 from eval import holdout
 from eval.holdout import seal_list
@@ -49,17 +50,6 @@ def verified_row(i: int, *, script: bool = True, **over) -> dict:
     return row
 
 
-def write_jsonl(path, rows) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
-
-
-@pytest.fixture
-def ds_dir(tmp_path, monkeypatch):
-    d = tmp_path / "datasets"
-    d.mkdir()
-    monkeypatch.setenv("ECREDIT_DATASETS_DIR", str(d))
-    return d
 
 
 @pytest.fixture

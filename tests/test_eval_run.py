@@ -10,19 +10,6 @@ import pytest
 pytestmark = pytest.mark.podman
 
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    """A random tiny Llama + BPE with the qwen3 template: makes format errors, exercises all."""
-    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
-
-    out = tmp_path_factory.mktemp("policy")
-    corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
-              '"arguments": {}}\n</tool_call>'] * 10
-    tok = build_tokenizer(corpus, vocab_size=300)
-    build_model(tok, seed=0).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
 
 @pytest.fixture(scope="module")
 def split_file(tmp_path_factory):

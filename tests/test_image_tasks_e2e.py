@@ -116,19 +116,6 @@ def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
 # eval.run, eval.controls
 # ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    """A random tiny Llama + BPE with the qwen3 template (as in test_eval_run.py)."""
-    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
-
-    out = tmp_path_factory.mktemp("policy")
-    corpus = ["Fix the bug in the repository.", '<tool_call>\n{"name": "submit", '
-              '"arguments": {}}\n</tool_call>'] * 10
-    tok = build_tokenizer(corpus, vocab_size=300)
-    build_model(tok, seed=0).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
 
 def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runtime):
     from eval.run import evaluate

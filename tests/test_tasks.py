@@ -12,7 +12,7 @@ import os
 import tarfile
 
 import pytest
-from conftest import REPO_ROOT, git
+from conftest import REPO_ROOT, git, write_jsonl
 
 from eval import holdout, sealed
 from eval.holdout import seal
@@ -48,18 +48,6 @@ def swe_row(i: int, repo: str = "django/django", *, with_script: bool = True, **
     return row
 
 
-def write_jsonl(path, rows) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
-
-
-@pytest.fixture
-def ds_dir(tmp_path, monkeypatch):
-    """An empty datasets/ folder (sealed manifests live there)."""
-    d = tmp_path / "datasets"
-    d.mkdir()
-    monkeypatch.setenv("ECREDIT_DATASETS_DIR", str(d))
-    return d
 
 
 # ---------------------------------------------------------------------------

@@ -53,3 +53,18 @@ def extra_of(row: dict, where: str) -> dict:
     if not isinstance(extra, dict):
         raise ValueError(f"{where}: field 'extra' must be an object")
     return dict(extra)
+
+
+def load_rows(path, source: str, to_row) -> list:
+    """Tasks of a local export (``.jsonl`` / ``.json`` / ``.parquet``): each row through
+    ``to_row(row, row_no, source)`` (an adapter's row mapping), then
+    :func:`eval.tasks.tasks_from_rows`.
+
+    Raises: FileNotFoundError, ValueError (a malformed row, naming the row and field;
+    duplicate ids).
+    """
+    from eval.tasks import read_rows, tasks_from_rows
+
+    rows, nums = read_rows(path)
+    rows = [to_row(r, n, source) for r, n in zip(rows, nums, strict=True)]
+    return tasks_from_rows(rows, source=source, row_numbers=nums)

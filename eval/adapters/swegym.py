@@ -36,8 +36,8 @@ its own ``set -uxo pipefail`` in front (not checked against a real image here).
 
 from __future__ import annotations
 
-from eval.adapters import as_row, extra_of, parser_or_fallback, require
-from eval.tasks import Task, docker_hub_name, read_rows, tasks_from_rows
+from eval.adapters import as_row, extra_of, load_rows, parser_or_fallback, require
+from eval.tasks import Task, docker_hub_name
 
 HUB_ID = "SWE-Gym/SWE-Gym"
 IMAGE_PREFIX = "docker.io/xingyaoww"
@@ -85,7 +85,4 @@ def load_swegym(path, source: str | None = None) -> list[Task]:
     Raises: FileNotFoundError, ValueError (a malformed row, naming the row and field;
     duplicate ids).
     """
-    src = source or f"swegym:{path}"
-    rows, nums = read_rows(path)
-    rows = [swegym_row(r, n, src) for r, n in zip(rows, nums, strict=True)]
-    return tasks_from_rows(rows, source=src, row_numbers=nums)
+    return load_rows(path, source or f"swegym:{path}", swegym_row)

@@ -50,8 +50,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from eval.adapters import as_row, extra_of, parser_or_fallback, require
-from eval.tasks import Task, docker_hub_name, read_rows, tasks_from_rows
+from eval.adapters import as_row, extra_of, load_rows, parser_or_fallback, require
+from eval.tasks import Task, docker_hub_name
 
 HUB_ID = "SWE-bench/SWE-smith"
 #: Fields a SWE-smith row must carry (SWE-smith's names).
@@ -149,10 +149,7 @@ def load_swesmith(path, source: str | None = None) -> list[Task]:
     Raises: FileNotFoundError, ValueError (a malformed row, naming the row and field;
     duplicate ids).
     """
-    src = source or f"swesmith:{path}"
-    rows, nums = read_rows(path)
-    rows = [swesmith_row(r, n, src) for r, n in zip(rows, nums, strict=True)]
-    return tasks_from_rows(rows, source=src, row_numbers=nums)
+    return load_rows(path, source or f"swesmith:{path}", swesmith_row)
 
 
 # ---------------------------------------------------------------------------
