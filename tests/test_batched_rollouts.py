@@ -89,10 +89,12 @@ def test_batched_reset_error_raises_and_releases(embedded, tasks, tmp_path):
     import dataclasses
     import os
 
+    # no repo_dir: an image-held task, which needs the Podman runtime (runtime=None here)
     bad = dataclasses.replace(tasks[1], repo_dir=None)
     settings = GenerationSettings(temperature=0.0, max_turns=2, max_new_tokens=100)
     before = set(os.listdir("/tmp"))
-    with pytest.raises(ValueError, match="repo_dir"):
+    with pytest.raises(ValueError, match=r"runtime: task .* is held in image .* need the "
+                       r"Podman runtime"):
         run_rollouts(embedded, [tasks[0], bad], tmp_path / "x.jsonl", n=1, seed=0,
                      settings=settings, runtime=None, batch_size=2, log=lambda *_: None)
     left = [d for d in set(os.listdir("/tmp")) - before if d.startswith("ecredit-rollouts-")]
