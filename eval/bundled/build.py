@@ -372,6 +372,11 @@ def built_dir(recipe: Recipe, image: str | None = None) -> Path:
     return cache_dir() / "bundled" / recipe_hash(recipe, image or default_image())
 
 
+def build_log(msg: str) -> None:
+    """The task builds' default progress printer (stderr, ``[build_tasks]`` prefix)."""
+    print(f"[build_tasks] {msg}", file=sys.stderr, flush=True)
+
+
 def ensure_built(recipe_path: str | Path | None = None, *, out: str | Path | None = None,
                  concurrency: int = 2, force: bool = False, log=None, runtime=None) -> list[Task]:
     """Tasks of the recipe: loaded from ``out`` (default :func:`built_dir`) when built there,
@@ -379,9 +384,7 @@ def ensure_built(recipe_path: str | Path | None = None, *, out: str | Path | Non
 
     Raises: see :func:`build` and :func:`load_recipe`.
     """
-    if log is None:
-        def log(msg):
-            print(f"[build_tasks] {msg}", file=sys.stderr, flush=True)
+    log = log or build_log
     recipe = load_recipe(recipe_path)
     out = Path(out) if out else built_dir(recipe)
     with _lock(out.with_name(out.name + ".lock")):

@@ -58,7 +58,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -393,12 +392,10 @@ def ensure_image_tasks(recipe_path: str | Path | None = None, *, out: str | Path
 
     Raises: see :func:`build_image_tasks`, :func:`eval.bundled.build.ensure_built`.
     """
-    from eval.bundled.build import _lock, ensure_built
+    from eval.bundled.build import _lock, build_log, ensure_built
     from sandbox.images import build_offline, default_image
 
-    if log is None:
-        def log(msg):
-            print(f"[build_tasks] {msg}", file=sys.stderr, flush=True)
+    log = log or build_log
     recipe = load_recipe(recipe_path)
     out = Path(out) if out else image_built_dir(recipe)
     with _lock(out.with_name(out.name + ".lock")):
