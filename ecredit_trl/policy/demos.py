@@ -7,7 +7,8 @@ For every training task, one episode built from its gold patch:
                        →  assistant: submit()                 →  tool: <submit output>
                        →  assistant: "Done." (no tool call: ends the episode)
 
-where every tool output is what the environment really returns (``ecredit_trl.agent.editor``
+(one ``view`` + ``str_replace`` pair per changed region: a pair task, two mutations, shows
+two), where every tool output is what the environment really returns (``ecredit_trl.agent.editor``
 run on a checkout of the task repository at ``base_commit``; the submit text is
 ``SWEAgentEnv.submit``'s). The closing assistant message is there because TRL's tool loop
 asks the model for another turn after every tool result: without it the policy would never
@@ -15,25 +16,45 @@ learn to stop after ``submit``.
 
 :data:`SUBMIT_OUTPUT` and :data:`CLOSING_MESSAGE` are part of the warm start's cache key
 (:func:`ecredit_trl.policy.warmstart.recipe_for`).
+
+**Variants** (issue 14 §2, :class:`DemoVariants`): so that trajectories carry edit blocks
+whose counterfactual contrast D is 0 and blocks with D > 0 (and the credit's block selection
+has a choice), a seeded fraction of the demonstrations (:func:`demo_variant`) is not plain:
+
+* ``extra``: after the fix, one more ``str_replace`` adds a comment line above a function
+  definition (a harmless D = 0 block). It goes into another library file of the same
+  package when there is one (the fix blocks stay eligible: DESIGN §3's last-touch rule
+  is per path), else into the fixed file itself (then it is that file's last touch).
+  No ``view`` precedes it (it keeps episodes within ``max_turns``).
+* ``revert``: right after the first ``view``, an exploratory wrong edit (another one-line
+  mutation, :func:`eval.bundled.mutations.find_mutations`, on the buggy line or the nearest
+  line of the view window) that the next ``str_replace`` corrects; the final patch is the
+  gold patch (checked).
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
+import random
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CLOSING_MESSAGE", "SUBMIT_OUTPUT", "DemoError", "GoldEdit", "demo_conversation",
-           "demo_conversations", "gold_edits"]
+__all__ = ["CLOSING_MESSAGE", "EXTRA_COMMENT", "SUBMIT_OUTPUT", "DemoError", "DemoVariants",
+           "GoldEdit", "demo_conversation", "demo_conversations", "demo_steps", "demo_variant",
+           "gold_edits"]
 
 #: Exact text of ``SWEAgentEnv.submit`` (checked against agent.py by the tests).
 SUBMIT_OUTPUT = "Submitted. The repository's current state is the final patch."
 
 #: Final assistant message after the submit result (no tool call: the episode ends).
 CLOSING_MESSAGE = "Done."
+
+#: The comment line an ``extra`` demonstration adds (a D = 0 edit block).
+EXTRA_COMMENT = "# reviewed: unchanged"
 
 
 class DemoError(ValueError):
@@ -141,6 +162,140 @@ def gold_edits(path: str, old_text: str, new_text: str) -> list[GoldEdit]:
 
 
 # ---------------------------------------------------------------------------
+# variants (issue 14 §2)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DemoVariants:
+    """Which demonstrations get an extra D = 0 block or a reverted exploratory edit.
+
+    Attributes:
+        extra_fraction: expected share of ``extra`` demonstrations (0..1).
+        revert_fraction: expected share of ``revert`` demonstrations (0..1; the two shares
+            are disjoint, their sum <= 1).
+        seed: seeds :func:`demo_variant` and the choice of edit sites.
+    """
+
+    extra_fraction: float = 0.0
+    revert_fraction: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("extra_fraction", "revert_fraction"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 1:
+                raise ValueError(f"{name}: expected a number in [0, 1], got {v!r}")
+        if self.extra_fraction + self.revert_fraction > 1:
+            raise ValueError(f"extra_fraction + revert_fraction: must be <= 1, got "
+                             f"{self.extra_fraction + self.revert_fraction}")
+
+
+def demo_variant(instance_id: str, variants: DemoVariants) -> str:
+    """``"extra"``, ``"revert"`` or ``"plain"`` for one task: ``u`` uniform in [0, 1) from
+    ``random.Random(f"{seed}:{instance_id}")``; ``extra`` when ``u < extra_fraction``,
+    ``revert`` when ``u < extra_fraction + revert_fraction``."""
+    u = random.Random(f"{variants.seed}:{instance_id}").random()
+    if u < variants.extra_fraction:
+        return "extra"
+    if u < variants.extra_fraction + variants.revert_fraction:
+        return "revert"
+    return "plain"
+
+
+def _def_lines(text: str, avoid: set[int]) -> list[tuple[int, str]]:
+    """(1-based line, stripped ``def`` line) of functions whose ``def`` line is unique in
+    ``text`` and not in ``avoid`` (lines the fix touches)."""
+    out = []
+    lines = text.split("\n")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            line = lines[node.lineno - 1].strip()
+            if (line.startswith(("def ", "async def ")) and text.count(line) == 1
+                    and not any(abs(node.lineno - a) <= 1 for a in avoid)):
+                out.append((node.lineno, line))
+    return sorted(out)
+
+
+def _wrong_text(buggy: str, gold: str, line: int, rng: random.Random) -> str | None:
+    """``buggy`` with one more one-line mutation on ``line`` or the nearest line within
+    ±7 (another wrong fix), never one that gives ``gold``; ``None`` when there is none."""
+    from eval.bundled.mutations import find_mutations, mutation_is_valid
+
+    try:
+        sites = [m for m in find_mutations("f.py", buggy) if abs(m.line - line) <= 7]
+    except SyntaxError:
+        return None
+    sites = [m for m in sites if mutation_is_valid(buggy, m) and m.apply(buggy) != gold]
+    if not sites:
+        return None
+    best = min(abs(m.line - line) for m in sites)
+    return rng.choice([m for m in sites if abs(m.line - line) == best]).apply(buggy)
+
+
+def demo_steps(old: dict[str, str], new: dict[str, str], variant: str = "plain",
+               rng: random.Random | None = None, others: dict[str, str] | None = None
+               ) -> tuple[list[tuple], str]:
+    """The tool calls of a demonstration (pure: texts in, calls out).
+
+    Args:
+        old, new: path -> buggy / gold text of each file the gold patch changes.
+        variant: ``plain`` | ``extra`` | ``revert`` (see the module docstring).
+        rng: chooses edit sites of a variant.
+        others: path -> text of other library files an ``extra`` edit may go to.
+
+    Returns: ``(steps, variant_done)``: steps are ``("view", path, line)`` and
+    ``("str_replace", path, old_str, new_str)`` in order (no submit); ``variant_done`` is
+    ``variant``, or ``"plain"`` when the variant has no site in this task.
+
+    Raises: DemoError (see :func:`gold_edits`).
+    """
+    rng = rng or random.Random(0)
+    steps: list[tuple] = []
+    done = "plain"
+    paths = list(old)
+    for n, p in enumerate(paths):
+        edits = gold_edits(p, old[p], new[p])
+        if variant == "revert" and n == 0:
+            wrong = _wrong_text(old[p], new[p], edits[0].line, rng)
+            if wrong is not None:
+                first = gold_edits(p, old[p], wrong)
+                steps.append(("view", p, edits[0].line))
+                steps += [("str_replace", p, e.old_str, e.new_str) for e in first]
+                steps += [("str_replace", p, e.old_str, e.new_str)
+                          for e in gold_edits(p, wrong, new[p])]
+                done = "revert"
+                continue
+        for e in edits:
+            steps += [("view", p, e.line), ("str_replace", p, e.old_str, e.new_str)]
+    if variant == "extra":
+        pool = sorted((others or {}).items()) or [(paths[-1], new[paths[-1]])]
+        pick = None
+        for path, text in rng.sample(pool, len(pool)):
+            try:
+                fixed = {e.line for q in paths if q == path
+                         for e in gold_edits(q, old[q], new[q])}
+                defs = _def_lines(text, fixed)
+            except SyntaxError:
+                continue
+            if defs:
+                pick = (path, rng.choice(defs))
+                break
+        if pick is not None:
+            path, (line, def_line) = pick
+            indent = text_indent(dict(pool)[path], line)
+            steps.append(("str_replace", path, def_line,
+                          f"{EXTRA_COMMENT}\n{indent}{def_line}"))
+            done = "extra"
+    return steps, done
+
+
+def text_indent(text: str, line: int) -> str:
+    """Leading whitespace of 1-based ``line`` of ``text``."""
+    s = text.split("\n")[line - 1]
+    return s[:len(s) - len(s.lstrip())]
+
+
+# ---------------------------------------------------------------------------
 # demonstrations
 # ---------------------------------------------------------------------------
 
@@ -159,7 +314,8 @@ def _call(name: str, arguments: dict) -> dict:
                 "name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}]}
 
 
-def demo_conversation(task, workroot: str | Path | None = None) -> dict:
+def demo_conversation(task, workroot: str | Path | None = None,
+                      variants: DemoVariants | None = None) -> dict:
     """The demonstration of one task (see the module docstring), with real tool outputs.
 
     Args:
@@ -167,9 +323,11 @@ def demo_conversation(task, workroot: str | Path | None = None) -> dict:
             repository holding ``base_commit``), ``base_commit``, ``patch`` (gold unified
             diff), ``problem_statement``.
         workroot: where the temporary checkout is made (system temp dir by default).
+        variants: extra / reverted-edit fractions and seed (default: every demo plain).
 
     Returns:
-        ``{"instance_id": str, "messages": [...], "tools": <JSON string>}``. Tool-call
+        ``{"instance_id": str, "messages": [...], "tools": <JSON string>, "variant": str}``
+        (``variant``: what was demonstrated, ``plain`` when the drawn variant had no site). Tool-call
         ``arguments`` are JSON strings (Arrow would merge dict keys across rows; the qwen3
         template writes string arguments verbatim and ``SFTTrainer`` ``json.loads`` the
         ``tools`` column). Tool messages carry ``name`` like TRL's tool loop.
@@ -183,6 +341,7 @@ def demo_conversation(task, workroot: str | Path | None = None) -> dict:
     from ecredit_trl.agent.prompts import policy_tools, task_prompt
 
     iid = getattr(task, "instance_id", "?")
+    variants = variants or DemoVariants()
     try:
         if not getattr(task, "repo_dir", None):
             raise DemoError("repo_dir: the task has no local repository")
@@ -214,35 +373,74 @@ def demo_conversation(task, workroot: str | Path | None = None) -> dict:
             _git(root, "checkout", "-q", "--", *paths)
 
             messages = task_prompt(task)
-            for p in paths:
-                for e in gold_edits(p, old[p], new[p]):
-                    try:
-                        out_v = editor.view(root, e.path, e.line)
-                        out_r = editor.str_replace(root, e.path, e.old_str, e.new_str)
-                    except editor.EditorError as exc:
-                        raise DemoError(f"editor refused the gold edit on {e.path}: {exc}") from None
-                    messages += [_call("view", {"path": e.path, "line": e.line}),
-                                 {"role": "tool", "name": "view", "content": out_v},
-                                 _call("str_replace", {"path": e.path, "old_str": e.old_str,
-                                                       "new_str": e.new_str}),
-                                 {"role": "tool", "name": "str_replace", "content": out_r}]
-            for p in paths:
-                if (root / p).read_text() != new[p]:
+            rng = random.Random(f"{variants.seed}:{iid}:sites")
+            wanted = demo_variant(iid, variants)
+            others = _other_sources(root, paths) if wanted == "extra" else {}
+            steps, done = demo_steps(old, new, wanted, rng, others)
+            for step in steps:
+                try:
+                    if step[0] == "view":
+                        out = editor.view(root, step[1], step[2])
+                        args = {"path": step[1], "line": step[2]}
+                    else:
+                        out = editor.str_replace(root, step[1], step[2], step[3])
+                        args = {"path": step[1], "old_str": step[2], "new_str": step[3]}
+                except editor.EditorError as exc:
+                    raise DemoError(f"editor refused the demonstrated {step[0]} on "
+                                    f"{step[1]}: {exc}") from None
+                messages += [_call(step[0], args),
+                             {"role": "tool", "name": step[0], "content": out}]
+            expect = _replay(steps, {**others, **old})
+            extra_paths = {st[1] for st in steps[-1:] if done == "extra"}
+            for p in sorted(set(paths) | set(expect)):
+                want = new[p] if p in paths and p not in extra_paths else expect[p]
+                if expect.get(p, new.get(p)) != want or (root / p).read_text() != want:
                     raise DemoError(f"the demonstrated edits do not reproduce the gold {p}")
             messages += [_call("submit", {}),
                          {"role": "tool", "name": "submit", "content": SUBMIT_OUTPUT},
                          {"role": "assistant", "content": CLOSING_MESSAGE}]
     except DemoError as exc:
         raise DemoError(f"task {iid}: {exc}") from None
-    return {"instance_id": iid, "messages": messages, "tools": json.dumps(policy_tools())}
+    return {"instance_id": iid, "messages": messages, "tools": json.dumps(policy_tools()),
+            "variant": done}
 
 
-def demo_conversations(tasks, *, strict: bool = False, log=print) -> list[dict]:
+def _replay(steps: list[tuple], texts: dict[str, str]) -> dict[str, str]:
+    """path -> text after replaying the ``str_replace`` steps (first occurrence each) on
+    ``texts`` (the files before any edit); only paths in ``texts``."""
+    texts = dict(texts)
+    for st in steps:
+        if st[0] == "str_replace" and st[1] in texts:
+            texts[st[1]] = texts[st[1]].replace(st[2], st[3], 1)
+    return texts
+
+
+def _other_sources(root: Path, paths: list[str]) -> dict[str, str]:
+    """path -> text of the other library ``.py`` files in the first changed file's folder
+    (not test files, not the changed files): where an ``extra`` edit may go."""
+    folder = Path(paths[0]).parent
+    out = {}
+    for f in sorted((root / folder).glob("*.py")):
+        rel = str(f.relative_to(root))
+        name = f.name
+        if (rel in paths or name.startswith("test_") or name.endswith("_test.py")
+                or name == "conftest.py" or "tests" in f.relative_to(root).parts):
+            continue
+        try:
+            out[rel] = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def demo_conversations(tasks, *, strict: bool = False, log=print,
+                       variants: DemoVariants | None = None) -> list[dict]:
     """Demonstrations of ``tasks`` (in order; see :func:`demo_conversation`).
 
     Args:
         strict: raise on the first task without a demonstration instead of skipping it.
         log: receives one line per skipped task (``None`` = silent).
+        variants: see :func:`demo_conversation`.
 
     Returns: list of ``{"instance_id", "messages", "tools"}`` dicts.
 
@@ -251,7 +449,7 @@ def demo_conversations(tasks, *, strict: bool = False, log=print) -> list[dict]:
     out, skipped = [], []
     for t in tasks:
         try:
-            out.append(demo_conversation(t))
+            out.append(demo_conversation(t, variants=variants))
         except DemoError as exc:
             if strict:
                 raise

@@ -2,8 +2,9 @@
 
 A random tiny model never emits a valid tool call, so before GRPO the embedded default is
 taught the shape of an episode on the *training* tasks: one gold-patch demonstration per task
-(view → str_replace → submit → "Done.", with real tool outputs; built by
-:mod:`ecredit_trl.policy.demos`).
+(view → str_replace → submit → "Done.", with real tool outputs; one view + str_replace per
+changed region; a seeded share with an extra D = 0 block or a corrected exploratory edit;
+built by :mod:`ecredit_trl.policy.demos`).
 
 The tokenizer (byte-level BPE, ``ecredit_trl.policy.tiny_model``) is trained on the rendered
 demonstrations, a tiny Llama is initialised, and TRL's ``SFTTrainer`` trains it with
@@ -37,10 +38,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from ecredit_trl.policy.demos import CLOSING_MESSAGE, SUBMIT_OUTPUT, demo_conversations
+from ecredit_trl.policy.demos import (
+    CLOSING_MESSAGE,
+    EXTRA_COMMENT,
+    SUBMIT_OUTPUT,
+    DemoVariants,
+    demo_conversations,
+)
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
-CODE_VERSION = "warmstart-v1"
+#: v2: demonstration variants (extra D = 0 block, reverted exploratory edit; issue 14 §2).
+CODE_VERSION = "warmstart-v2"
 
 #: Default SFT recipe. On the 2-core reference CPU with the 29 bundled training tasks:
 #: 320 steps in ~160 s (0.5 s/step, one torch thread, other jobs running), final loss 0.016;
@@ -57,6 +65,10 @@ DEFAULT_RECIPE = {
     "warmup_steps": 10,
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,
+    # issue 14 §2: shares of demonstrations with a harmless extra edit block (D = 0) and
+    # with an exploratory wrong edit corrected by the next turn (demos.DemoVariants)
+    "extra_fraction": 0.25,
+    "revert_fraction": 0.25,
 }
 
 _DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -93,8 +105,9 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
         r["steps"] = steps
     if not isinstance(r["steps"], int) or r["steps"] < 1:
         raise ValueError(f"steps: expected a positive int, got {r['steps']!r}")
+    DemoVariants(r["extra_fraction"], r["revert_fraction"], seed)  # validates the shares
     r.update(seed=seed, model_shape=MODEL_SHAPE, instruction=INSTRUCTION,
-             closing=CLOSING_MESSAGE, submit_output=SUBMIT_OUTPUT,
+             closing=CLOSING_MESSAGE, submit_output=SUBMIT_OUTPUT, extra_comment=EXTRA_COMMENT,
              tools=policy_tools(), chat_template_sha=hashlib.sha256(
                  chat_template().encode()).hexdigest(), code_version=CODE_VERSION)
     return r
@@ -220,7 +233,8 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         for stale in root.glob(f".{key[:12]}-tmp-*"):  # left by a killed run (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         t0 = time.monotonic()
-        demos = demo_conversations(tasks, log=log)
+        demos = demo_conversations(tasks, log=log, variants=DemoVariants(
+            r["extra_fraction"], r["revert_fraction"], r["seed"]))
         t_demo = time.monotonic() - t0
         log(f"warmstart: {len(demos)} demonstrations from {len(tasks)} tasks "
             f"({t_demo:.1f} s); SFT {r['steps']} steps")
@@ -230,6 +244,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
                 for d in demos:
                     fh.write(json.dumps(d, ensure_ascii=False) + "\n")
             meta = {"key": key, "recipe": r, "tasks": [d["instance_id"] for d in demos],
+                    "variants": {d["instance_id"]: d["variant"] for d in demos},
                     "skipped": sorted({t.instance_id for t in tasks}
                                       - {d["instance_id"] for d in demos}),
                     "demo_s": round(t_demo, 2)}

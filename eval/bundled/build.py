@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.bundled.multi import apply_all, interleave_tests, pair_components, pair_id, parse_pair_id
 from eval.bundled.mutations import Mutation, choose_candidates
 from eval.bundled.recipe import (
     BUILDER_VERSION,
@@ -114,12 +115,14 @@ def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, l
             trials = _Trials(pool, ws)
             base_status = run_pristine(ws, trials, stats, log)
             kept, all_cands = screen_and_control(ws, trials, base_status, log)
+            pairs, pair_cands = screen_pairs(ws, trials, kept, base_status, log)
     finally:
         if own_runtime:
             rt.close()
+    kept = {name: v[:recipe.target_per_project] + pairs[name] for name, v in kept.items()}
     rows = task_rows(ws, kept, stats["recipe_hash"])
     stats["trials"] = trials.n
-    write_build(tmp, out, rows, stats, kept, all_cands, t_start, log)
+    write_build(tmp, out, rows, stats, kept, all_cands + pair_cands, t_start, log)
     return load_built(out)
 
 
@@ -215,7 +218,7 @@ def plan_round(ws: Workspace, all_cands: list[Candidate], cursor: dict[str, int]
     to_control: list[Candidate] = []
     for p in recipe.projects:
         mine = [c for c in all_cands if c.project is p]
-        need = recipe.target_per_project - sum(c.outcome == "kept" for c in mine)
+        need = recipe.singles_needed - sum(c.outcome == "kept" for c in mine)
         if need <= 0:
             continue
         waiting = [c for c in mine if c.outcome == "screened"]
@@ -241,14 +244,14 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
     candidate's gold patch)."""
     from eval.grading import grade, parse_log
 
-    specs = [trials.spec(f"screen-{c.project.name}-{c.index:04d}", c.project, c.commit,
+    specs = [trials.spec(f"screen-{c.project.name}-{c.tag}", c.project, c.commit,
                          c.eval_script) for c in to_screen]
     for c in to_control:
-        specs.append(trials.spec(f"gold-{c.project.name}-{c.index:04d}", c.project,
+        specs.append(trials.spec(f"gold-{c.project.name}-{c.tag}", c.project,
                                  c.commit, c.eval_script, c.gold))
-        specs.append(trials.spec(f"empty-{c.project.name}-{c.index:04d}", c.project,
+        specs.append(trials.spec(f"empty-{c.project.name}-{c.tag}", c.project,
                                  c.commit, c.eval_script, ""))
-        specs.append(trials.spec(f"gold2-{c.project.name}-{c.index:04d}", c.project,
+        specs.append(trials.spec(f"gold2-{c.project.name}-{c.tag}", c.project,
                                  c.commit, c.eval_script, c.gold))
     results = trials.run(specs)
     for c, r in zip(to_screen, results, strict=False):
@@ -263,7 +266,7 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
 def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, dict[str, str]],
                        log) -> tuple[dict[str, list[Candidate]], list[Candidate]]:
     """Step 3: rounds of :func:`plan_round` + :func:`run_round` until every project has its
-    ``target_per_project`` kept candidates or none are left. Returns (project → kept, in
+    ``singles_needed`` kept candidates (single tasks, then pair components) or none are left. Returns (project → kept, in
     candidate order; every candidate tried)."""
     recipe = ws.recipe
     kept: dict[str, list[Candidate]] = {p.name: [] for p in recipe.projects}
@@ -281,11 +284,52 @@ def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, di
         for p in recipe.projects:
             ok = sorted((c for c in all_cands if c.project is p and c.outcome == "kept"),
                         key=lambda c: c.index)
-            kept[p.name] = ok[:recipe.target_per_project]
+            kept[p.name] = ok[:recipe.singles_needed]
         log(f"round {rnd}: {len(to_screen)} screened, {len(to_control)} controlled in "
             f"{time.monotonic() - t0:.1f} s; kept "
             + ", ".join(f"{k} {len(v)}" for k, v in kept.items()))
     return kept, all_cands
+
+
+def make_pair(ws: Workspace, p: ProjectRecipe, a: Candidate, b: Candidate) -> Candidate:
+    """The pair candidate of kept singles ``a`` and ``b``: one commit (parent: pristine)
+    holding both mutations, and an eval script running both modules' test files."""
+    tests = tuple(dict.fromkeys(a.module.tests + b.module.tests))
+    iid = pair_id(p.name, p.version, a.index, b.index)
+    c = Candidate(p, a.index, a.mutation, a.module, iid, parts=(a, b), tests=tests)
+    texts = {m.path: ws.files[p.name][m.path].decode("utf-8") for m in c.mutations}
+    new = {k: v.encode("utf-8") for k, v in apply_all(c.mutations, texts).items()}
+    c.commit = ws.repos[p.name].commit_files(ws.pristine[p.name], new, iid, f"refs/ecredit/{iid}")
+    c.eval_script = make_eval_script(p, tests, ws.files[p.name])
+    return c
+
+
+def screen_pairs(ws: Workspace, trials: _Trials, kept: dict[str, list[Candidate]],
+                 base_status: dict[str, dict[str, str]], log
+                 ) -> tuple[dict[str, list[Candidate]], list[Candidate]]:
+    """Step 3b (``multi_per_project`` > 0): pair tasks from the kept singles after the first
+    ``target_per_project`` (:func:`eval.bundled.multi.pair_components`), screened in one
+    round and controlled in a second; the first ``multi_per_project`` kept pairs (in pair
+    order) of each project are returned, with every pair tried."""
+    recipe = ws.recipe
+    out: dict[str, list[Candidate]] = {p.name: [] for p in recipe.projects}
+    if not recipe.multi_per_project:
+        return out, []
+    pairs: list[Candidate] = []
+    for p in recipe.projects:
+        comps = kept[p.name][recipe.target_per_project:]
+        texts = {f: b.decode("utf-8") for f, b in ws.files[p.name].items()}
+        pairs += [make_pair(ws, p, comps[i], comps[j])
+                  for i, j in pair_components([c.mutation for c in comps], texts)]
+    t0 = time.monotonic()
+    run_round(ws, trials, pairs, [], base_status)
+    run_round(ws, trials, [], [c for c in pairs if c.outcome == "screened"], base_status)
+    for p in recipe.projects:
+        out[p.name] = [c for c in pairs if c.project is p and c.outcome == "kept"
+                       ][:recipe.multi_per_project]
+    log(f"pairs: {len(pairs)} screened and controlled in {time.monotonic() - t0:.1f} s; kept "
+        + ", ".join(f"{k} {len(v)}" for k, v in out.items()))
+    return out, pairs
 
 
 def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> list[dict]:
@@ -304,9 +348,10 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
     for p in recipe.projects:
         for c in kept[p.name]:
             msgs = failure_messages(c.screen_log, c.f2p)
+            quoted = interleave_tests(c.f2p, [q.f2p for q in c.parts]) if c.parts else c.f2p
             rows.append(Task(
                 instance_id=c.instance_id, repo=f"pypi/{p.name}", base_commit=c.commit,
-                problem_statement=make_problem_statement(p, c.module.tests, c.f2p, msgs,
+                problem_statement=make_problem_statement(p, c.test_files, quoted, msgs,
                                                          recipe.max_problem_tests),
                 patch=c.gold, test_patch="", FAIL_TO_PASS=c.f2p, PASS_TO_PASS=c.p2p,
                 version=p.version, environment_setup_commit=ws.pristine[p.name],
@@ -314,12 +359,17 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
                 repo_dir=f"repos/{p.name}",
                 extra={"bundled": True, "project": p.name, "sdist_sha256": p.sha256,
                        "pristine_commit": ws.pristine[p.name],
-                       "test_files": list(c.module.tests), "recipe_hash": rhash,
+                       "test_files": list(c.test_files), "recipe_hash": rhash,
+                       "blocks": len(c.mutations),
                        # build metadata; reveals the bug, never put it in a prompt
-                       "mutation": {"kind": c.mutation.kind, "path": c.mutation.path,
-                                    "line": c.mutation.line,
-                                    "description": c.mutation.description}}).to_dict())
+                       # ("mutation": the first of "mutations")
+                       "mutation": _mutation_meta(c.mutation),
+                       "mutations": [_mutation_meta(m) for m in c.mutations]}).to_dict())
     return rows
+
+
+def _mutation_meta(m: Mutation) -> dict:
+    return {"kind": m.kind, "path": m.path, "line": m.line, "description": m.description}
 
 
 def write_build(tmp: Path, out: Path, rows: list[dict], stats: dict,
@@ -331,7 +381,8 @@ def write_build(tmp: Path, out: Path, rows: list[dict], stats: dict,
             fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
     stats["candidates"] = [
         {"instance_id": c.instance_id, "kind": c.mutation.kind, "path": c.mutation.path,
-         "line": c.mutation.line, "outcome": c.outcome, "f2p": len(c.f2p), "p2p": len(c.p2p)}
+         "line": c.mutation.line, "outcome": c.outcome, "f2p": len(c.f2p), "p2p": len(c.p2p),
+         "parts": [q.instance_id for q in c.parts]}
         for c in all_cands]
     stats["counts"] = {k: len(v) for k, v in kept.items()}
     stats["timings_s"]["total"] = round(time.monotonic() - t_start, 2)
@@ -399,8 +450,10 @@ def materialize(recipe: Recipe, out: Path, log=print, ids: set[str] | None = Non
     """Re-create the repositories and candidate commits without running any test.
 
     For determinism checks: returns ``{instance_id: {"base_commit", "patch",
-    "environment_setup_commit"}}`` for every candidate (or only ``ids``) of every project,
-    with the ids :func:`build` gives them. Needs only git and the (cached) sdists.
+    "environment_setup_commit"}}`` for every single candidate (or only ``ids``) of every
+    project, with the ids :func:`build` gives them, and for each pair id in ``ids`` (which
+    pairs exist depends on test results, so only named ones). Needs only git and the
+    (cached) sdists.
     """
     cache = cache_dir()
     res: dict[str, dict] = {}
@@ -411,12 +464,17 @@ def materialize(recipe: Recipe, out: Path, log=print, ids: set[str] | None = Non
         files = {f: (repo.path / f).read_text(encoding="utf-8") for f in needed}
         base = repo.init_pristine(
             f"{p.name} {p.version}: pristine sdist {p.sdist} (sha256 {p.sha256[:16]})")
-        for k, m in enumerate(choose_candidates(p, files, recipe)):
-            iid = f"bundled__{p.name}-{p.version}-{k:04d}"
+        cands = choose_candidates(p, files, recipe)
+        want = [(f"bundled__{p.name}-{p.version}-{k:04d}", (m,)) for k, m in enumerate(cands)]
+        for iid in sorted(ids or ()):
+            ij = parse_pair_id(iid)
+            if ij and iid == pair_id(p.name, p.version, *ij):
+                want.append((iid, (cands[ij[0]], cands[ij[1]])))
+        for iid, muts in want:
             if ids is not None and iid not in ids:
                 continue
-            sha = repo.commit_file(base, m.path, m.apply(files[m.path]).encode("utf-8"), iid,
-                                   f"refs/ecredit/{iid}")
+            new = {k: v.encode("utf-8") for k, v in apply_all(muts, files).items()}
+            sha = repo.commit_files(base, new, iid, f"refs/ecredit/{iid}")
             res[iid] = {"base_commit": sha, "patch": repo.diff(sha, base),
                         "environment_setup_commit": base}
     return res

@@ -18,7 +18,8 @@ from eval.files import datasets_dir
 
 #: Bump when the builder's output for the same recipe changes (it is part of the cache key).
 #: 3: pristine and gold run twice, flaky tests and candidates dropped (issue 12 §3).
-BUILDER_VERSION = 3
+#: 4: multi-block tasks (two mutations in one task, :mod:`eval.bundled.multi`; issue 14 §2).
+BUILDER_VERSION = 4
 PARSER = "parse_log_pytest"
 PYTEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
 KINDS = ("compare", "arith", "augassign", "boolop", "negate", "constant", "bool", "return", "drop")
@@ -78,6 +79,17 @@ class Recipe:
     max_problem_tests: int
     kinds: tuple[str, ...]
     projects: tuple[ProjectRecipe, ...]
+    multi_per_project: int = 0
+    multi_spare: int = 0
+
+    @property
+    def singles_needed(self) -> int:
+        """Validated single mutations to keep per project: ``target_per_project`` single
+        tasks + ``2 * multi_per_project + multi_spare`` components for pair tasks (0 spare
+        without pairs)."""
+        if not self.multi_per_project:
+            return self.target_per_project
+        return self.target_per_project + 2 * self.multi_per_project + self.multi_spare
 
     def canonical(self) -> dict:
         return asdict(self)
@@ -159,7 +171,17 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
         max_candidates_per_project=_need(raw, "max_candidates_per_project", int, where),
         max_fail_to_pass=_need(raw, "max_fail_to_pass", int, where),
         max_problem_tests=_need(raw, "max_problem_tests", int, where),
-        kinds=kinds, projects=tuple(projects))
+        kinds=kinds, projects=tuple(projects),
+        multi_per_project=_count(raw, "multi_per_project", where),
+        multi_spare=_count(raw, "multi_spare", where))
+
+
+def _count(raw: dict, key: str, where: str) -> int:
+    """Optional non-negative int field (0 when absent)."""
+    value = raw.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{where}: field {key!r} must be a non-negative int, got {value!r}")
+    return value
 
 
 def recipe_hash(recipe: Recipe, image: str) -> str:

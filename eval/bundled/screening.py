@@ -31,6 +31,23 @@ class Candidate:
     p2p: list[str] = field(default_factory=list)
     screen_log: str = ""
     gold: str = ""
+    #: a pair task's parts (single candidates that were kept) and its test files (both
+    #: modules' tests); empty for a single-mutation candidate
+    parts: tuple = ()
+    tests: tuple[str, ...] = ()
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        return self.tests or self.module.tests
+
+    @property
+    def tag(self) -> str:
+        """The id's tail after ``<project>-<version>-`` (``0007``, or ``0007-0012`` for a pair)."""
+        return self.instance_id.split(f"-{self.project.version}-", 1)[-1]
+
+    @property
+    def mutations(self) -> tuple[Mutation, ...]:
+        return tuple(p.mutation for p in self.parts) or (self.mutation,)
 
 
 def listable_ids(parsed) -> set[str]:
@@ -47,13 +64,15 @@ def in_test_files(test_id: str, tests: tuple[str, ...]) -> bool:
 
 
 def screen(c: Candidate, r, base: dict[str, str], recipe: Recipe, parse_log) -> None:
-    """Set ``c.outcome`` / F2P / P2P from the mutant's screening trial."""
+    """Set ``c.outcome`` / F2P / P2P from the mutant's screening trial. A pair candidate
+    (``c.parts``) also needs, for each part, one of that part's own FAIL_TO_PASS tests among
+    its FAIL_TO_PASS: fixing only the other part then leaves that test failing."""
     c.screen_log = r.log
     if r.exit_class != "ok":
         c.outcome = f"rejected({r.exit_class})"
         return
     parsed = parse_log(r.log, PARSER)
-    listed = sorted(i for i in base if in_test_files(i, c.module.tests))
+    listed = sorted(i for i in base if in_test_files(i, c.test_files))
     status = parsed.status_map
     f2p = [i for i in listed if status.get(i) in ("FAILED", "ERROR")]
     p2p = [i for i in listed if status.get(i) == "PASSED"]
@@ -65,6 +84,8 @@ def screen(c: Candidate, r, base: dict[str, str], recipe: Recipe, parse_log) -> 
         c.outcome = "no_failure"
     elif len(f2p) > recipe.max_fail_to_pass:
         c.outcome = f"rejected({len(f2p)} FAIL_TO_PASS > {recipe.max_fail_to_pass})"
+    elif c.parts and not all(set(p.f2p) & set(f2p) for p in c.parts):
+        c.outcome = "rejected(a part's failing tests all pass: fixing one part would resolve)"
     else:
         c.outcome = "screened"
 

@@ -51,14 +51,22 @@ class GitRepo:
 
     def commit_file(self, parent: str, path: str, content: bytes, message: str, ref: str) -> str:
         """A commit = ``parent`` with ``path`` replaced by ``content``; ref'd at ``ref``."""
+        return self.commit_files(parent, {path: content}, message, ref)
+
+    def commit_files(self, parent: str, contents: dict[str, bytes], message: str,
+                     ref: str) -> str:
+        """One commit = ``parent`` with each path of ``contents`` replaced by its bytes
+        (existing paths only: their mode is kept); ref'd at ``ref``."""
         tag = hashlib.sha256(ref.encode()).hexdigest()[:12]
         index = self.path / ".git" / f"ecredit-index-{os.getpid()}-{tag}"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
-            mode = self.git("ls-tree", parent, "--", path).split()[0]
             self.git("read-tree", parent, env=env)
-            blob = self.git("hash-object", "-w", "--no-filters", "--stdin", input=content).strip()
-            self.git("update-index", "--cacheinfo", f"{mode},{blob},{path}", env=env)
+            for path, content in sorted(contents.items()):
+                mode = self.git("ls-tree", parent, "--", path).split()[0]
+                blob = self.git("hash-object", "-w", "--no-filters", "--stdin",
+                                input=content).strip()
+                self.git("update-index", "--cacheinfo", f"{mode},{blob},{path}", env=env)
             tree = self.git("write-tree", env=env).strip()
         finally:
             index.unlink(missing_ok=True)
