@@ -264,7 +264,9 @@ def test_bundled_tasks_are_consistent(bundled):
         assert repo.git("cat-file", "-t", t.base_commit).strip() == "commit"
         assert repo.git("rev-parse", f"{t.base_commit}^").strip() == t.environment_setup_commit
         assert repo.diff(t.base_commit, t.environment_setup_commit) == t.patch
-        assert t.patch.count("\n+") - t.patch.count("\n+++") <= 1  # one-line fix (or re-add)
+        # one-line fix (or re-add) per mutation; a pair task (issue 14 §2) has two
+        assert t.patch.count("\n+") - t.patch.count("\n+++") <= t.extra["blocks"]
+        assert len(t.extra["mutations"]) == t.extra["blocks"] in (1, 2)
         assert t.FAIL_TO_PASS and not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
         files = tuple(t.extra["test_files"])
         assert all(i.split("::")[0] in files for i in t.FAIL_TO_PASS + t.PASS_TO_PASS)
@@ -274,8 +276,20 @@ def test_bundled_tasks_are_consistent(bundled):
         assert t.FAIL_TO_PASS[0] in t.problem_statement
         for line in _gold_lines(t.patch):
             assert line not in t.problem_statement, (t.instance_id, line)
-        tree = ast.parse(repo.git("show", f"{t.base_commit}:{t.extra['mutation']['path']}"))
-        assert tree is not None
+        for m in t.extra["mutations"]:
+            assert ast.parse(repo.git("show", f"{t.base_commit}:{m['path']}")) is not None
+
+
+@pytest.mark.podman
+def test_a_third_of_the_training_tasks_are_pairs(bundled):
+    """Issue 14 §2: at least a third of bundled:train needs edits in two places."""
+    from eval.splits import load_tasks
+
+    train = load_tasks("bundled:train", purpose="train")
+    pairs = [t for t in train if t.extra["blocks"] == 2]
+    assert 3 * len(pairs) >= len(train), (len(pairs), len(train))
+    two_files = [t for t in pairs if len({m["path"] for m in t.extra["mutations"]}) == 2]
+    assert two_files  # toolz and cachetools have several modules
 
 
 @pytest.mark.podman

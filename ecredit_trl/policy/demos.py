@@ -336,7 +336,6 @@ def demo_conversation(task, workroot: str | Path | None = None,
         DemoError: no ``repo_dir``, the gold patch does not apply, creates/deletes/renames a
             file or is not text, or an editor call fails (message names the task).
     """
-    from ecredit_trl.agent import editor
     from ecredit_trl.agent.env import _clone_at
     from ecredit_trl.agent.prompts import policy_tools, task_prompt
 
@@ -377,19 +376,7 @@ def demo_conversation(task, workroot: str | Path | None = None,
             wanted = demo_variant(iid, variants)
             others = _other_sources(root, paths) if wanted == "extra" else {}
             steps, done = demo_steps(old, new, wanted, rng, others)
-            for step in steps:
-                try:
-                    if step[0] == "view":
-                        out = editor.view(root, step[1], step[2])
-                        args = {"path": step[1], "line": step[2]}
-                    else:
-                        out = editor.str_replace(root, step[1], step[2], step[3])
-                        args = {"path": step[1], "old_str": step[2], "new_str": step[3]}
-                except editor.EditorError as exc:
-                    raise DemoError(f"editor refused the demonstrated {step[0]} on "
-                                    f"{step[1]}: {exc}") from None
-                messages += [_call(step[0], args),
-                             {"role": "tool", "name": step[0], "content": out}]
+            messages += _run_steps(root, steps)
             expect = _replay(steps, {**others, **old})
             extra_paths = {st[1] for st in steps[-1:] if done == "extra"}
             for p in sorted(set(paths) | set(expect)):
@@ -403,6 +390,27 @@ def demo_conversation(task, workroot: str | Path | None = None,
         raise DemoError(f"task {iid}: {exc}") from None
     return {"instance_id": iid, "messages": messages, "tools": json.dumps(policy_tools()),
             "variant": done}
+
+
+def _run_steps(root: Path, steps: list[tuple]) -> list[dict]:
+    """Run :func:`demo_steps` calls with the real editor in ``root``; returns the assistant
+    call and tool result messages. Raises: DemoError when the editor refuses a call."""
+    from ecredit_trl.agent import editor
+
+    messages: list[dict] = []
+    for step in steps:
+        try:
+            if step[0] == "view":
+                out = editor.view(root, step[1], step[2])
+                args = {"path": step[1], "line": step[2]}
+            else:
+                out = editor.str_replace(root, step[1], step[2], step[3])
+                args = {"path": step[1], "old_str": step[2], "new_str": step[3]}
+        except editor.EditorError as exc:
+            raise DemoError(f"editor refused the demonstrated {step[0]} on {step[1]}: "
+                            f"{exc}") from None
+        messages += [_call(step[0], args), {"role": "tool", "name": step[0], "content": out}]
+    return messages
 
 
 def _replay(steps: list[tuple], texts: dict[str, str]) -> dict[str, str]:
