@@ -13,7 +13,9 @@ instances (or whole repositories) they keep out of every training set; this proj
 none.
 
 ``python -m eval.holdout seal --pool P --n 100 --seed S --out datasets/<name>.json`` instead
-draws ``n`` ids from a pool (selection rule: :mod:`eval.sealed`). Other subcommands:
+draws ``n`` ids from a pool (selection rule: :mod:`eval.sealed`); ``--force --reason TEXT``
+reseals an existing manifest (its pool changed) and records old/new sha256 in its
+``reseals`` list. Other subcommands:
 ``show PATH`` (verify and print a summary), ``check --source S`` (exit 1 listing sealed ids
 found in a source).
 """
@@ -44,20 +46,43 @@ _ROW_SUFFIXES = (".jsonl", ".parquet")
 
 
 def seal(pool: str, n: int, seed: int, out: str | Path, *, name: str | None = None,
-         force: bool = False, pool_ids: list[str] | None = None) -> dict:
+         force: bool = False, pool_ids: list[str] | None = None,
+         reason: str | None = None) -> dict:
     """Seal ``n`` ids of ``pool`` into ``out`` and return the manifest.
 
     Args:
         pool: a :func:`eval.splits.load_tasks` source name (recorded in the manifest).
         pool_ids: the pool's ids when already loaded (else the pool is loaded).
+        reason: with ``force``, why a manifest at ``out`` is replaced (a reseal, e.g. the
+            bundled recipe changed its ids): the new manifest keeps the old one's
+            ``reseals`` list and appends ``{"reason", "at", "old_sha256", "new_sha256",
+            "old_pool_sha256", "new_pool_sha256", "old_pool_size", "new_pool_size",
+            "old_n", "new_n"}`` (``at``: UTC date).
 
-    Raises: ValueError (bad n, pool problems), FileExistsError (different manifest at out).
+    Raises: ValueError (bad n, pool problems, ``reason`` without ``force``),
+    FileExistsError (different manifest at out).
     """
+    if reason is not None and not force:
+        raise ValueError("reason: a reseal reason goes with force (replacing a manifest)")
     if pool_ids is None:
         pool_ids = [t.instance_id for t in load_tasks(pool, purpose="eval")]
     manifest = make_manifest(pool, pool_ids, n, seed, name or Path(out).stem)
+    if reason is not None and Path(out).is_file():
+        manifest["reseals"] = reseal_history(read_manifest(out), manifest, reason)
     write_manifest(manifest, out, force=force)
     return manifest
+
+
+def reseal_history(old: dict, new: dict, reason: str, at: str | None = None) -> list[dict]:
+    """``old``'s ``reseals`` list plus one entry recording the change to ``new`` (see
+    :func:`seal`); ``at`` defaults to today's UTC date (ISO)."""
+    import datetime
+
+    at = at or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    entry = {"reason": reason, "at": at}
+    for k in ("sha256", "pool_sha256", "pool_size", "n"):
+        entry[f"old_{k}"], entry[f"new_{k}"] = old.get(k), new.get(k)
+    return [*old.get("reseals", []), entry]
 
 
 def read_list(path: str | Path) -> tuple[list[str], list[dict] | None, list[int] | None]:
@@ -192,6 +217,8 @@ def main(argv=None) -> int:
     s.add_argument("--out", default=None, help="manifest path (--from: datasets/<name>.json)")
     s.add_argument("--name", default=None, help="manifest name (default: file stem)")
     s.add_argument("--force", action="store_true", help="replace a different manifest at --out")
+    s.add_argument("--reason", default=None,
+                   help="with --pool --force: why the manifest is resealed (recorded in it)")
     sh = sub.add_parser("show", help="verify a manifest and print its summary")
     sh.add_argument("path")
     c = sub.add_parser("check", help="exit 1 when a source holds sealed ids")
@@ -224,7 +251,8 @@ def _seal_cli(ap: argparse.ArgumentParser, args) -> dict:
                          allow_size=args.allow_size, force=args.force)
     if args.pool is None or args.n is None or args.seed is None or args.out is None:
         ap.error("seal: give --from FILE --name NAME, or --pool P --n N --seed S --out PATH")
-    return seal(args.pool, args.n, args.seed, args.out, name=args.name, force=args.force)
+    return seal(args.pool, args.n, args.seed, args.out, name=args.name, force=args.force,
+                reason=args.reason)
 
 
 if __name__ == "__main__":

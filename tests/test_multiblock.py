@@ -330,3 +330,28 @@ def test_pair_build_on_one_project(tmp_path, podman_runtime):
     assert pair.FAIL_TO_PASS and not set(pair.FAIL_TO_PASS) & set(pair.PASS_TO_PASS)
     quoted = [f for f in pair.FAIL_TO_PASS if f"- {f}\n" in pair.problem_statement]
     assert len(quoted) == min(len(pair.FAIL_TO_PASS), recipe.max_problem_tests)
+
+
+def test_reseal_records_old_and_new_sha256(tmp_path):
+    from eval.holdout import seal
+    from eval.sealed import ids_sha256, read_manifest
+
+    out = tmp_path / "h.json"
+    first = seal("p", 2, 1, out, pool_ids=[f"a{i}" for i in range(8)])
+    with pytest.raises(FileExistsError):
+        seal("p", 2, 1, out, pool_ids=[f"b{i}" for i in range(9)])
+    with pytest.raises(ValueError, match="reason"):
+        seal("p", 2, 1, out, pool_ids=[f"b{i}" for i in range(9)], reason="x")
+    assert read_manifest(out) == first  # nothing written by the refused calls
+    pool = [f"b{i}" for i in range(9)]
+    second = seal("p", 3, 1, out, pool_ids=pool, force=True, reason="recipe v2")
+    third = seal("p", 3, 2, out, pool_ids=pool, force=True, reason="seed")
+    man = read_manifest(out)
+    assert man == third and man["pool_sha256"] == ids_sha256(pool)
+    r1, r2 = man["reseals"]
+    assert r1["reason"] == "recipe v2" and r2["reason"] == "seed"
+    assert (r1["old_sha256"], r1["new_sha256"]) == (first["sha256"], second["sha256"])
+    assert (r1["old_pool_sha256"], r1["new_pool_sha256"]) == (first["pool_sha256"],
+                                                             ids_sha256(pool))
+    assert (r1["old_pool_size"], r1["new_pool_size"], r1["old_n"], r1["new_n"]) == (8, 9, 2, 3)
+    assert (r2["old_sha256"], r2["new_sha256"]) == (second["sha256"], third["sha256"])
