@@ -1,4 +1,4 @@
-"""Bundled tasks: real PyPI projects with one injected bug per task.
+"""Bundled tasks: real PyPI projects with one injected bug per task (two in a pair task).
 
 ``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
 [--force]`` builds (or finds in the cache) the tasks of a recipe and prints a summary.
@@ -30,7 +30,15 @@ Pipeline (issue 3, "Bundled tasks from real code"):
    gold runs twice and a candidate whose listed tests differ between the two is dropped
    as flaky (issue 12 §3, :mod:`eval.flaky`).
 5. The first ``target_per_project`` validated candidates of each project (in candidate
-   order, so batch sizes never change the result) become tasks. The problem statement is
+   order, so batch sizes never change the result) become single tasks.
+   **Pairs** (``multi_per_project`` > 0, issue 14 §2, :mod:`eval.bundled.multi`): the next
+   ``2 * multi_per_project + multi_spare`` validated candidates are parts, never tasks of
+   their own; they are paired (another file first, else another function of the file),
+   each pair becomes one commit with both mutations (id ``..-<i>-<j>``), is screened on
+   both modules' test files (its FAIL_TO_PASS must hold a test broken by each part, so
+   fixing one part does not resolve) and controlled like a single; the first
+   ``multi_per_project`` kept pairs of each project become tasks after its singles
+   (``extra["blocks"]`` = 2, ``extra["mutations"]`` lists both). The problem statement is
    made from the failing tests' ids and their ``E`` assertion lines in the mutant's log,
    never from the gold patch.
 
