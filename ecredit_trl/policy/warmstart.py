@@ -50,12 +50,16 @@ from ecredit_trl.policy.demos import (
 #: v2: demonstration variants (extra D = 0 block, reverted exploratory edit; issue 14 §2).
 CODE_VERSION = "warmstart-v2"
 
-#: Default SFT recipe. On the 2-core reference CPU with the 29 bundled training tasks:
+#: Default SFT recipe. Measured with warmstart-v1 (one edit block per demonstration) on the
+#: 2-core reference CPU with the then 29 bundled training tasks:
 #: 320 steps in ~160 s (0.5 s/step, one torch thread, other jobs running), final loss 0.016;
 #: then greedy decoding fixes 29/29 tasks and T=1 sampling 47% of episodes, with 24/29 tasks
 #: mixed over 4 samples (benchmarks/warmstart_quality.py). A 4k vocabulary (vs 2.4k) makes
 #: the demonstrations 27% shorter (369 vs 507 tokens), so training is cheaper and sampled
-#: tool calls have fewer tokens to get right; 2.54M parameters.
+#: tool calls have fewer tokens to get right; 2.54M parameters. warmstart-v2 (builder 4: 35
+#: training tasks, 14 of them pairs, plus variants): demonstrations 310-1043 tokens (mean
+#: 568); with 7 assistant turns at most, so rollouts need ``max_turns`` 7 and a completion
+#: budget near 1280 tokens to replay every demonstrated episode.
 DEFAULT_RECIPE = {
     "vocab_size": 4000,
     "steps": 320,
