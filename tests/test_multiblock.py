@@ -355,3 +355,15 @@ def test_reseal_records_old_and_new_sha256(tmp_path):
                                                              ids_sha256(pool))
     assert (r1["old_pool_size"], r1["new_pool_size"], r1["old_n"], r1["new_n"]) == (8, 9, 2, 3)
     assert (r2["old_sha256"], r2["new_sha256"]) == (second["sha256"], third["sha256"])
+
+
+def test_warmstart_recipe_carries_the_variant_shares():
+    from ecredit_trl.policy.warmstart import CODE_VERSION, policy_key, recipe_for
+
+    r = recipe_for()
+    assert (r["extra_fraction"], r["revert_fraction"]) == (0.25, 0.25)
+    assert r["code_version"] == CODE_VERSION == "warmstart-v2"
+    t = SimpleNamespace(instance_id="a", base_commit="b", patch="p", problem_statement="s")
+    assert policy_key([t], r) != policy_key([t], recipe_for(extra_fraction=0.5))
+    with pytest.raises(ValueError, match="extra_fraction"):
+        recipe_for(extra_fraction=2)
