@@ -63,7 +63,7 @@ def test_repository_recipe_is_valid():
     r = load_recipe(REPO_ROOT / "datasets" / "bundled.yaml")
     assert {p.name for p in r.projects} >= {"inflection", "toolz", "cachetools"}
     assert len(r.projects) >= 3 and r.min_per_project >= 8 and r.min_total >= 30
-    assert r.target_per_project * len(r.projects) >= r.min_total
+    assert (r.target_per_project + r.multi_per_project) * len(r.projects) >= r.min_total
     for p in r.projects:
         assert p.sdist == f"{p.name}-{p.version}.tar.gz"
         assert len(p.sha256) == 64
