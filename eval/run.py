@@ -28,9 +28,9 @@ rollout is missing, or the agent's own sandbox failed. Unknown slots stay in the
 denominator, count as not resolved, and are listed apart.
 
 **success = resolved slots / (denominator tasks × n)** — the mean over every rollout, never
-best-of-n. Denominator tasks are fixed per split: ``official500`` 500, ``holdout100`` 100,
-anything else the number of tasks the source holds. A loaded task list of another size is
-refused.
+best-of-n; computed by the ``per_rollout_success`` ``evaluate`` module (:mod:`eval.metrics`).
+Denominator tasks are fixed per split: ``official500`` 500, ``holdout100`` 100, anything else
+the number of tasks the source holds. A loaded task list of another size is refused.
 
 Resumable: ``DIR/run.json`` binds the directory to sha256(model fingerprint, split, task-list
 sha256, eval seed, n, generation overrides, rollouts source). A rerun with another binding
