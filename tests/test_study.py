@@ -262,3 +262,41 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                                     if k != "report report"), st.stdout
     report_there = (REPO_ROOT / "ecredit_trl" / "study" / "report.py").is_file()
     assert states["report report"] == ("done" if report_there else "pending"), st.stdout
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_failed_run_does_not_stop_independent_units(tmp_path):
+    """A run that fails at model load (LoRA on a module the model lacks): the baseline eval
+    and the comparison still run; the study exits 1; status names the class and exit code."""
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    split = tmp_path / "one.jsonl"
+    save_tasks(load_tasks("bundled:train")[:1], split)
+    cfg = {"arms": ["O"], "seeds": [0],
+           "train": {"max_steps": 1, "max_tasks": 1, "lora_r": 1,
+                     "lora_target_modules": ["no_such_module"]},
+           "eval": {"splits": [str(split)], "n": 1, "batch_size": 1},
+           "bootstrap": {"n_boot": 100}}
+    yml = tmp_path / "bad.yaml"
+    yml.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "study"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(tmp_path),
+               CONTAINERS_CONF=str(REPO_ROOT / "sandbox" / "containers.conf"))
+    r = subprocess.run([sys.executable, "-m", "ecredit_trl.study", "run", "--config", str(yml),
+                        "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "evals of O-s0 skipped (training not done)" in r.stdout
+    from ecredit_trl.study.config import load_study_config
+    from ecredit_trl.study.status import study_units
+
+    got = {f"{u.kind} {u.name}": (u.state, u.detail) for u in
+           study_units(load_study_config(yml), out)}
+    assert got["train O-s0"] == ("failed", "termination exception; exit 1")
+    assert got["eval baseline/one"][0] == "done"
+    assert got["eval O-s0/one"] == ("pending", "")
+    assert got["compare one"][0] == "done"
+    cmp = json.loads((out / "compare" / "one" / "compare.json").read_text())
+    assert [s["label"] for s in cmp["seeds"]] == ["baseline"]
