@@ -237,7 +237,7 @@ def test_missing_units_print_pending_never_numbers(tmp_path):
     assert "**M−B**: Pending" in md and "**M−E**: Pending" in md
     assert "| E-s0 | E | 0 | Pending | Pending |" in md
     assert "| E | 0 | Pending |" in md  # costs row of the arm that did not run
-    assert "| B-s1 | Pending | Pending |" in md and "| B-s0 | 2 | 8 | 6 | 2 | 200 |" in md
+    assert "| B-s1 | Pending | Pending |" in md and "| B-s0 | done | 2 | 8 | 6 | 2 | 200 |" in md
 
 
 def test_bad_input_leaves_the_previous_report_intact(tmp_path, monkeypatch):
@@ -280,3 +280,17 @@ def test_signal_table_names_the_row_lacking_a_field():
     rows = [_traj("M", 1, 0, contrast=1.0, m=5, L=10), {"exclusion": None, "contrast": 0.0}]
     with pytest.raises(ValueError, match="trajectories row 2: usable record lacks"):
         signal_table(rows, "M")
+
+
+def test_a_study_where_nothing_ran_reports_only_pending(tmp_path):
+    out = _study(tmp_path / "st", runs=())
+    (out / "evals" / "baseline" / "bundled-train" / "results.json").unlink()
+    rep = write_report(out)
+    assert {u["status"] for u in rep["units"]} == {"pending"}
+    assert all(c is None for c in rep["curves"].values())
+    assert [a["verdict"] for a in rep["answer"][SPLIT]] == ["Pending"] * 4
+    assert all(v is None for c in rep["costs"]["per_arm"].values() for k, v in c.items()
+               if k != "runs")
+    md = (out / "report.md").read_text()
+    assert "**M−B**: Pending; **M−O**: Pending; **M−E**: Pending; **O−baseline**: Pending" in md
+    assert "0.000" not in md

@@ -64,7 +64,11 @@ class StudyReportError(ValueError):
 
 
 def split_dirname(split: str) -> str:
-    """``evals/<policy>/<split>/`` folder name of a split (':' → '-')."""
+    """``evals/<policy>/<split>/`` folder name of a split: ``bundled:train`` →
+    ``bundled-train``; a file path → its stem (``/x/two.jsonl`` → ``two``). The same rule as
+    the study runner's (``ecredit_trl.study.config.split_dirname``)."""
+    if "/" in split or split.endswith((".jsonl", ".json", ".parquet")):
+        return Path(split).stem
     return split.replace(":", "-")
 
 
@@ -282,8 +286,11 @@ def study_report(out_dir: str | Path) -> dict:
     differences = {sp: _differences(out, study, sp, runs, baseline[sp]) for sp in splits}
     per_run_cost = {r["label"]: run_costs(r["ledger"], session_seconds=r["session_seconds"],
                                           world_size=r["world_size"],
-                                          eval_results=[e for e in r["evals"].values() if e])
+                                          eval_results=list(r["evals"].values()))
                     if r["status"]["status"] != "pending" else None for r in runs}
+    for r in runs:
+        if per_run_cost[r["label"]] is not None:
+            per_run_cost[r["label"]]["status"] = r["status"]["status"]
     costs = {"per_run": per_run_cost, "per_arm": {
         arm: arm_costs([c for r in runs if r["arm"] == arm
                         if (c := per_run_cost[r["label"]]) is not None])

@@ -7,6 +7,7 @@ source: issue 14 §1 (report items a–g and the Answer)
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 __all__ = ["PENDING", "answer_text", "render_markdown"]
@@ -76,8 +77,9 @@ def _design(report: dict) -> list[str]:
              "- evaluation: " + ", ".join(f"{k}={v}" for k, v in sorted(ev.items())),
              f"- bootstrap: {st['bootstrap']}",
              f"- accelerate config: {st.get('accelerate_config')}"]
-    if st.get("command"):
-        lines.append(f"- command: `{st['command']}`")
+    cmd = st.get("command")
+    if cmd:
+        lines.append(f"- command: `{shlex.join(cmd) if isinstance(cmd, list) else cmd}`")
     lines += ["", "| unit | kind | status | detail |", "|---|---|---|---|"]
     for u in report["units"]:
         detail = ""
@@ -210,11 +212,12 @@ def _costs(report: dict) -> list[str]:
         cells = [_f(c.get(k), spec) for k, _, spec in _COST_COLS]
         lines.append(f"| {arm} | {c['runs']} | " + " | ".join(cells) + " |")
     lines += ["", "Per run (an arm's sum is Pending while any of its runs is):", "",
-              f"| run | steps | {head} |", "|---|---|" + "---|" * len(_COST_COLS)]
+              f"| run | status | steps | {head} |", "|---|---|---|" + "---|" * len(_COST_COLS)]
     for label, c in report["costs"]["per_run"].items():
         c = c or {}
         cells = [_f(c.get(k), spec) for k, _, spec in _COST_COLS]
-        lines.append(f"| {label} | {_f(c.get('steps'))} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {c.get('status', PENDING)} | {_f(c.get('steps'))} | "
+                     + " | ".join(cells) + " |")
     return lines + [""]
 
 

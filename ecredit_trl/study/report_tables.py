@@ -149,7 +149,8 @@ def run_costs(ledger: Sequence[dict], *, session_seconds: Sequence[float | None]
         session_seconds: per session of the run, the termination receipt's ``seconds``
             (None: the session has no termination receipt yet).
         world_size: accelerate processes (``manifest.json``), None when unknown.
-        eval_results: the ``results.json`` dicts of its evaluations (``wall_s``, ``cost``).
+        eval_results: the ``results.json`` dicts of its evaluations (``wall_s``, ``cost``),
+            None for an evaluation of the design that has not run (its figures Pending).
 
     Returns: ``trials_factual``, ``trials_counterfactual``, ``trials_control``,
         ``generated_tokens``, ``credited_tokens``, ``queue_wait_s`` (verifier queue, summed
@@ -171,10 +172,10 @@ def run_costs(ledger: Sequence[dict], *, session_seconds: Sequence[float | None]
     out["cpu_hours"] = (out["train_wall_s"] * world_size / 3600.0
                         if out["train_wall_s"] is not None and world_size else None)
     ev = list(eval_results)
-    walls = [e.get("wall_s") for e in ev]
+    walls = [(e or {}).get("wall_s") for e in ev]
     out["eval_wall_s"] = (sum(walls) if ev and all(isinstance(w, (int, float)) for w in walls)
                           else None)
-    trials = [(e.get("cost") or {}).get("trials_factual") for e in ev]
+    trials = [((e or {}).get("cost") or {}).get("trials_factual") for e in ev]
     out["eval_trials"] = (sum(trials) if ev and all(isinstance(t, int) for t in trials)
                           else None)
     return out
