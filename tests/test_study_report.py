@@ -294,3 +294,23 @@ def test_a_study_where_nothing_ran_reports_only_pending(tmp_path):
     md = (out / "report.md").read_text()
     assert "**M−B**: Pending; **M−O**: Pending; **M−E**: Pending; **O−baseline**: Pending" in md
     assert "0.000" not in md
+
+
+def test_run_status_from_receipts(tmp_path):
+    from ecredit_trl.study.report import run_status
+
+    assert run_status(tmp_path / "absent")["status"] == "pending"
+    live, dead, killed = tmp_path / "live", tmp_path / "dead", tmp_path / "killed"
+    RunReceipts(live, 0).start(run_name="live")  # this process: alive, no termination yet
+    assert run_status(live)["status"] == "running"
+    RunReceipts(dead, 0).start(run_name="dead")
+    rec = dead / "receipts" / "s00-start.json"
+    body = json.loads(rec.read_text())
+    body["process"]["start_ticks"] = -1  # another process with this pid: the run's is gone
+    rec.write_text(json.dumps(body))
+    st = run_status(dead)
+    assert (st["status"], st["class"]) == ("stopped", "no termination receipt")
+    RunReceipts(killed, 0).start(run_name="killed")
+    RunReceipts(killed, 0).termination("sigterm", step=1)
+    assert run_status(killed) == {"status": "stopped", "class": "sigterm", "sessions": 1,
+                                  "step": 1}

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ecredit_trl.runs.receipts import read_sessions
+from ecredit_trl.runs.receipts import process_alive, read_sessions
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
     CREDIT_ARMS,
@@ -115,8 +115,9 @@ def load_study(out_dir: str | Path) -> dict:
 
 def run_status(run_dir: Path) -> dict:
     """Status of one training run from its receipts: ``done`` (last session terminated
-    ``completed``), ``stopped`` (another termination class, in ``class``), ``running`` (a
-    session without a termination receipt) or ``pending`` (no run folder / no receipt).
+    ``completed``), ``stopped`` (another termination class, in ``class``; or no termination
+    receipt and its process is gone), ``running`` (no termination receipt, the process is
+    alive or cannot be checked) or ``pending`` (no run folder / no receipt).
 
     Raises: StudyReportError naming an unreadable receipt."""
     if not run_dir.is_dir():
@@ -129,8 +130,11 @@ def run_status(run_dir: Path) -> dict:
         return {"status": "pending", "class": None, "sessions": 0, "step": None}
     last = sessions[-1]
     term = last.termination
-    if term is None:
-        return {"status": "running", "class": None, "sessions": len(sessions), "step": None}
+    if term is None:  # no receipt: running, or killed without one (SIGKILL, OOM killer)
+        alive = process_alive((last.opened or {}).get("process") or {})
+        return {"status": "stopped" if alive is False else "running",
+                "class": "no termination receipt" if alive is False else None,
+                "sessions": len(sessions), "step": None}
     cls = term.get("class")
     return {"status": "done" if cls == "completed" else "stopped", "class": cls,
             "sessions": len(sessions), "step": term.get("step")}
@@ -198,13 +202,14 @@ def _differences(out: Path, study: dict, split: str, runs: list[dict],
     ckw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "seed": boot["seed"]}
     kw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "boot_seed": boot["seed"]}
     sd = split_dirname(split)
-    loaded = []
-    if baseline:
-        loaded.append(load_run(f"{BASELINE}={out / 'evals' / BASELINE / sd}"))
-    for r in runs:
-        if r["evals"].get(split):
-            loaded.append(load_run(f"{r['arm']}:{r['seed']}={out / 'evals' / r['label'] / sd}"))
-    cmp = compare(loaded, **ckw) if loaded else {"arms": {}, "warnings": []}
+    args = [f"{BASELINE}={out / 'evals' / BASELINE / sd}"] if baseline else []
+    args += [f"{r['arm']}:{r['seed']}={out / 'evals' / r['label'] / sd}" for r in runs
+             if r["evals"].get(split)]
+    try:
+        loaded = [load_run(a) for a in args]
+        cmp = compare(loaded, **ckw) if loaded else {"arms": {}, "warnings": []}
+    except (ValueError, FileNotFoundError) as exc:  # eval.compare's input errors name the file
+        raise StudyReportError(str(exc)) from None
     arms = study["arms"]
     # seeds pooled only once every seed of the arm's design is evaluated (else Pending)
     done = {(x.arm, x.seed) for x in loaded}
