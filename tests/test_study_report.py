@@ -177,6 +177,7 @@ def test_full_study_report_numbers(tmp_path):
     assert [a["name"] for a in rep["answer"][SPLIT]] == ["M−B", "M−O", "M−E", "O−baseline"]
     md = (out / "report.md").read_text()
     assert "**M−B** = +0.312" in md and "no difference detected" in md
+    assert "| M | 2 of 2 | 0.625 | [" in md and "| baseline | 1 of 1 | 0.125 | [" in md
     (answer,) = [x for x in md.splitlines() if x.startswith("- `bundled:train`:")]
     assert "Pending" not in answer
 

@@ -134,6 +134,27 @@ def _signal(report: dict) -> list[str]:
     return lines + [""]
 
 
+def _pooled_success(report: dict, split: str) -> list[str]:
+    """Per arm, seeds pooled: success = mean over tasks of the per-task mean over seeds."""
+    cov = _cov(report)
+    arms = report["differences"][split]["arms"]
+    lines = ["", f"Seeds pooled (mean over tasks of the per-task success averaged over the "
+             f"arm's evaluated seeds; {cov}% bootstrap CI over tasks):", "",
+             f"| arm | seeds evaluated | success | {cov}% CI |", "|---|---|---|---|"]
+    for arm in ["baseline", *report["study"]["arms"]]:
+        a = arms.get(arm)
+        if a is None:
+            lines.append(f"| {arm} | 0 | {PENDING} | {PENDING} |")  # nothing evaluated
+            continue
+        ci = a["ci"]
+        st = report["study"]
+        want = 1 if arm == "baseline" else len((st.get("seeds_by_arm") or {}).get(
+            arm, st.get("seeds") or []))
+        lines.append(f"| {arm} | {len(a['seeds'])} of {want} | {_f(a['success'])} | "
+                     f"{f'[{ci[0]:.3f}, {ci[1]:.3f}]' if ci else PENDING} |")
+    return lines
+
+
 def _evaluation(report: dict) -> list[str]:
     lines = ["## (d) Evaluation", "",
              "Per-rollout mean = resolved slots / (tasks × n) over the split's fixed "
@@ -153,7 +174,7 @@ def _evaluation(report: dict) -> list[str]:
                          f" | {_f(r['success'])} | {_f(r['resolved'])} / {_f(r['slots'])} | "
                          f"{_f(r['tasks'])} × {_f(r['n'])} | {_f(r['unknown'])} | "
                          f"{f'[{b[0]:.3f}, {b[1]:.3f}]' if b else PENDING} |")
-        lines.append("")
+        lines += _pooled_success(report, split) + [""]
     return lines
 
 
