@@ -62,7 +62,7 @@ def test_config_resolves_seeds_defaults_and_hash():
     c = _cfg(seeds=[0, 1], seeds_by_arm={"E": [0]})
     assert c.arms == ["O", "M", "E"]
     assert c.design() == [("O", 0), ("O", 1), ("M", 0), ("M", 1), ("E", 0)]
-    assert c.eval["temperature"] is None and c.eval["concurrency"] == 2
+    assert c.eval["temperature"] == 1.0 and c.eval["concurrency"] == 2
     assert c.bootstrap == {"n_boot": 10000, "seed": 0, "alpha": 0.05}
     assert c.sha256() == _cfg(seeds=[0, 1], seeds_by_arm={"E": [0]}).sha256()
     assert c.sha256() != _cfg(seeds=[0, 2], seeds_by_arm={"E": [0]}).sha256()
@@ -153,7 +153,8 @@ def _fake_run(rd: Path, arm: str, cls: str | None, final: bool, max_steps: int =
 def _fake_eval(ed: Path, split: str, graded: int, run_dir: Path | None) -> None:
     _wj(ed / "run.json", {"binding": "b1"})
     _wj(ed / "results.json", {
-        "binding": "b1", "split": split, "n": 1, "seed": 0, "overrides": {},
+        "binding": "b1", "split": split, "n": 1, "seed": 0,
+        "overrides": {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 640},
         "run_dir": str(run_dir) if run_dir else None, "rollouts_exit_code": 0,
         "summary": {"denominator": {"tasks": 2, "n": 1, "slots": 2}, "success": 0.5,
                     "unknown": 0}, "slots": [{}] * graded})
@@ -300,3 +301,16 @@ def test_failed_run_does_not_stop_independent_units(tmp_path):
     assert got["compare one"][0] == "done"
     cmp = json.loads((out / "compare" / "one" / "compare.json").read_text())
     assert [s["label"] for s in cmp["seeds"]] == ["baseline"]
+
+
+def test_eval_protocol_defaults_to_the_training_fields():
+    """The baseline (bare policy) and trained runs are evaluated with one protocol: unset eval
+    max_turns / max_new_tokens / temperature come from the training fields (or train.py's
+    embedded defaults), never from eval.run's own defaults (a measured confound)."""
+    c = config_from_dict({"arms": ["O"], "seeds": [0], "train": {"max_turns": 5},
+                          "eval": {"splits": ["bundled:train"], "n": 2}})
+    assert (c.eval["max_turns"], c.eval["max_new_tokens"], c.eval["temperature"]) == (5, 640, 1.0)
+    c = config_from_dict({"arms": ["O"], "seeds": [0], "train": {"temperature": 0.7},
+                          "eval": {"splits": ["bundled:train"], "n": 2, "max_turns": 2,
+                                   "temperature": 0.0}})
+    assert (c.eval["max_turns"], c.eval["temperature"]) == (2, 0.0)

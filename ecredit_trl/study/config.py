@@ -239,6 +239,18 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
                     else list(seeds) for a in arms}
     train = validate_train(raw.get("train"), where)
     ev = _validate_eval(where, _section(where, "eval", raw.get("eval"), EVAL_DEFAULTS))
+    # Same protocol for every policy: an eval of a trained run inherits the run's max_turns /
+    # max_completion_length, the bare starting policy would get eval.run's own defaults (a
+    # confound measured on the baseline), so unset values come from the training fields.
+    # train.py's embedded defaults apply under the field defaults, as they do in a run.
+    from ecredit_trl.config import ECreditConfig  # noqa: PLC0415 - heavy (trl)
+    from ecredit_trl.train import embedded_defaults  # noqa: PLC0415
+    defaults = {f.name: f.default for f in dataclasses.fields(ECreditConfig)}
+    defaults.update(embedded_defaults(on_gpu=False))
+    for k, tk in (("max_turns", "max_turns"), ("max_new_tokens", "max_completion_length"),
+                  ("temperature", "temperature")):
+        if ev[k] is None:
+            ev[k] = train.get(tk, defaults[tk])
     bs = _validate_bootstrap(where, _section(where, "bootstrap", raw.get("bootstrap"),
                                              BOOTSTRAP_DEFAULTS))
     acc = raw.get("accelerate_config")

@@ -155,8 +155,8 @@ def eval_state(eval_dir: Path, cfg: StudyConfig, split: str,
     ev = cfg.eval
     want = {"split": split, "n": cfg.eval_n(split), "seed": ev["seed"]}
     bad = [k for k, v in want.items() if res.get(k) != v]
-    if (res.get("overrides") or {}).get("temperature") != ev["temperature"]:
-        bad.append("temperature")
+    ov = res.get("overrides") or {}
+    bad += [k for k in ("temperature", "max_turns", "max_new_tokens") if ov.get(k) != ev[k]]
     if bound is None or bound.get("binding") != res.get("binding"):
         bad.append("binding")
     if run_dir is not None and (not res.get("run_dir")
