@@ -314,3 +314,18 @@ def test_eval_protocol_defaults_to_the_training_fields():
                           "eval": {"splits": ["bundled:train"], "n": 2, "max_turns": 2,
                                    "temperature": 0.0}})
     assert (c.eval["max_turns"], c.eval["temperature"]) == (2, 0.0)
+
+
+def test_report_subcommand(tmp_path, capsys):
+    """`study report --out DIR` rebuilds the report from what the folder holds (here nothing
+    ran: every unit Pending); a folder without study.json is refused naming the path."""
+    from ecredit_trl.study.__main__ import main
+    from ecredit_trl.study.runner import bind_study
+
+    out = tmp_path / "s"
+    bind_study(_cfg(arms=["O", "M"]), out, allow_changed=False, command=["x"])
+    assert main(["report", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert "Pending" in (out / "report.md").read_text() and rep["files"]
+    assert main(["report", "--out", str(tmp_path / "nope")]) == 2
+    assert "study.json missing" in capsys.readouterr().err

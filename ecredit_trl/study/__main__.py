@@ -1,11 +1,13 @@
 """``python -m ecredit_trl.study run --config studies/<name>.yaml [--out DIR] [--allow-changed]``
-and ``python -m ecredit_trl.study status (--out DIR | --config YAML)``.
+, ``python -m ecredit_trl.study status (--out DIR | --config YAML)`` and
+``python -m ecredit_trl.study report --out DIR``.
 
 ``run`` trains every arm × seed, evaluates the step-0 baseline and every run on each eval
 split, compares per split and writes the report into ``--out`` (default
 ``studies/<name>/``); rerunning the same command resumes (:mod:`ecredit_trl.study.runner`).
 ``status`` prints every unit: done / running / failed (termination class, exit code) /
-stale / pending (:mod:`ecredit_trl.study.status`).
+stale / pending (:mod:`ecredit_trl.study.status`). ``report`` rebuilds ``report.md`` /
+``report.json`` / PNGs from whatever the folder holds (:mod:`ecredit_trl.study.report`).
 
 Exit status: 0 all done; 1 a unit failed or is not done; 2 bad input or a refused folder
 (changed config, locked); 143/130 stopped by SIGTERM/SIGINT (rerun to resume).
@@ -31,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="print the state of every unit")
     st.add_argument("--out", default=None, help="study folder")
     st.add_argument("--config", default=None, help="study YAML (default: the folder's study.json)")
+    rp = sub.add_parser("report", help="rebuild the report from the study folder")
+    rp.add_argument("--out", required=True, help="study folder")
     return ap
 
 
@@ -58,6 +62,18 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
+        if args.cmd == "report":
+            from ecredit_trl.study.report import StudyReportError, write_report
+
+            if not (Path(args.out) / "study.json").is_file():
+                raise FileNotFoundError(f"--out: {Path(args.out) / 'study.json'} missing "
+                                        "(not a study folder?)")
+            try:
+                write_report(args.out)
+            except StudyReportError as exc:
+                raise ValueError(str(exc)) from None
+            print(f"report: {Path(args.out) / 'report.md'}")
+            return 0
         if args.cmd == "status":
             from ecredit_trl.study.status import render_status, study_units
 
