@@ -288,8 +288,14 @@ def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
     ``completed`` termination receipt with ``already_at_max_steps``, exit 0. Raise
     ``max_steps`` with ``--allow-changed max_steps --reason ...`` to train on.
 
+    A run stopped after its last numbered checkpoint but before ``checkpoint-final`` gets
+    it now: the checkpoint's weights, config and tokenizer (its resume state left out),
+    with its ``final`` receipt.
+
     Returns: 0 when there is nothing to train, else None.
     """
+    import shutil
+
     from ecredit_trl.runs.binding import checkpoint_steps
 
     step, _ = checkpoint_steps(checkpoint)
@@ -297,6 +303,14 @@ def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
         return None
     if receipts is not None:
         final = run_dir / "checkpoint-final"
+        if not final.is_dir():
+            tmp = run_dir / "checkpoint-final.partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(
+                "optimizer*", "scheduler*", "scaler*", "rng_state*", "trainer_state.json",
+                "ecredit_state*", "global_step*"))
+            tmp.rename(final)
+            receipts.checkpoint(final, step=step, reason="final")
         receipts.termination("completed", step=step, already_at_max_steps=True,
                              max_steps=cfg.max_steps, trained_steps=0,
                              final_checkpoint=str(final) if final.is_dir() else None)

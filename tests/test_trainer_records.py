@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -224,7 +225,9 @@ def test_resume_at_max_steps_trains_nothing_and_a_raised_horizon_keeps_a_live_lr
     assert [r["step"] for r in _jsonl(run / "ledger.jsonl")] == [1, 2]
     capsys.readouterr()
 
-    # the final step's checkpoint of a completed run: nothing to train, exit 0, a receipt
+    # the final step's checkpoint of a run stopped before its checkpoint-final was written:
+    # nothing to train, exit 0, a receipt, checkpoint-final made from checkpoint-2's weights
+    shutil.rmtree(run / "checkpoint-final")
     assert main(["--resume-from", str(ck)]) == 0
     out = capsys.readouterr().out
     assert "already at max_steps (2 of 2); nothing to train" in out
@@ -234,6 +237,12 @@ def test_resume_at_max_steps_trains_nothing_and_a_raised_horizon_keeps_a_live_lr
     assert term["class"] == "completed" and term["step"] == 2
     assert term["already_at_max_steps"] is True and term["trained_steps"] == 0
     assert term["final_checkpoint"] == str(run / "checkpoint-final")
+    final = json.loads((run / "receipts" / "s01-checkpoint-final.json").read_text())
+    assert final["reason"] == "final" and final["step"] == 2
+    assert not final["state_present"]["optimizer"]
+    assert final["weights"]["sha256"] == json.loads(
+        (run / "receipts" / "s00-checkpoint-000002.json").read_text())["weights"]["sha256"]
+    assert (run / "checkpoint-final" / "config.json").is_file()
 
     # a raised horizon: one more step, at the rebuilt schedule's LR (not the old one's 0)
     assert main(["--resume-from", str(ck), "--max_steps", "3", "--allow-changed", "max_steps",
