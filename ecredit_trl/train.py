@@ -276,9 +276,6 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
     if exc is not None and not isinstance(exc, KeyboardInterrupt):
         raise exc
     return exit_code(cls, exc)
-    if exc is not None and not isinstance(exc, KeyboardInterrupt):
-        raise exc
-    return exit_code(cls, exc)
 
 
 def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
