@@ -100,6 +100,25 @@ def test_commands_carry_the_study_fields(tmp_path):
     ev = eval_command(c, "/m", "bundled:train", tmp_path / "e")
     assert ev[1:3] == ["-m", "eval.run"]
     assert ev[ev.index("--n") + 1] == "3" and ev[ev.index("--temperature") + 1] == "1.0"
+    assert "--reuse-verdicts" not in ev  # opt-in
+
+
+def test_reuse_verdicts_config_and_command(tmp_path):
+    from ecredit_trl.study.config import StudyConfigError
+    from ecredit_trl.study.runner import eval_command
+
+    off = _cfg()
+    on = _cfg(eval={**BASE["eval"], "reuse_verdicts": True})
+    explicit_off = _cfg(eval={**BASE["eval"], "reuse_verdicts": False})
+    # false (the default) stays out of the resolved config: hashes of older studies hold
+    assert "reuse_verdicts" not in off.resolved()["eval"]
+    assert explicit_off.sha256() == off.sha256() != on.sha256()
+    assert on.resolved()["eval"]["reuse_verdicts"] is True
+    ev = eval_command(on, "/m", "bundled:train", tmp_path / "evals" / "baseline" / "b",
+                      tmp_path / "verdicts")
+    assert ev[ev.index("--reuse-verdicts") + 1] == str(tmp_path / "verdicts")
+    with pytest.raises(StudyConfigError, match="eval.reuse_verdicts"):
+        _cfg(eval={**BASE["eval"], "reuse_verdicts": "yes"})
 
 
 # -- study.json binding and the lock ----------------------------------------------------------
