@@ -323,7 +323,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     todo = wanted - set(final)
     say(f"eval: {len(tasks)} tasks x {n} = {len(wanted)} slots; {len(wanted) - len(todo)} "
         f"already graded, {len(todo)} to do")
-    store = _verdict_store(reuse_verdicts, out, binding, say)
+    store = _verdict_store(reuse_verdicts, out, binding, say, images)
     ver = SlotVerifier(out=out, by_id=by_id, binding=binding, source=source, todo=todo,
                        final=final, timeout_s=timeout_s, store=store)
     rollout_rc = _generate_and_verify(
@@ -346,13 +346,13 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     return results
 
 
-def _verdict_store(root, out: Path, binding: str, say):
+def _verdict_store(root, out: Path, binding: str, say, images: dict):
     """The opt-in :class:`eval.evaluation.verdicts.VerdictStore` at ``root`` (None: off)."""
     if root is None:
         return None
     from eval.evaluation.verdicts import VerdictStore
 
-    return VerdictStore(root, eval_dir=out.resolve(), binding=binding, say=say)
+    return VerdictStore(root, eval_dir=out.resolve(), binding=binding, say=say, images=images)
 
 
 def _store_record(store, ver: SlotVerifier, slots: list[dict]) -> dict | None:

@@ -7,7 +7,7 @@ Off by default: official runs verify every slot. Fit for deterministic, flake-sc
 
 An entry is ``DIR/<key>.json`` with ``key`` = :func:`verdict_key` (task identity of
 :func:`eval.evaluation.verification.control_key`, the trial limits, the log parser, the
-protected set, sha256 of the artifact bytes). It holds what grading reads from a trial
+protected set, the image digest, sha256 of the artifact bytes). It holds what grading reads from a trial
 (``log``, ``log_swebench``, ``protected_touched``) plus where it came from (``trial_id``,
 ``eval`` folder, ``binding``). Only ``exit_class == "ok"`` trials whose grade is not unknown
 are stored; a file that does not parse or disagrees with its key, task, artifact, exit class
@@ -32,7 +32,8 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 """Artifact digest of the empty patch: the key of a task's empty-patch control."""
 
 
-def verdict_key(task, timeout_s: float | None, artifact_sha256: str) -> str:
+def verdict_key(task, timeout_s: float | None, artifact_sha256: str,
+                image_digest: str | None = None) -> str:
     """sha256 (hex) of everything that decides a trial's verdict of one artifact on ``task``.
 
     Args:
@@ -41,6 +42,8 @@ def verdict_key(task, timeout_s: float | None, artifact_sha256: str) -> str:
             :func:`eval.trialspec.trial_limits` values (timeout s, memory, pids, CPUs) enter.
         artifact_sha256: sha256 (hex) of the artifact's UTF-8 bytes (:data:`EMPTY_SHA256`
             for the empty-patch control).
+        image_digest: the local digest of ``task.image`` (``eval.run`` passes
+            :func:`eval.presence.require_task_images`'s), so a rebuilt image misses.
 
     Raises: ValueError from :func:`eval.trialspec.trial_limits` (bad ``trial_defaults``).
     """
@@ -50,7 +53,7 @@ def verdict_key(task, timeout_s: float | None, artifact_sha256: str) -> str:
     lim = asdict(trial_limits(task, timeout_s=timeout_s))
     lim.pop("source")
     blob = json.dumps([control_key(task), lim, task.log_parser, sorted(protected_set(task)),
-                       artifact_sha256], default=str)
+                       artifact_sha256, image_digest], default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -71,13 +74,15 @@ class VerdictStore:
         root: the store folder (shared by evaluations, e.g. a study's ``<out>/verdicts``).
         eval_dir, binding: the evaluation writing entries (recorded as their origin).
         say: warning sink (corrupt entries).
+        images: image → local digest of the evaluation's tasks (part of every key).
 
     ``rejected`` counts entries that existed but were not trusted.
     """
 
     def __init__(self, root: str | Path, *, eval_dir: Path, binding: str,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], images: dict | None = None) -> None:
         self.root, self.eval_dir, self.binding, self.say = Path(root), eval_dir, binding, say
+        self.images = dict(images or {})
         self.rejected = 0
 
     def get(self, key: str, task_id: str, artifact_sha256: str) -> dict | None:
@@ -124,7 +129,7 @@ class VerdictStore:
 
     def key(self, task, timeout_s: float | None, artifact_sha256: str) -> str:
         """:func:`verdict_key` (a method so the verifier needs no import of this module)."""
-        return verdict_key(task, timeout_s, artifact_sha256)
+        return verdict_key(task, timeout_s, artifact_sha256, self.images.get(task.image))
 
     @staticmethod
     def trial(e: dict) -> StoredTrial:
