@@ -1,7 +1,8 @@
 """Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
 (:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
 ``DIR/controls/``; it also answers empty artifacts), and grading with
-:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6)."""
+:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6). With an
+opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
 
 from __future__ import annotations
 
@@ -157,7 +158,8 @@ class SlotVerifier:
         return c
 
     def ensure_control(self, pool, tid: str) -> None:
-        """Reuse the task's cached ok control when its key matches; else submit one."""
+        """Reuse the task's cached ok control when its key matches, else (with a store) a
+        trusted stored control; else submit one."""
         if tid in self.controls or tid in self.ctrl_fut:
             return
         cpath = self.out / "controls" / f"{slug(tid)}.json"
