@@ -77,11 +77,13 @@ def test_shipped_study_configs_load():
                             ("E", 0)]
     assert emb.eval["splits"] == ["bundled:train", "bundled:holdout"]
     assert emb.eval_n("bundled:holdout") >= 4 and emb.eval["temperature"] == 1.0
+    assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (issue 14 §2, cost)
     off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
     assert off.arms == ["O", "B", "M", "E"] and off.seeds == [0, 1, 2]
     assert off.train["max_steps"] == 80 and off.train["lora_r"] > 0
     assert off.eval_n("official500") == 2 and off.eval_n("holdout100") == 16
     assert Path(off.accelerate_config).is_file() or (REPO_ROOT / off.accelerate_config).is_file()
+    assert off.eval["reuse_verdicts"] is False  # official: every slot verified
 
 
 def test_commands_carry_the_study_fields(tmp_path):
@@ -100,6 +102,25 @@ def test_commands_carry_the_study_fields(tmp_path):
     ev = eval_command(c, "/m", "bundled:train", tmp_path / "e")
     assert ev[1:3] == ["-m", "eval.run"]
     assert ev[ev.index("--n") + 1] == "3" and ev[ev.index("--temperature") + 1] == "1.0"
+    assert "--reuse-verdicts" not in ev  # opt-in
+
+
+def test_reuse_verdicts_config_and_command(tmp_path):
+    from ecredit_trl.study.config import StudyConfigError
+    from ecredit_trl.study.runner import eval_command
+
+    off = _cfg()
+    on = _cfg(eval={**BASE["eval"], "reuse_verdicts": True})
+    explicit_off = _cfg(eval={**BASE["eval"], "reuse_verdicts": False})
+    # false (the default) stays out of the resolved config: hashes of older studies hold
+    assert "reuse_verdicts" not in off.resolved()["eval"]
+    assert explicit_off.sha256() == off.sha256() != on.sha256()
+    assert on.resolved()["eval"]["reuse_verdicts"] is True
+    ev = eval_command(on, "/m", "bundled:train", tmp_path / "evals" / "baseline" / "b",
+                      tmp_path / "verdicts")
+    assert ev[ev.index("--reuse-verdicts") + 1] == str(tmp_path / "verdicts")
+    with pytest.raises(StudyConfigError, match="eval.reuse_verdicts"):
+        _cfg(eval={**BASE["eval"], "reuse_verdicts": "yes"})
 
 
 # -- study.json binding and the lock ----------------------------------------------------------
@@ -212,7 +233,8 @@ def test_smoke_study_killed_and_resumed(tmp_path):
            "train": {"max_steps": 2, "max_tasks": 2, "num_generations": 2,
                      "per_device_train_batch_size": 2, "max_completion_length": 256,
                      "save_steps": 1, "verifier_retries": 0},
-           "eval": {"splits": [str(split)], "n": 1, "temperature": 1.0, "batch_size": 2},
+           "eval": {"splits": [str(split)], "n": 1, "temperature": 1.0, "batch_size": 2,
+                    "reuse_verdicts": True},  # as studies/embedded.yaml
            "bootstrap": {"n_boot": 200}}
     yml = tmp_path / "smoke.yaml"
     yml.write_text(yaml.safe_dump(cfg))
@@ -251,6 +273,11 @@ def test_smoke_study_killed_and_resumed(tmp_path):
         res = json.loads((out / "evals" / policy / "two" / "results.json").read_text())
         assert res["summary"]["denominator"] == {"tasks": 2, "n": 1, "slots": 2}
         assert len(res["slots"]) == 2
+        assert res["verdict_store"]["path"] == str(out / "verdicts")
+    # the three evals share one store: each task's empty-patch control ran once in the study
+    n_ctrl = sum(json.loads((out / "evals" / p / "two" / "results.json").read_text())["cost"]
+                 ["trials_control"] for p in ("baseline", "O-s0", "M-s0"))
+    assert n_ctrl <= 2 and len(list((out / "verdicts").glob("*.json"))) >= n_ctrl
     cmp = json.loads((out / "compare" / "two" / "compare.json").read_text())
     assert {s["label"] for s in cmp["seeds"]} == {"baseline", "O:0", "M:0"}
     assert [x["name"] for x in cmp["pairs"]] == ["M−O"]

@@ -14,13 +14,17 @@ names the key)::
                                    #     lora_target_modules, warmstart_steps)
     eval: {splits: [bundled:train], n: 4, n_by_split: {holdout100: 16},
            temperature: 1.0, batch_size: 8,
-           concurrency: 2, seed: 0, max_turns: null, max_new_tokens: null, runtime: podman}
+           concurrency: 2, seed: 0, max_turns: null, max_new_tokens: null, runtime: podman,
+           reuse_verdicts: false}  # true: evals share <out>/verdicts/ (eval.run
+                                   #     --reuse-verdicts; opt-in, see eval.evaluation.verdicts)
     bootstrap: {n_boot: 10000, seed: 0, alpha: 0.05}
     accelerate_config: null        # path of an `accelerate launch --config_file`
 
 ``arm``, ``seed``, ``output_dir`` and ``runs_dir`` are set by the study per run and may not
 appear under ``train``. The resolved config (defaults filled in) is hashed with sha256 over
-its canonical JSON (sorted keys); a changed hash is what ``study run`` refuses.
+its canonical JSON (sorted keys); a changed hash is what ``study run`` refuses. One
+exception: ``eval.reuse_verdicts: false`` (the default) is left out of the resolved config,
+so studies bound before the key existed keep their hash.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "
             "accelerate_config")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
                  "concurrency": 2, "seed": 0, "max_turns": None, "max_new_tokens": None,
-                 "runtime": "podman"}
+                 "runtime": "podman", "reuse_verdicts": False}
 BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05}
 #: train.py's ModelArguments that a study may set under ``train`` (``model`` is top level)
 MODEL_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
@@ -70,8 +74,12 @@ class StudyConfig:
     path: str | None = field(default=None, compare=False)
 
     def resolved(self) -> dict:
-        """The config as written into ``study.json`` (every key, defaults filled in)."""
-        return {k: getattr(self, k) for k in TOP_KEYS}
+        """The config as written into ``study.json`` (every key, defaults filled in, but
+        ``eval.reuse_verdicts`` only when true: see the module docstring)."""
+        out = {k: getattr(self, k) for k in TOP_KEYS}
+        if not out["eval"].get("reuse_verdicts"):
+            out["eval"] = {k: v for k, v in out["eval"].items() if k != "reuse_verdicts"}
+        return out
 
     def sha256(self) -> str:
         """sha256 (hex) of the canonical JSON of :meth:`resolved`."""
@@ -188,6 +196,9 @@ def _validate_eval(where: str, ev: dict) -> dict:
         v = ev[k]
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise _err(where, f"eval.{k}", f"expected an int >= 1 or null, got {v!r}")
+    if not isinstance(ev["reuse_verdicts"], bool):
+        raise _err(where, "eval.reuse_verdicts", f"expected true or false, got "
+                   f"{ev['reuse_verdicts']!r}")
     if ev["runtime"] not in ("podman", "local"):
         raise _err(where, "eval.runtime", f"expected podman or local, got {ev['runtime']!r}")
     return ev

@@ -149,8 +149,11 @@ def train_command(cfg: StudyConfig, arm: str, seed: int, run_dir: Path,
     return cmd
 
 
-def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path) -> list[str]:
-    """The ``python -m eval.run`` argv of one evaluation with the study's protocol."""
+def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
+                 verdicts: Path | None = None) -> list[str]:
+    """The ``python -m eval.run`` argv of one evaluation with the study's protocol;
+    ``--reuse-verdicts verdicts`` (the study's ``<out>/verdicts``) when
+    ``eval.reuse_verdicts`` is true (issue 14 §2, cost)."""
     ev = cfg.eval
     cmd = [sys.executable, "-m", "eval.run", "--model", str(model), "--split", split,
            "--n", str(cfg.eval_n(split)), "--out", str(out_dir), "--seed", str(ev["seed"]),
@@ -160,6 +163,10 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path) -> lis
                       ("max_new_tokens", "--max-new-tokens")):
         if ev[key] is not None:
             cmd += [flag, str(ev[key])]
+    if ev.get("reuse_verdicts"):
+        if verdicts is None:
+            raise ValueError("eval.reuse_verdicts: true needs the study's verdicts folder")
+        cmd += ["--reuse-verdicts", str(verdicts)]
     return cmd
 
 
@@ -304,7 +311,7 @@ def eval_unit(cfg: StudyConfig, out: Path, policy: str, model: str, split: str, 
             say(f"study: eval {unit.name}: {detail}; not redone without --allow-changed")
             return False
         _abandon(out, ed, say)
-    rc = run_subprocess(out, unit, eval_command(cfg, model, split, ed), say)
+    rc = run_subprocess(out, unit, eval_command(cfg, model, split, ed, out / "verdicts"), say)
     return rc == 0 and eval_state(ed, cfg, split, rd)[0] == "done"
 
 

@@ -253,6 +253,11 @@ def render_report(results: dict) -> str:
               f"{cost.get('retries', 0)} infra retries",
               f"- trial service time: {cost.get('service_s', 0.0):.1f} s",
               ]
+    vs = results.get("verdict_store")
+    if vs:
+        lines.append(f"- verdict store `{vs['path']}` used (opt-in): {vs['slots_reused']} slots "
+                     "graded from an identical clean trial of the same task (stored or run "
+                     f"once in this eval), {vs['rejected_entries']} untrusted entries ignored")
     fl = results.get("flaky") or {}
     if fl.get("repeats") is None:
         lines.append("- flaky tests: not measured (no admission manifest)")
