@@ -115,7 +115,7 @@ def _write_run(out: Path, label: str):
     term.write_text(json.dumps(body))
     rows = []
     for step, (res, n) in enumerate(STEPS.get(label, [(1, 4), (1, 4)]), 1):
-        rows.append(ledger_row(_tot(generated_tokens=100, trials_factual=4,
+        rows.append(ledger_row(_tot(generated_tokens=100, credited_tokens=60, trials_factual=4,
                                     trials_counterfactual=3 if arm in "BM" else 0,
                                     trials_control=1, queue_wait_s=2.5, rollouts=n,
                                     resolved=res), step=step, arm=arm, wall_s=30.0,
@@ -195,7 +195,7 @@ def test_curves_costs_and_truncated_ledger_line(tmp_path):
     assert m["train_wall_s"] == pytest.approx(150.0)
     assert m["cpu_hours"] == pytest.approx(150.0 / 3600)
     assert m["eval_wall_s"] == pytest.approx(40.0)
-    assert m["credited_tokens"] is None  # this ledger does not record it: Pending
+    assert m["credited_tokens"] == 240  # 4 rows × 60 tokens in the loss
 
 
 def test_signal_table_from_training_trajectories(tmp_path):
