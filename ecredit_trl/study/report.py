@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ecredit_trl.runs.receipts import process_alive, read_sessions
+from ecredit_trl.study.config import split_dirname
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
     CREDIT_ARMS,
@@ -61,15 +62,6 @@ DEFAULT_BOOTSTRAP = {"n_boot": 10000, "seed": 0, "alpha": 0.05}
 
 class StudyReportError(ValueError):
     """A study folder cannot be reported on; the message names the file and field."""
-
-
-def split_dirname(split: str) -> str:
-    """``evals/<policy>/<split>/`` folder name of a split: ``bundled:train`` →
-    ``bundled-train``; a file path → its stem (``/x/two.jsonl`` → ``two``). The same rule as
-    the study runner's (``ecredit_trl.study.config.split_dirname``)."""
-    if "/" in split or split.endswith((".jsonl", ".json", ".parquet")):
-        return Path(split).stem
-    return split.replace(":", "-")
 
 
 def load_study(out_dir: str | Path) -> dict:
