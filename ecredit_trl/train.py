@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     config. After the start receipt every way out writes a termination receipt;
     exceptions other than SandboxUnavailable / KeyboardInterrupt are re-raised.
     """
-    from ecredit_trl.runs.binding import resume_point
+    from ecredit_trl.runs.binding import resume_point, schedule_change, schedule_warning
     from ecredit_trl.runs.faults import GracefulStop, follow_launcher_signals
     from ecredit_trl.runs.receipts import RunReceipts
     from ecredit_trl.runs.session import (
@@ -204,15 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     detected = report_unterminated(cfg, run_dir, run_name) if is_main else []
     ck_receipt = (verify_resume_checkpoint(cfg, run_dir, resume.checkpoint)
                   if resume is not None else None)
+    schedule = schedule_change(resume.checkpoint, cfg) if resume is not None else None
     tasks, model_path = _tasks_and_policy(cfg, margs)
     session = _open_session(cfg, margs, run_args=run_args, argv=argv, run_argv=run_argv,
                             resume=resume, run_dir=run_dir, run_name=run_name, tasks=tasks,
-                            model_path=model_path, ck_receipt=ck_receipt, detected=detected)
+                            model_path=model_path, ck_receipt=ck_receipt, detected=detected,
+                            schedule=schedule)
     receipts = RunReceipts(run_dir, session) if is_main else None
     if is_main:
         what = (f"resumed from {resume.checkpoint.name} (session {session})" if resume
                 else "started")
         print(f"[ecredit] run {run_name} {what}; records in {run_dir}", flush=True)
+    if resume is not None:
+        done = _already_at_max_steps(cfg, resume.checkpoint, receipts, run_dir, run_name)
+        if done is not None:
+            return done
+        if schedule is not None and is_main:
+            print(schedule_warning(schedule), flush=True)
 
     stop = GracefulStop()
     stop.install()
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime = _make_runtime(cfg, run_name)
         trainer = _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir)
         trainer.receipts = receipts
+        trainer.resume_schedule = schedule
         trainer.stop = stop
         stop._step_fn = lambda: trainer.state.global_step
         final_dir = _run_training(trainer, tokenizer, stop, receipts, resume, run_dir, is_main)
@@ -267,9 +276,45 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
     if exc is not None and not isinstance(exc, KeyboardInterrupt):
         raise exc
     return exit_code(cls, exc)
-    if exc is not None and not isinstance(exc, KeyboardInterrupt):
-        raise exc
-    return exit_code(cls, exc)
+
+
+def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
+                          run_name: str) -> int | None:
+    """A resume whose checkpoint is at (or past) ``max_steps`` trains nothing (transformers'
+    loop would run one more step, "step 3/2", before it checks the horizon): one line, a
+    ``completed`` termination receipt with ``already_at_max_steps``, exit 0. Raise
+    ``max_steps`` with ``--allow-changed max_steps --reason ...`` to train on.
+
+    A run stopped after its last numbered checkpoint but before ``checkpoint-final`` gets
+    it now: the checkpoint's weights, config and tokenizer (its resume state left out),
+    with its ``final`` receipt.
+
+    Returns: 0 when there is nothing to train, else None.
+    """
+    import shutil
+
+    from ecredit_trl.runs.binding import checkpoint_steps
+
+    step, _ = checkpoint_steps(checkpoint)
+    if step < cfg.max_steps:
+        return None
+    if receipts is not None:
+        final = run_dir / "checkpoint-final"
+        if not final.is_dir():
+            tmp = run_dir / "checkpoint-final.partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(
+                "optimizer*", "scheduler*", "scaler*", "rng_state*", "trainer_state.json",
+                "ecredit_state*", "global_step*"))
+            tmp.rename(final)
+            receipts.checkpoint(final, step=step, reason="final")
+        receipts.termination("completed", step=step, already_at_max_steps=True,
+                             max_steps=cfg.max_steps, trained_steps=0,
+                             final_checkpoint=str(final) if final.is_dir() else None)
+        print(f"[ecredit] run {run_name}: already at max_steps ({step} of {cfg.max_steps}); "
+              "nothing to train (raise it with --max_steps N --allow-changed max_steps "
+              "--reason TEXT)", flush=True)
+    return 0
 
 
 def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
@@ -308,7 +353,7 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
 
 
 def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_name, tasks,
-                  model_path, ck_receipt, detected) -> int:
+                  model_path, ck_receipt, detected, schedule=None) -> int:
     """Build the manifest and write the start receipt (new run) or bind the resume and
     write its receipt (main process, agreed on every rank). Returns the session index."""
     from ecredit_trl.runs.manifest import build_manifest
@@ -329,7 +374,7 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
                                  argv=argv, detected=detected)
         return resume_run(cfg=cfg, run_dir=run_dir, run_name=run_name, manifest=manifest,
                           resume=resume, run_args=run_args, ck_receipt=ck_receipt, argv=argv,
-                          run_argv=run_argv, detected=detected)
+                          run_argv=run_argv, detected=detected, schedule=schedule)
 
     return on_main(cfg, open_session)
 

@@ -17,24 +17,22 @@ Per generation batch (DESIGN.md §2):
    :meth:`ECreditGRPOTrainer.verifier_reward` returns the terminal rewards from the
    factual reports; an unavailable utility gives ``None`` (TRL turns that advantage
    into 0) and is counted.
-3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the
-   (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask`` with
-   C from :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes
-   the ledger row (with the round's stage timings, :mod:`ecredit_trl.runs.timings`) and
-   the trajectories.
+3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the (B,) advantages
+   by ``(A[:, None] + C) * completion_mask * tool_mask`` with C from
+   :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes the ledger
+   row (stage timings: :mod:`ecredit_trl.runs.timings`) and the trajectories. With
+   ``mask_truncated_completions`` a truncated row (TRL's rule) is excluded as ``truncated``.
 
-Exact resume (DESIGN.md §5): every checkpoint also holds
-``ecredit_state[_<rank>].json`` (generation round, TRL's micro-step counter,
-ledger/trajectory row counts, the empty-patch control logs) and, when a
-checkpoint falls inside a ``steps_per_generation × num_iterations`` cycle,
-TRL's buffered generation batch; :meth:`ECreditGRPOTrainer.restore_state`
-reads them back. The sandbox service is checked before every generation round
-and after a round with infra errors (bounded retries with backoff); when it
-stays unreachable, every rank raises :class:`~ecredit_trl.runs.faults.SandboxUnavailable`
-before anything of the round is recorded or applied, and
-:meth:`ECreditGRPOTrainer.emergency_checkpoint` saves the state of the last
-completed step (RNG states as they were at its end), so a resume continues
-exactly.
+Exact resume (DESIGN.md §5): every checkpoint also holds ``ecredit_state[_<rank>].json``
+(generation round, TRL's micro-step counter, ledger/trajectory row counts, the empty-patch
+control logs) and, when a checkpoint falls inside a ``steps_per_generation ×
+num_iterations`` cycle, TRL's buffered generation batch;
+:meth:`ECreditGRPOTrainer.restore_state` reads them back. The sandbox service is checked
+before every generation round and after a round with infra errors (bounded retries with
+backoff); when it stays unreachable, every rank raises
+:class:`~ecredit_trl.runs.faults.SandboxUnavailable` before anything of the round is
+recorded or applied, and :meth:`ECreditGRPOTrainer.emergency_checkpoint` saves the state of
+the last completed step (RNG states as they were at its end), so a resume continues exactly.
 """
 
 from __future__ import annotations
@@ -57,9 +55,10 @@ from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.pipeline import COUNTERFACTUAL_ARMS, PendingRollout, TrialPipelineMixin
 from ecredit_trl.credit.planning import (
     generated_by_turn,
+    is_truncated,
     per_token_advantages,
     plan_query,
-    token_turns,
+    policy_token_turns,
     turn_snapshots,
 )
 from ecredit_trl.credit.trajectory import turn_writes
@@ -114,6 +113,7 @@ class RolloutRecord:
     submit_turn: int | None = None
     failure: list[str] | None = None  # [reason, detail]: the episode ended on an infra failure
     record_error: str | None = None  # traceback: building this rollout's records raised
+    truncated: bool = False  # TRL's rule: the completion does not end with EOS / pad
 
 
 class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
@@ -165,6 +165,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
         self._round_controls: list = []  # overlapped: (task id, future) of the round's controls
         self._round_pending: dict | None = None  # overlapped: row -> future of PendingRollout
         self._loop_completions: list | None = None
+        self._loop_completion_ids: list | None = None  # TRL's per-row ids (final at episode end)
+        self._round_gen_turns = None  # (B, T) turn of each generated token, before masking
         self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
@@ -184,8 +186,17 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
 
     # -- turn bookkeeping ------------------------------------------------------
     def _generate(self, prompts):
+        """TRL's, noting the turn of every token the policy generated before any masking
+        (``mask_truncated_completions`` zeroes truncated rows later; they still cost)."""
         self.agent_ctx.turn = 0
-        return super()._generate(prompts)
+        out = super()._generate(prompts)
+        self._loop_completion_ids = out[1]
+        self._round_gen_turns = policy_token_turns([len(x) for x in out[1]], out[2])
+        return out
+
+    def _row_truncated(self, ids) -> bool:
+        """TRL's truncation rule for one row's completion ids (:func:`is_truncated`)."""
+        return is_truncated(ids, [*self.eos_token_ids, self._tokenizer.pad_token_id])
 
     def _start_overlapped_round(self, inputs) -> None:
         """Overlapped pipeline, start of a round: queue the empty-patch controls of the
@@ -217,6 +228,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
         in the overlapped pipeline every rollout leaving the loop has its trials
         submitted at once (:meth:`_episode_ended`)."""
         real = self._sync_tool_dicts
+        self._loop_completion_ids = completion_ids  # TRL updates it in place per row
         clock = self._round_clock
         record = (lambda a, b: clock.add("tools", a, b)) if clock is not None else (
             lambda a, b: None)
@@ -254,16 +266,21 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
 
     def _finish_episode(self, i: int, completion) -> PendingRollout:
         """Release row ``i``'s container, build its record and plan, remove its tree, and
-        submit its trials (overlapped pipeline)."""
+        submit its trials (overlapped pipeline; row ``i``'s ids are final: truncation known)."""
         env = self.environments[i]
         release_sandbox(env)
         rec, plan = self._rollout_record(env, completion,
-                                         self._rollout_index(i, len(self.environments)))
+                                         self._rollout_index(i, len(self.environments)),
+                                         truncated=self._row_truncated(
+                                             self._loop_completion_ids[i]))
         release(env)
         return self._submit_rollout_trials(rec, plan)
 
-    def _rollout_record(self, env, completion, rollout_index: int):
-        """One rollout's record and query plan, guarded (issue 11 §2).
+    def _rollout_record(self, env, completion, rollout_index: int, *, truncated: bool):
+        """One rollout's record and query plan, guarded (issue 11 §2). ``truncated`` (TRL's
+        rule on the row's final ids) with ``mask_truncated_completions``: the row is out of
+        the loss, so an admitted rollout is excluded as ``truncated`` (no counterfactual
+        trial; its factual trial runs: the reward enters the group's advantages).
 
         Returns ``(record, plan)``; ``plan`` is None when the rollout is excluded before
         any trial: its episode ended on an infra failure or the disk budget
@@ -276,7 +293,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
         calls = list(env.calls)
         rec = RolloutRecord(task_id=env.task.instance_id, rollout_index=rollout_index,
                             format_error=env.valid_calls == 0, num_turns=n_turns, snapshots=[],
-                            setup_error=env.setup_error,
+                            setup_error=env.setup_error, truncated=truncated,
                             tool_calls=[{"turn": c.turn, "name": c.name, "ok": c.ok,
                                          "status": c.status, "seconds": round(c.seconds, 4),
                                          "error": c.error, "arguments": c.arguments}
@@ -308,6 +325,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
         rec.eligible_turns = plan.selection.eligible_turns
         rec.generated_only = plan.selection.generated_only
         rec.exclusion = plan.exclusion
+        if rec.exclusion is None and truncated and cfg.mask_truncated_completions:
+            rec.exclusion = "truncated"  # issue 14 §4: C = 0 on it, nothing to query
         rec.ablation = plan.ablation
         return rec, plan
 
@@ -332,7 +351,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
             self._collect(self._round_controls, pending)
             self._batch_records = records
         else:
-            self._verify_sequential(environments, completions)
+            self._verify_sequential(environments, completions,
+                                    kwargs.get("completion_ids") or self._loop_completion_ids)
             records = self._batch_records
         self._round_infra = (any(r.exit_class == "infra_error" for _, r in self._batch_trials)
                              or any(r.failure and r.failure[0] in ("sandbox_setup",
@@ -340,16 +360,17 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
                                     for r in records))
         return [r.reward for r in records]
 
-    def _verify_sequential(self, environments, completions) -> None:
+    def _verify_sequential(self, environments, completions, completion_ids) -> None:
         """Sequential pipeline: release every container, build every record (removing each
-        tree once its record is built), then run the trials (:meth:`_verify`)."""
+        tree once built; ``completion_ids`` for truncation), then run the trials."""
         for env in environments:
             release_sandbox(env)
         records: list[RolloutRecord] = []
         plans = []
         for i, (env, completion) in enumerate(zip(environments, completions, strict=True)):
             rec, plan = self._rollout_record(env, completion,
-                                             self._rollout_index(i, len(environments)))
+                                             self._rollout_index(i, len(environments)),
+                                             truncated=self._row_truncated(completion_ids[i]))
             release(env)  # records built: the working tree and snapshot store go now
             records.append(rec)
             plans.append(plan)
@@ -384,23 +405,25 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
             credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap,
             submit_turns=[r.submit_turn for r in records])
         A = A.to(torch.float32)
-        generated = token_turns(out["completion_mask"], out.get("tool_mask"))
+        loss_mask = out["completion_mask"] * out.get("tool_mask", 1)
         end = time.monotonic()
         timings = stage_timings(self._round_clock, end)
         self._round_clock = None
-        self._record_batch(records, turns, generated, A, C, end - t0, timings)
+        self._record_batch(records, turns, self._round_gen_turns, A, C, end - t0, timings,
+                           loss_mask=loss_mask)
         self._generation_round += 1
         return out
 
     # -- records -------------------------------------------------------------------
     def _record_batch(self, records, turns, generated, A, C, wall_s: float,
-                      timings: dict | None = None) -> None:
+                      timings: dict | None = None, *, loss_mask) -> None:
         """Write one round's records: a trajectory row per rollout and the ledger row
         (counts summed over ranks, stage timings the maximum over ranks), and log the
         ``ecredit/*`` metrics.
 
-        ``turns``: (B, T) credit turn map (-1 after submit); ``generated``: (B, T) turn of
-        every generated token (tokens after submit included: they are generated and cost)."""
+        ``turns``: (B, T) credit turn map (-1 after submit); ``generated``: (B, T') turn of
+        each policy token before any masking (after-submit and truncated rows' tokens cost
+        too); ``loss_mask``: (B, T) TRL's, its tokens are the ``credited_tokens``."""
         cfg = self.ecfg
         step = self.state.global_step + 1
         stats = []
@@ -414,9 +437,13 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
                               credit_cap=cfg.credit_cap, advantage=float(A[i]))
             sel_mean, other_mean = credit_magnitudes(row_turns, C[i], rec.selected_turn)
             per_turn = [int((gen_turns == k).sum()) for k in range(1, rec.num_turns + 1)]
+            credited = int((loss_mask[i] > 0).sum())
+            nonzero = bool(((C[i] != 0) & (loss_mask[i] > 0)).any())  # credit in the loss
             stats.append({"L": L, "applied": st.applied, "cap_active": st.cap_active,
-                          "sel_mean": sel_mean, "other_mean": other_mean})
+                          "sel_mean": sel_mean, "other_mean": other_mean,
+                          "credited": credited, "credit_nonzero": nonzero})
             traj_rows.append(trajectory_row(rec, arm=cfg.arm, step=step, generated_tokens=L,
+                                            credited_tokens=credited,
                                             tokens_per_turn=per_turn, advantage=float(A[i]),
                                             stats=st))
         local = round_counts(records, stats, self._batch_trials)

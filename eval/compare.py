@@ -11,8 +11,9 @@ from the results (the training run's ``config.json``: ``ecredit.arm``, ``ecredit
   seeds is *incomplete* for that arm: listed, never paired, never silently dropped.
 * **Paired differences** over the tasks both arms have: M−B first, then M−O and M−E when
   present (other labels: every arm against the first one given). Mean difference and a
-  percentile bootstrap 95% CI over tasks (seeded, :func:`bootstrap_ci`). Tasks only one
-  side has are listed.
+  percentile bootstrap 95% CI over tasks (seeded), computed by the ``paired_bootstrap``
+  ``evaluate`` module shipped in :mod:`eval.metrics`; an arm's own CI is the same module
+  against a zero baseline (:func:`bootstrap_ci`). Tasks only one side has are listed.
 * **Per-seed table** with cost columns from the training run's ``ledger.jsonl``: generated
   tokens, factual and counterfactual trials, service hours ((setup_s + verify_s +
   cleanup_s) / 3600), GPU hours. A missing ledger or field prints **Pending**, never 0.
@@ -29,6 +30,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from eval.metrics import paired_bootstrap
 
 __all__ = [
     "PENDING",
@@ -89,49 +92,46 @@ class RunResult:
 
 
 def paired_difference(a: Mapping[str, float], b: Mapping[str, float]) -> dict:
-    """Task-paired differences ``a[t] - b[t]`` over the tasks both have (pure).
+    """Task-paired differences ``a[t] - b[t]`` over the tasks both have, computed by the
+    ``paired_bootstrap`` ``evaluate`` module (:func:`eval.metrics.paired_bootstrap`).
 
     Args:
-        a, b: task id → per-task success.
+        a, b: task id → per-task success (finite numbers).
 
     Returns: ``{"tasks": [paired ids, sorted], "diffs": {id: a-b}, "mean": float | None,
         "only_in_a": [...], "only_in_b": [...]}`` (``mean`` None when nothing is paired).
+
+    Raises: ValueError (MetricInputError) naming a value that is not a finite number.
     """
-    common = sorted(set(a) & set(b))
-    diffs = {t: float(a[t]) - float(b[t]) for t in common}
-    return {"tasks": common, "diffs": diffs,
-            "mean": (sum(diffs.values()) / len(diffs)) if diffs else None,
-            "only_in_a": sorted(set(a) - set(b)), "only_in_b": sorted(set(b) - set(a))}
+    pb = paired_bootstrap(a, b, n_boot=1)  # the interval is not asked for here
+    return {k: pb[k] for k in ("tasks", "diffs", "mean", "only_in_a", "only_in_b")}
 
 
 def bootstrap_ci(values: Sequence[float], *, n_boot: int = 10000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float] | None:
-    """Percentile bootstrap CI of the mean of ``values`` (resampling items with replacement).
+    """Percentile bootstrap CI of the mean of ``values`` (resampling items with replacement),
+    computed by the ``paired_bootstrap`` ``evaluate`` module as the difference of
+    ``values`` against a zero baseline (bit-identical to resampling ``values`` itself).
 
     Args:
-        values: per-task figures (e.g. paired differences); shape (T,).
+        values: per-task figures (e.g. paired differences); shape (T,), resampled in the
+            given order.
         n_boot: bootstrap resamples (>= 1).
         alpha: 1 - coverage (0.05 → 95%).
         seed: seeds ``numpy.random.default_rng`` (deterministic).
 
     Returns: ``(lo, hi)``; None for an empty list.
 
-    Raises: ValueError for ``n_boot < 1`` or ``alpha`` outside (0, 1).
+    Raises: ValueError for ``n_boot < 1``, ``alpha`` outside (0, 1) or a value that is not
+        a finite number.
     """
-    import numpy as np
-
-    if n_boot < 1:
-        raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
-    x = np.asarray(list(values), dtype=np.float64)
-    if x.size == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))
-    means = x[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+    vals = list(values)
+    # zero-padded positions as task ids: the module sorts by id, so the order is kept
+    width = len(str(len(vals)))
+    ids = [f"{i:0{width}d}" for i in range(len(vals))]
+    pb = paired_bootstrap(dict(zip(ids, vals, strict=True)), dict.fromkeys(ids, 0.0), n_boot=n_boot,
+                          alpha=alpha, seed=seed)
+    return tuple(pb["ci"]) if pb["ci"] else None
 
 
 def arm_task_success(runs: Sequence[RunResult]) -> dict[str, dict]:
@@ -237,10 +237,10 @@ def compare(runs: Sequence[RunResult], *, n_boot: int = 10000, seed: int = 0,
                             f"({', '.join(list(d['incomplete'])[:5])}) — not paired")
     pairs = []
     for a, b in comparison_pairs(list(arms)):
-        pd = paired_difference(arms[a]["per_task"], arms[b]["per_task"])
-        ci = bootstrap_ci(list(pd["diffs"].values()), n_boot=n_boot, seed=seed, alpha=alpha)
-        pairs.append({"a": a, "b": b, "name": f"{a}−{b}", "n_tasks": len(pd["tasks"]),
-                      "mean": pd["mean"], "ci": list(ci) if ci else None,
+        pd = paired_bootstrap(arms[a]["per_task"], arms[b]["per_task"], n_boot=n_boot,
+                              seed=seed, alpha=alpha)
+        pairs.append({"a": a, "b": b, "name": f"{a}−{b}", "n_tasks": pd["n_tasks"],
+                      "mean": pd["mean"], "ci": pd["ci"],
                       "diffs": pd["diffs"], "only_in_a": pd["only_in_a"],
                       "only_in_b": pd["only_in_b"],
                       "incomplete_a": sorted(arms[a]["incomplete"]),

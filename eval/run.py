@@ -28,9 +28,9 @@ rollout is missing, or the agent's own sandbox failed. Unknown slots stay in the
 denominator, count as not resolved, and are listed apart.
 
 **success = resolved slots / (denominator tasks × n)** — the mean over every rollout, never
-best-of-n. Denominator tasks are fixed per split: ``official500`` 500, ``holdout100`` 100,
-anything else the number of tasks the source holds. A loaded task list of another size is
-refused.
+best-of-n; computed by the ``per_rollout_success`` ``evaluate`` module (:mod:`eval.metrics`).
+Denominator tasks are fixed per split: ``official500`` 500, ``holdout100`` 100, anything else
+the number of tasks the source holds. A loaded task list of another size is refused.
 
 Resumable: ``DIR/run.json`` binds the directory to sha256(model fingerprint, split, task-list
 sha256, eval seed, n, generation overrides, rollouts source). A rerun with another binding
@@ -223,7 +223,8 @@ def _cost(out: Path, binding: str, stats, generated_tokens: int) -> dict:
             prev = {}
     cost_prev = prev.get("cost") if prev.get("binding") == binding else None
     cost = dict(cost_prev or {})
-    for k in ("trials_factual", "trials_control", "slots_from_empty_control", "retries"):
+    for k in ("trials_factual", "trials_control", "slots_from_empty_control", "retries",
+              "slots_from_reused_verdict", "controls_from_reused_verdict"):
         cost[k] = int(cost.get(k, 0)) + int(stats[k])
     cost["service_s"] = float(cost.get("service_s", 0.0)) + float(stats["service_s"])
     cost["generated_tokens"] = generated_tokens
@@ -263,7 +264,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
              admission: str | Path | None = None, overrides: dict | None = None,
              timeout_s: float | None = None, max_retries: int = 1, device: str | None = None,
              python: str | None = None, log: Callable[[str], None] | None = None,
-             batch_size: int = 8, agent_concurrency: int = 4, use_vllm: bool = False) -> dict:
+             batch_size: int = 8, agent_concurrency: int = 4, use_vllm: bool = False,
+             reuse_verdicts: str | Path | None = None) -> dict:
     """Evaluate a policy on ``split`` and write the outputs into ``out`` (see module doc).
 
     Args:
@@ -284,6 +286,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         max_retries: infra retries per trial (counted).
         device, python: torch device and interpreter (default ``sys.executable``) of the
             rollout subprocess; batch_size, agent_concurrency, use_vllm: its flags of the same name.
+        reuse_verdicts: opt-in verdict store folder (:mod:`eval.evaluation.verdicts`).
 
     Returns: the ``results.json`` dict.
 
@@ -320,8 +323,9 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     todo = wanted - set(final)
     say(f"eval: {len(tasks)} tasks x {n} = {len(wanted)} slots; {len(wanted) - len(todo)} "
         f"already graded, {len(todo)} to do")
+    store = _verdict_store(reuse_verdicts, out, binding, say, images)
     ver = SlotVerifier(out=out, by_id=by_id, binding=binding, source=source, todo=todo,
-                       final=final, timeout_s=timeout_s)
+                       final=final, timeout_s=timeout_s, store=store)
     rollout_rc = _generate_and_verify(
         ver, out=out, rpath=rpath, run_subprocess=rollouts is None and bool(todo),
         cmd_args=dict(python=python, model=ref.given if ref else None, split=split, n=n,
@@ -337,8 +341,29 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         overrides=overrides, source=source, admission_rec=admission_rec,
         rollout_rc=rollout_rc, foreign=foreign)
     results["images"] = images
+    results["verdict_store"] = _store_record(store, ver, results["slots"])
     _write_report(out, results, say)
     return results
+
+
+def _verdict_store(root, out: Path, binding: str, say, images: dict):
+    """The opt-in :class:`eval.evaluation.verdicts.VerdictStore` at ``root`` (None: off)."""
+    if root is None:
+        return None
+    from eval.evaluation.verdicts import VerdictStore
+
+    return VerdictStore(root, eval_dir=out.resolve(), binding=binding, say=say, images=images)
+
+
+def _store_record(store, ver: SlotVerifier, slots: list[dict]) -> dict | None:
+    """``results.json``'s ``verdict_store``: path, slots graded from a reused verdict (all
+    and this call's), controls reused this call, untrusted entries ignored; None: off."""
+    if store is None:
+        return None
+    return {**store.to_json(),
+            "slots_reused": sum(1 for r in slots if r.get("verdict_reused_from")),
+            "slots_reused_this_call": ver.stats["slots_from_reused_verdict"],
+            "controls_reused_this_call": ver.stats["controls_from_reused_verdict"]}
 
 
 def _write_report(out: Path, results: dict, say) -> None:
@@ -442,6 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="threads running the episodes' tool calls")
     ap.add_argument("--use-vllm", action="store_true",
                     help="generate through vLLM (colocated; needs vllm installed)")
+    ap.add_argument("--reuse-verdicts", metavar="DIR", default=None,
+                    help="opt-in verdict store shared across evaluations: a slot repeating a "
+                         "clean (task, artifact) trial stored there is graded from it "
+                         "(default: every slot runs its own trial)")
     ap.add_argument("--replay", help="results.json (or its folder) to re-verify")
     ap.add_argument("--sample", type=int, default=None, help="replay: only this many slots")
     args = ap.parse_args(argv)
@@ -462,7 +491,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "temperature": args.temperature},
                        timeout_s=args.timeout_s, max_retries=args.max_retries,
                        device=args.device, batch_size=args.batch_size,
-                       agent_concurrency=args.agent_concurrency, use_vllm=args.use_vllm)
+                       agent_concurrency=args.agent_concurrency, use_vllm=args.use_vllm,
+                       reuse_verdicts=args.reuse_verdicts)
     except (EvalInputError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

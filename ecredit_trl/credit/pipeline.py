@@ -4,7 +4,8 @@ The method's query rules (DESIGN.md §3) in one place for both orders:
 
 * one factual trial per planned rollout (empty artifacts included);
 * at most one counterfactual trial per rollout, arms B/M only, for a rollout admitted
-  by the plan (``exclusion is None``: format error / no eligible block excluded);
+  by the plan (``exclusion is None``: format error / no eligible block excluded, and with
+  ``mask_truncated_completions`` a truncated row, known when its episode ends);
 * a counterfactual result is *used* only when the factual utility exists; otherwise the
   rollout is excluded as ``no_original_utility`` (admission order unchanged).
 

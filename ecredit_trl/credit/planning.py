@@ -15,8 +15,45 @@ import torch
 from ecredit_trl.credit.blocks import SelectionRecord, ablate, edit_blocks, eligibility
 from ecredit_trl.credit.coefficients import credit_coefficients_batch
 
-EXCLUSION_ORDER = ("format_error", "no_eligible_block", "no_original_utility")
-"""Exclusion reasons, applied in this order (DESIGN.md §3, issue "Credit core")."""
+EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
+"""Exclusion reasons, applied in this order (DESIGN.md §3, issue "Credit core"; ``truncated``
+issue 14 §4: with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
+
+
+def is_truncated(ids: Sequence[int], stop_ids: Sequence[int]) -> bool:
+    """TRL 1.16's truncation rule for one completion: its last token is neither an EOS nor
+    the pad token (``GRPOTrainer._generate_and_score_completions``, ``is_truncated``).
+
+    Args:
+        ids: the row's completion token ids (tool-result tokens included), unpadded.
+        stop_ids: the EOS token ids plus the pad token id.
+
+    Returns: True when truncated. An empty completion is not (it has no token to mask).
+    """
+    return bool(ids) and int(ids[-1]) not in set(stop_ids)
+
+
+def policy_token_turns(lengths: Sequence[int], tool_masks: Sequence[Sequence[int]] | None
+                       ) -> torch.Tensor:
+    """:func:`token_turns` of the completions as generated, before any masking (TRL's
+    ``mask_truncated_completions`` zeroes the masks of truncated rows; their tokens were
+    still generated and cost).
+
+    Args:
+        lengths: completion length per row (tokens, tool results included).
+        tool_masks: per row, TRL's unpadded tool mask (1 policy token, 0 tool result), or
+            None (every completion token is the policy's).
+
+    Returns: (B, max(lengths, 1)) int64, -1 on padding and tool-result tokens.
+    """
+    T = max([1, *lengths])
+    comp = torch.zeros((len(lengths), T), dtype=torch.long)
+    tool = torch.ones((len(lengths), T), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        comp[i, :n] = 1
+        if tool_masks is not None:
+            tool[i, :len(tool_masks[i])] = torch.tensor(list(tool_masks[i]), dtype=torch.long)
+    return token_turns(comp, tool if tool_masks is not None else None)
 
 
 def token_turns(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
@@ -156,8 +193,9 @@ class QueryPlan:
         final_artifact: patch base → S_K (may be "").
         ablated_artifact: patch base → S_K with the selected block restored, or None.
         ablation: :meth:`blocks.Ablation.to_json` of the selected block, or None.
-        exclusion: first exclusion reason known before trials
-            (``format_error`` / ``no_eligible_block``) or None.
+        exclusion: first exclusion reason known from the trees
+            (``format_error`` / ``no_eligible_block``) or None (the trainer may add
+            ``truncated`` before any trial).
     """
 
     selection: SelectionRecord

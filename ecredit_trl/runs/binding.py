@@ -176,3 +176,87 @@ def last_resumable(run_dir: Path) -> str | None:
     except ValueError:
         return None
     return best["path"] if best else None
+
+
+def checkpoint_steps(checkpoint: Path) -> tuple[int, int]:
+    """``(global_step, max_steps)`` from a checkpoint's ``trainer_state.json``.
+
+    Raises: RunRefused naming the file when it is missing or unreadable.
+    """
+    path = Path(checkpoint) / "trainer_state.json"
+    try:
+        state = json.loads(path.read_text())
+        return int(state["global_step"]), int(state["max_steps"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunRefused(f"{path}: unreadable trainer state ({exc})") from exc
+
+
+def lr_at(cfg, *, step: int, max_steps: int, base_lrs: list[float]) -> list[float] | None:
+    """The learning rates transformers' scheduler gives after ``step`` optimizer steps of a
+    ``max_steps`` horizon (``cfg.lr_scheduler_type``, its warmup and kwargs, as
+    ``Trainer.create_scheduler`` builds it), per param group of base LR ``base_lrs``.
+
+    Returns: one LR per group, or None when the scheduler is not a ``LambdaLR`` (its value
+    cannot be read off without stepping it, e.g. ``reduce_lr_on_plateau``).
+    """
+    import torch
+    from transformers import get_scheduler
+
+    params = [torch.nn.Parameter(torch.zeros(1)) for _ in base_lrs]
+    opt = torch.optim.SGD([{"params": [p], "lr": lr} for p, lr in zip(params, base_lrs,
+                                                                       strict=True)])
+    sched = get_scheduler(cfg.lr_scheduler_type, opt,
+                          num_warmup_steps=cfg.get_warmup_steps(max_steps),
+                          num_training_steps=max_steps,
+                          scheduler_specific_kwargs=cfg.lr_scheduler_kwargs or {})
+    if not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
+        return None
+    return [float(b * f(step)) for b, f in zip(base_lrs, sched.lr_lambdas, strict=True)]
+
+
+def schedule_change(checkpoint: Path, cfg) -> dict | None:
+    """What a resume with a changed ``max_steps`` does to the LR schedule (issue 14 §4).
+
+    transformers rebuilds the scheduler for the new horizon and then loads the
+    checkpoint's scheduler and optimizer states, so the first resumed step runs at the
+    LR the *old* horizon left in the optimizer (0 after a completed linear schedule), and
+    only the steps after it follow the new one. The trainer sets the first step's LR to
+    the new horizon's value at the resumed step (``lr_next``) when the scheduler is a
+    ``LambdaLR`` (every warmup/decay schedule of transformers): the run continues on the
+    schedule a run of ``new_max_steps`` would have at that step.
+
+    Returns: None when ``cfg.max_steps`` equals the checkpoint's; else ``{"step",
+    "old_max_steps", "new_max_steps", "lr_checkpoint" (the LR the old schedule left for
+    the next step), "lr_next" (the LR the next step uses; None: not computable, then the
+    next step uses ``lr_checkpoint``), "lr_next_per_group", "rebuilt" (bool)}``.
+
+    Raises: RunRefused when ``trainer_state.json`` or ``scheduler.pt`` cannot be read.
+    """
+    import torch
+
+    step, old_max = checkpoint_steps(checkpoint)
+    new_max = int(cfg.max_steps)
+    if new_max == old_max:
+        return None
+    path = Path(checkpoint) / "scheduler.pt"
+    try:
+        sched = torch.load(path, weights_only=True)
+        base_lrs = [float(x) for x in sched["base_lrs"]]
+        last = [float(x) for x in sched["_last_lr"]]
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+        raise RunRefused(f"{path}: unreadable scheduler state ({exc})") from exc
+    lrs = lr_at(cfg, step=step, max_steps=new_max, base_lrs=base_lrs)
+    return {"step": step, "old_max_steps": old_max, "new_max_steps": new_max,
+            "lr_checkpoint": last[0], "lr_next": lrs[0] if lrs else last[0],
+            "lr_next_per_group": lrs, "rebuilt": lrs is not None}
+
+
+def schedule_warning(change: dict) -> str:
+    """One line for people: the horizon change and the LR the next step will use."""
+    how = ("the LR schedule is rebuilt for the new horizon" if change["rebuilt"] else
+           "the scheduler cannot be rebuilt (not a LambdaLR): the old horizon's LR is kept "
+           "for this step")
+    return (f"[ecredit] WARNING: resume changes max_steps {change['old_max_steps']} -> "
+            f"{change['new_max_steps']} at step {change['step']}; {how}; the next step uses "
+            f"learning rate {change['lr_next']:.3e} (the checkpoint's schedule left "
+            f"{change['lr_checkpoint']:.3e})")

@@ -158,6 +158,25 @@ class ExactResumeMixin:
             self._emergency = False
         return str(ck)
 
+    resume_schedule: dict | None = None  # set by train.py: runs.binding.schedule_change
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """transformers' load, then (a resume with a changed ``max_steps``, issue 14 §4) the
+        optimizer's LR set to the rebuilt schedule's value at the resumed step: the restored
+        param groups hold the old horizon's LR (0 after a completed linear schedule), which
+        the first resumed step would otherwise use. ``LambdaLR`` schedulers only."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        change = self.resume_schedule
+        sched = self.lr_scheduler
+        if checkpoint is None or not change or not change.get("rebuilt") or not isinstance(
+                sched, torch.optim.lr_scheduler.LambdaLR):
+            return
+        lrs = [b * f(sched.last_epoch) for b, f in zip(sched.base_lrs, sched.lr_lambdas,
+                                                        strict=True)]
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        sched._last_lr = lrs
+
     def restore_state(self, checkpoint: str | Path) -> dict:
         """Read this rank's counters and caches back from ``checkpoint`` (before ``train``).
 

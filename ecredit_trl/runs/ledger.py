@@ -16,6 +16,9 @@ GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_bu
 exec or API call failed, a snapshot failed, the disk budget ran out, building the
 rollout's records raised."""
 EXCLUSIONS = GUARD_EXCLUSIONS + EXCLUSION_ORDER
+"""Every exclusion reason; the ledger lists those of :data:`EXCLUSION_ORDER` (the method's:
+``format_error``, ``no_eligible_block``, ``truncated``, ``no_original_utility``) always,
+zeros included, and the guard ones when they occurred."""
 
 
 def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[float, float]:
@@ -37,12 +40,18 @@ def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[flo
 
 
 def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
-                   tokens_per_turn: list[int], advantage: float, stats) -> dict:
+                   tokens_per_turn: list[int], advantage: float, stats,
+                   credited_tokens: int | None = None) -> dict:
     """One ``trajectories.jsonl`` row: the rollout record ``rec``, its turns (generated
     tokens and writes per turn), its terminal advantage and its credit statistics
     (``stats``: :class:`~ecredit_trl.credit.coefficients.CreditStats`-like, with
     ``s``, ``cap_active``, ``m``, ``L``). Turns after the rollout's accepted ``submit``
-    carry ``"after_submit": true`` (their tokens get C = 0 and are not in L)."""
+    carry ``"after_submit": true`` (their tokens get C = 0 and are not in L).
+
+    ``generated_tokens``: every token the policy generated (tool results excluded; tokens
+    after submit and of a truncated row included); ``credited_tokens``: the row's tokens in
+    TRL's loss (0 for a row masked as truncated); ``truncated``: TRL's rule (no EOS/pad at
+    the end)."""
     per_turn = tokens_per_turn
     sub = getattr(rec, "submit_turn", None)
     turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,
@@ -53,6 +62,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
         "task_id": rec.task_id, "rollout_index": rec.rollout_index,
         "format_error": rec.format_error, "turns": turns_json,
         "arm": arm, "step": step, "generated_tokens": generated_tokens,
+        "credited_tokens": credited_tokens, "truncated": getattr(rec, "truncated", False),
         "reward": rec.reward, "resolved": rec.resolved, "utility": rec.utility,
         "utility_ablated": rec.utility_ablated, "contrast": rec.contrast,
         "advantage": advantage, "selected_turn": rec.selected_turn,
@@ -74,8 +84,10 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
 
     Args:
         records: the rollout records of the round.
-        stats: one dict per rollout with ``L``, ``applied``, ``cap_active``,
-            ``sel_mean``, ``other_mean``.
+        stats: one dict per rollout with ``L`` (tokens the policy generated, before any
+            masking), ``applied``, ``cap_active``, ``sel_mean``, ``other_mean`` and
+            optionally ``credited`` (tokens in TRL's loss) and ``credit_nonzero`` (a
+            nonzero C on a loss token).
         trials: (kind, TrialResult) pairs, kind in factual / counterfactual / control /
             counterfactual_discarded (overlapped pipeline: a counterfactual trial that ran
             before its rollout's factual utility turned out unavailable; not used).
@@ -88,6 +100,8 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
     local = {
         "rollouts": len(records),
         "generated_tokens": sum(s["L"] for s in stats),
+        "credited_tokens": sum(s.get("credited", 0) for s in stats),
+        "credit_rollouts": sum(1 for s in stats if s.get("credit_nonzero")),
         "trials_factual": sum(1 for k, _ in trials if k == "factual"),
         "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
         "trials_control": sum(1 for k, _ in trials if k == "control"),
@@ -105,7 +119,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "usable_contrasts": sum(1 for r in records if r.contrast is not None),
         "nonzero_contrasts": sum(1 for r in records if r.contrast not in (None, 0.0)),
         "cap_active": sum(1 for s in stats if s["cap_active"]),
-        "credit_applied": sum(1 for s in stats if s["applied"]),
+        "credit_rule_applied": sum(1 for s in stats if s["applied"]),
         "format_error_rollouts": sum(1 for r in records if r.format_error),
         "format_errors": sum(r.format_errors for r in records),
         "calls_not_run": sum(r.calls_not_run for r in records),
@@ -152,9 +166,19 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     ``tool_busy_s``, ``verifier_busy_s``, ``generation_wait_s``, ``verifier_idle_s``,
     ``rollout_setup_s``). ``trials_counterfactual`` counts the used counterfactual trials
     (at most one per admitted rollout); ``counterfactual_discarded`` the ones that ran and
-    were not used (their seconds are in the sums)."""
+    were not used (their seconds are in the sums).
+
+    Tokens and credit (issue 14 §4): ``generated_tokens`` every token the policy generated
+    (tool results excluded; tokens after submit and of truncated rows included: they cost),
+    ``credited_tokens`` the tokens in TRL's loss (``completion_mask * tool_mask``),
+    ``credit_applied`` whether any nonzero C entered the advantages of a loss token this
+    round, ``credit_rollouts`` on how many rollouts; ``rollouts_excluded`` always names the
+    method's reasons (:data:`EXCLUSIONS`)."""
     return {"step": step, "arm": arm,
             "generated_tokens": int(tot["generated_tokens"]),
+            "credited_tokens": int(tot.get("credited_tokens", 0)),
+            "credit_applied": bool(tot.get("credit_rollouts", 0) > 0),
+            "credit_rollouts": int(tot.get("credit_rollouts", 0)),
             "trials_factual": int(tot["trials_factual"]),
             "trials_counterfactual": int(tot["trials_counterfactual"]),
             "trials_control": int(tot["trials_control"]),
@@ -173,7 +197,7 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "calls_not_run": int(tot["calls_not_run"]),
             "calls_after_submit": int(tot["calls_after_submit"]),
             "rollouts_excluded": {x: int(tot[f"excluded_{x}"]) for x in EXCLUSIONS
-                                  if tot[f"excluded_{x}"]},
+                                  if tot[f"excluded_{x}"] or x in EXCLUSION_ORDER},
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
                                if tot[f"outcome_{o}"]},
             "counterfactual_discarded": int(tot.get("counterfactual_discarded", 0)),

@@ -155,9 +155,10 @@ def start_new_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, config: 
 
 def resume_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, resume: ResumePoint,
                run_args, ck_receipt: dict, argv: list[str], run_argv: list[str],
-               detected: list[dict]) -> int:
+               detected: list[dict], schedule: dict | None = None) -> int:
     """Bind a resumed session to its run: check the manifest binding, supersede the rows
-    written after the checkpoint, write the resume receipt.
+    written after the checkpoint, write the resume receipt (with ``lr_schedule``: the
+    change a new ``max_steps`` makes, :func:`~ecredit_trl.runs.binding.schedule_change`).
 
     Returns: the new session index.
 
@@ -190,7 +191,7 @@ def resume_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, resume: Res
               manifest_now={k: manifest[k] for k in ("config_sha256", "code", "packages",
                                                      "images", "world_size")},
               tasks_sha256=manifest["tasks"]["sha256"], argv=argv,
-              effective_argv=run_argv, detected_unterminated=detected)
+              effective_argv=run_argv, detected_unterminated=detected, lr_schedule=schedule)
     for p in previous:
         if p["detected"]:
             print(f"[ecredit] resuming {run_name}: session {p['session']} had terminated "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eval.evaluation.slots import SLOT_KEYS, unknown_slot
 from eval.files import save_figure
+from eval.metrics import per_rollout_success
 
 
 def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
@@ -48,22 +49,20 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
     rows, ignored = _slot_rows(slots, tasks, n, denominator)
     ids = [t for t, _ in tasks]
     total = denominator * n
-    resolved = sum(1 for r in rows if r["resolved"] and not _is_unknown(r))
-    unknown = sum(1 for r in rows if _is_unknown(r))
+    m = per_rollout_success(slots, ids, n, denominator=denominator, ignore_outside=True)
     classification = {k: {"count": sum(1 for r in rows if r["classification"].get(k)),
                           "rate": (sum(1 for r in rows if r["classification"].get(k)) / total)}
                       for k in SLOT_KEYS}
-    per_task = _per_task(rows, ids, dict(tasks), n)
+    per_task = _per_task(rows, m["per_task"], dict(tasks))
     per_repo = _per_repo(per_task, ids, n)
-    dist = Counter(per_task[t]["resolved"] for t in ids)
     gen = [int(r["generated_tokens"]) for r in rows if r.get("generated_tokens") is not None]
     return {
         "denominator": {"tasks": denominator, "n": n, "slots": total},
-        "success": resolved / total,
-        "resolved": resolved,
-        "failed": total - resolved - unknown,
-        "unknown": unknown,
-        "success_bounds": [resolved / total, (resolved + unknown) / total],
+        "success": m["success"],
+        "resolved": m["resolved"],
+        "failed": m["failed"],
+        "unknown": m["unknown"],
+        "success_bounds": m["success_bounds"],
         **_swebench_counts(rows, total),
         "classification": classification,
         "unknown_reasons": dict(sorted(Counter(r.get("unknown_reason") or "?"
@@ -72,7 +71,7 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
                            "reason": r.get("unknown_reason")} for r in rows if _is_unknown(r)],
         "per_task": per_task,
         "per_repo": dict(sorted(per_repo.items())),
-        "task_success_distribution": {f"{k}/{n}": dist.get(k, 0) for k in range(n + 1)},
+        "task_success_distribution": m["task_success_distribution"],
         "format_error_slots": sum(1 for r in rows if r.get("format_error")),
         "stop_reasons": dict(sorted(Counter(r["stop_reason"] for r in rows
                                             if r.get("stop_reason")).items())),
@@ -128,17 +127,14 @@ def _slot_rows(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
     return rows, ignored
 
 
-def _per_task(rows: list[dict], ids: list[str], repo_of: dict[str, str], n: int) -> dict:
-    per_task: dict[str, dict] = {}
-    for tid in ids:
-        tr = [r for r in rows if r["task_id"] == tid]
-        res = sum(1 for r in tr if r["resolved"] and not _is_unknown(r))
-        unk = sum(1 for r in tr if _is_unknown(r))
-        per_task[tid] = {"repo": repo_of[tid], "n": n, "resolved": res, "unknown": unk,
-                         "failed": n - res - unk, "success": res / n,
-                         **{k: sum(1 for r in tr if r["classification"].get(k))
-                            for k in ("raw", "strict")}}
-    return per_task
+def _per_task(rows: list[dict], metric_per_task: dict, repo_of: dict[str, str]) -> dict:
+    """Per-task rows: the repo, the metric's counts (n, resolved, unknown, failed, success)
+    and the ``raw`` / ``strict`` slot views."""
+    views: dict[str, dict[str, int]] = {t: {"raw": 0, "strict": 0} for t in metric_per_task}
+    for r in rows:
+        for k in ("raw", "strict"):
+            views[r["task_id"]][k] += bool(r["classification"].get(k))
+    return {tid: {"repo": repo_of[tid], **d, **views[tid]} for tid, d in metric_per_task.items()}
 
 
 def _per_repo(per_task: dict, ids: list[str], n: int) -> dict:
@@ -257,6 +253,11 @@ def render_report(results: dict) -> str:
               f"{cost.get('retries', 0)} infra retries",
               f"- trial service time: {cost.get('service_s', 0.0):.1f} s",
               ]
+    vs = results.get("verdict_store")
+    if vs:
+        lines.append(f"- verdict store `{vs['path']}` used (opt-in): {vs['slots_reused']} slots "
+                     "graded from an identical clean trial of the same task (stored or run "
+                     f"once in this eval), {vs['rejected_entries']} untrusted entries ignored")
     fl = results.get("flaky") or {}
     if fl.get("repeats") is None:
         lines.append("- flaky tests: not measured (no admission manifest)")

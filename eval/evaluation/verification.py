@@ -1,7 +1,8 @@
 """Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
 (:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
 ``DIR/controls/``; it also answers empty artifacts), and grading with
-:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6)."""
+:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6). With an
+opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
 
 from __future__ import annotations
 
@@ -101,20 +102,32 @@ class SlotVerifier:
             by slot (updated in place).
         timeout_s: wall-clock limit of one trial, seconds.
 
-    ``stats`` counts trials (``trials_factual``, ``trials_control``), ``retries``,
-    ``service_s`` and ``slots_from_empty_control``.
+        store: an :class:`eval.evaluation.verdicts.VerdictStore` (opt-in): a slot whose
+            (task, artifact) key has a trusted entry is graded from its log, without a trial
+            (``verdict_reused_from`` on the row); identical artifacts of one task in flight
+            at once are verified once; clean results (``ok``, not unknown) are stored, the
+            empty-patch controls included. None (default): every slot runs its own trial.
+
+    ``stats`` counts trials (``trials_factual``, ``trials_control``: only trials run),
+    ``retries``, ``service_s``, ``slots_from_empty_control``, ``slots_from_reused_verdict``
+    (slots graded from a stored or concurrent identical trial, empty ones answered by a
+    reused control included) and ``controls_from_reused_verdict``.
     """
 
     def __init__(self, *, out: Path, by_id: dict, binding: str, source: str, todo: set,
-                 final: dict, timeout_s: float) -> None:
+                 final: dict, timeout_s: float, store=None) -> None:
         self.out, self.by_id, self.binding, self.source = out, by_id, binding, source
         self.todo, self.final, self.timeout_s = todo, final, timeout_s
         self.slots_path = out / "slots.jsonl"
         self.new_rows: list[dict] = []
         self.controls: dict[str, dict] = {}
         self.ctrl_fut: dict = {}
-        self.pending: dict = {}  # future -> (key, rollout row)
-        self.waiting_ctrl: list[tuple[tuple[str, int], dict]] = []  # empty-artifact slots
+        self.pending: dict = {}  # future -> (key, rollout row, store key or None)
+        # slots waiting for their task's control: (key, row, None) empty artifact, or
+        # (key, row, store entry) a reused verdict
+        self.waiting_ctrl: list[tuple[tuple[str, int], dict, dict | None]] = []
+        self.store, self.pool = store, None
+        self.inflight: dict[str, list] = {}  # store key -> slots waiting for its trial
         self.seen_rollouts: dict[tuple[str, int], dict] = {}
         self.stats = Counter()
 
@@ -140,11 +153,13 @@ class SlotVerifier:
              "exit_class": res.exit_class, "log": res.log, "trial": trial_row(res)}
         if res.exit_class == "ok":
             write_json(self.out / "controls" / f"{slug(tid)}.json", c)
+            self._store(tid, "", res, c["trial"], grade_trial(self.by_id[tid], res, res.log))
         self.controls[tid] = c
         return c
 
     def ensure_control(self, pool, tid: str) -> None:
-        """Reuse the task's cached ok control when its key matches; else submit one."""
+        """Reuse the task's cached ok control when its key matches, else (with a store) a
+        trusted stored control; else submit one."""
         if tid in self.controls or tid in self.ctrl_fut:
             return
         cpath = self.out / "controls" / f"{slug(tid)}.json"
@@ -156,10 +171,61 @@ class SlotVerifier:
             if c and c.get("key") == control_key(self.by_id[tid]) and c.get("exit_class") == "ok":
                 self.controls[tid] = c
                 return
+        e = self._stored(tid, "")
+        if e is not None:
+            self.stats["controls_from_reused_verdict"] += 1
+            c = {"key": control_key(self.by_id[tid]), "trial_id": e["trial_id"],
+                 "exit_class": "ok", "log": e["log"], "trial": e.get("trial"),
+                 "verdict_reused_from": self.store.origin(e)}
+            self._copy_log(e)
+            write_json(cpath, c)
+            self.controls[tid] = c
+            return
         spec = task_trial_spec(self.by_id[tid], "", f"evctl-{self.binding[:8]}-{slug(tid)}-"
                                f"{uuid.uuid4().hex[:6]}", timeout_s=self.timeout_s,
                                labels={"ecredit.role": "control"})
         self.ctrl_fut[tid] = pool.submit(spec)
+
+    def _skey(self, tid: str, art: str) -> str:
+        return self.store.key(self.by_id[tid], self.timeout_s, text_sha256(art))
+
+    def _stored(self, tid: str, art: str) -> dict | None:
+        """The trusted store entry of ``art`` on ``tid`` (None without a store)."""
+        if self.store is None:
+            return None
+        return self.store.get(self._skey(tid, art), tid, text_sha256(art))
+
+    def _store(self, tid: str, art: str, res, trial: dict, graded: dict) -> dict | None:
+        """Store a clean result (``ok``, grade not unknown); returns the entry or None."""
+        if self.store is None or res.exit_class != "ok" or graded.get("unknown_reason"):
+            return None
+        return self.store.put(self._skey(tid, art), tid, text_sha256(art), res, trial)
+
+    def _copy_log(self, e: dict) -> str:
+        """Copy a reused entry's log into ``logs/`` (the slot row's ``log_path``)."""
+        lp = self.out / "logs" / f"{e['trial_id']}.log"
+        if not lp.exists():
+            atomic_write_text(lp, e["log"])
+        return str(lp.relative_to(self.out))
+
+    def _submit(self, pool, key, r: dict, art: str) -> None:
+        """Submit the factual trial of slot ``key`` (or, with a store, reuse a stored or
+        in-flight identical trial)."""
+        skey = None
+        if self.store is not None:
+            skey = self._skey(key[0], art)
+            if skey in self.inflight:
+                self.inflight[skey].append((key, r))
+                return
+            e = self.store.get(skey, key[0], text_sha256(art))
+            if e is not None:
+                self.waiting_ctrl.append((key, r, e))
+                return
+            self.inflight[skey] = []
+        spec = task_trial_spec(self.by_id[key[0]], art, f"ev-{self.binding[:8]}-{slug(key[0])}-"
+                               f"r{key[1]}-{uuid.uuid4().hex[:6]}", timeout_s=self.timeout_s,
+                               labels={"ecredit.role": "factual"})
+        self.pending[pool.submit(spec)] = (key, r, skey)
 
     def finish(self, key, row: dict) -> None:
         """Record a graded slot row (appended to ``slots.jsonl``)."""
@@ -178,6 +244,7 @@ class SlotVerifier:
         if self.source == "subprocess" and r.get("binding") != self.binding:
             return
         self.seen_rollouts[key] = r
+        self.pool = pool
         art = r.get("artifact") or ""
         fields = rollout_fields(r)
         if art:
@@ -188,31 +255,31 @@ class SlotVerifier:
                               "trial_source": None})
             return
         if not art:
-            self.waiting_ctrl.append((key, r))
+            self.waiting_ctrl.append((key, r, None))
             return
-        spec = task_trial_spec(self.by_id[key[0]], art, f"ev-{self.binding[:8]}-{slug(key[0])}-"
-                               f"r{key[1]}-{uuid.uuid4().hex[:6]}", timeout_s=self.timeout_s,
-                               labels={"ecredit.role": "factual"})
-        self.pending[pool.submit(spec)] = (key, r)
+        self._submit(pool, key, r, art)
 
     def drain(self, block: bool) -> None:
-        """Grade finished factual trials, then empty-artifact slots whose control is in
-        (all of them, waiting, when ``block``)."""
-        for fut in [f for f in list(self.pending) if block or f.done()]:
-            key, r = self.pending.pop(fut)
-            res = fut.result()
-            lp = self._count(res, "trials_factual")
-            c = self.control_of(key[0], block=True)
-            ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
-            g = grade_trial(self.by_id[key[0]], res, ctrl_log)
-            self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
-                              "trial": trial_row(res), "log_path": str(lp.relative_to(self.out))})
-        for key, r in list(self.waiting_ctrl):
+        """Grade finished factual trials, then slots whose control is in (empty artifacts,
+        reused verdicts); when ``block``, all of them, waiting (also for trials submitted
+        again for the slots that waited on an identical trial that did not end clean)."""
+        while True:
+            self._drain_factual(block)
+            if not (block and self.pending):
+                break
+        for key, r, e in list(self.waiting_ctrl):
             c = self.control_of(key[0], block=block)
             if c is None:
                 continue
-            self.waiting_ctrl.remove((key, r))
+            self.waiting_ctrl.remove((key, r, e))
+            if e is not None:
+                self._finish_reused(key, r, e, c)
+                continue
             self.stats["slots_from_empty_control"] += 1
+            extra = {}
+            if c.get("verdict_reused_from"):  # answered by a control from the store
+                self.stats["slots_from_reused_verdict"] += 1
+                extra = {"verdict_reused_from": c["verdict_reused_from"]}
             if c["exit_class"] == "infra_error":
                 self.finish(key, {**unknown_slot(*key, "control_infra_error"),
                                   **rollout_fields(r), "trial_source": "empty_control",
@@ -222,7 +289,41 @@ class SlotVerifier:
                             c["log"] if c["exit_class"] == "ok" else None)
             # the control's trial row (limits included) answers this slot: recorded on it
             self.finish(key, {**g, **rollout_fields(r), "trial_source": "empty_control",
-                              "trial": c.get("trial"), "log_path": f"logs/{c['trial_id']}.log"})
+                              "trial": c.get("trial"), "log_path": f"logs/{c['trial_id']}.log",
+                              **extra})
+
+    def _drain_factual(self, block: bool) -> None:
+        """Grade the finished (all, when ``block``) factual trials; with a store, store a
+        clean one and answer the slots that waited on it, or submit theirs again."""
+        for fut in [f for f in list(self.pending) if block or f.done()]:
+            key, r, skey = self.pending.pop(fut)
+            res = fut.result()
+            lp = self._count(res, "trials_factual")
+            c = self.control_of(key[0], block=True)
+            ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
+            g = grade_trial(self.by_id[key[0]], res, ctrl_log)
+            trial = trial_row(res)
+            self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
+                              "trial": trial, "log_path": str(lp.relative_to(self.out))})
+            if skey is None:
+                continue
+            waiters = self.inflight.pop(skey, [])
+            art = r.get("artifact") or ""
+            e = self._store(key[0], art, res, trial, g)
+            for wkey, wr in waiters:
+                if e is not None:
+                    self.waiting_ctrl.append((wkey, wr, e))
+                else:  # not clean: never reused; each waiting slot gets its own trial
+                    self._submit(self.pool, wkey, wr, art)
+
+    def _finish_reused(self, key, r: dict, e: dict, c: dict) -> None:
+        """Grade slot ``key`` from store entry ``e`` (with its task's control ``c``)."""
+        self.stats["slots_from_reused_verdict"] += 1
+        ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
+        g = grade_trial(self.by_id[key[0]], self.store.trial(e), ctrl_log)
+        self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
+                          "trial": e.get("trial"), "log_path": self._copy_log(e),
+                          "verdict_reused_from": self.store.origin(e)})
 
 
 def replay_selection(src: Path, results: dict, tasks: dict, sample: int | None,

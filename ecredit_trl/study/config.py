@@ -1,0 +1,317 @@
+"""Study configuration: load and validate ``studies/<name>.yaml`` (issue 14 §1).
+
+A study config is a YAML mapping with exactly these keys (anything else is an error that
+names the key)::
+
+    name: embedded                 # default: the YAML file's stem
+    model: null                    # null = the embedded warm-started default policy
+    arms: [O, B, M]                # from O, B, M, E
+    seeds: [0, 1]                  # every arm's seeds ...
+    seeds_by_arm: {E: [0]}         # ... unless an arm has its own list (arms listed here
+                                   #     but not in `arms` are added after them)
+    train: {max_steps: 2, ...}     # ECreditConfig fields (and train.py's model fields:
+                                   #     lora_r, lora_alpha, lora_dropout,
+                                   #     lora_target_modules, warmstart_steps)
+    eval: {splits: [bundled:train], n: 4, n_by_split: {holdout100: 16},
+           temperature: 1.0, batch_size: 8,
+           concurrency: 2, seed: 0, max_turns: null, max_new_tokens: null, runtime: podman,
+           reuse_verdicts: false}  # true: evals share <out>/verdicts/ (eval.run
+                                   #     --reuse-verdicts; opt-in, see eval.evaluation.verdicts)
+    bootstrap: {n_boot: 10000, seed: 0, alpha: 0.05}
+    accelerate_config: null        # path of an `accelerate launch --config_file`
+
+``arm``, ``seed``, ``output_dir`` and ``runs_dir`` are set by the study per run and may not
+appear under ``train``. The resolved config (defaults filled in) is hashed with sha256 over
+its canonical JSON (sorted keys); a changed hash is what ``study run`` refuses. One
+exception: ``eval.reuse_verdicts: false`` (the default) is left out of the resolved config,
+so studies bound before the key existed keep their hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ARMS = ("O", "B", "M", "E")
+TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
+            "accelerate_config")
+EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
+                 "concurrency": 2, "seed": 0, "max_turns": None, "max_new_tokens": None,
+                 "runtime": "podman", "reuse_verdicts": False}
+BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05}
+#: train.py's ModelArguments that a study may set under ``train`` (``model`` is top level)
+MODEL_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+                "warmstart_steps")
+#: set by the study for every run, never by the config
+RESERVED_TRAIN = ("arm", "seed", "output_dir", "runs_dir", "resume_from", "config", "model")
+
+
+class StudyConfigError(ValueError):
+    """A study config that cannot be used; the message names the file and the key."""
+
+
+@dataclass
+class StudyConfig:
+    """A validated, resolved study config (see the module docstring for the keys).
+
+    Attributes:
+        path: the YAML file read (None when built from a dict).
+        seeds_by_arm: every arm's seed list (resolved: ``seeds`` unless overridden).
+    """
+
+    name: str
+    model: str | None
+    arms: list[str]
+    seeds: list[int]
+    seeds_by_arm: dict[str, list[int]]
+    train: dict
+    eval: dict
+    bootstrap: dict
+    accelerate_config: str | None
+    path: str | None = field(default=None, compare=False)
+
+    def resolved(self) -> dict:
+        """The config as written into ``study.json`` (every key, defaults filled in, but
+        ``eval.reuse_verdicts`` only when true: see the module docstring)."""
+        out = {k: getattr(self, k) for k in TOP_KEYS}
+        if not out["eval"].get("reuse_verdicts"):
+            out["eval"] = {k: v for k, v in out["eval"].items() if k != "reuse_verdicts"}
+        return out
+
+    def sha256(self) -> str:
+        """sha256 (hex) of the canonical JSON of :meth:`resolved`."""
+        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def eval_n(self, split: str) -> int:
+        """Rollouts per task on ``split`` (``eval.n_by_split`` overrides ``eval.n``)."""
+        return int(self.eval["n_by_split"].get(split, self.eval["n"]))
+
+    def design(self) -> list[tuple[str, int]]:
+        """Every training run as (arm, seed), arms in config order, seeds ascending as given."""
+        return [(a, s) for a in self.arms for s in self.seeds_by_arm[a]]
+
+
+def _err(where: str, key: str, msg: str) -> StudyConfigError:
+    return StudyConfigError(f"{where}: {key}: {msg}")
+
+
+def _int_list(where: str, key: str, v) -> list[int]:
+    if not isinstance(v, list) or not v or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise _err(where, key, f"expected a non-empty list of ints, got {v!r}")
+    if len(set(v)) != len(v):
+        raise _err(where, key, f"seeds repeated: {v!r}")
+    return list(v)
+
+
+def _train_field_types() -> dict[str, object]:
+    """Field name → annotation of ECreditConfig plus the allowed model fields."""
+    from ecredit_trl.config import ECreditConfig
+
+    types = {f.name: f.type for f in dataclasses.fields(ECreditConfig)}
+    types.update({"lora_r": "int", "lora_alpha": "int", "lora_dropout": "float",
+                  "lora_target_modules": "list[str]", "warmstart_steps": "int | None"})
+    return types
+
+
+def _check_value(where: str, key: str, annotation, value) -> None:
+    """Reject a value whose plain type cannot match a simple annotation (int/float/bool/str)."""
+    ann = (annotation.__name__ if isinstance(annotation, type)
+           else str(annotation)).replace("typing.", "")
+    if value is None:
+        if "None" not in ann and "Optional" not in ann:
+            raise _err(where, f"train.{key}", "null is not allowed")
+        return
+    checks = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+    base = ann.split("|")[0].strip()
+    ok = checks.get(base)
+    if ok is None or "Union" in ann:
+        return  # complex types are left to train.py's own parser
+    if isinstance(value, bool) and base != "bool" or not isinstance(value, ok):
+        raise _err(where, f"train.{key}", f"expected {base}, got {value!r}")
+
+
+def validate_train(train, where: str = "config") -> dict:
+    """Check ``train`` against ECreditConfig's fields (and the allowed model fields).
+
+    Raises: StudyConfigError naming an unknown or reserved field, or a value of the wrong
+    plain type.
+    """
+    if train is None:
+        return {}
+    if not isinstance(train, dict):
+        raise _err(where, "train", f"expected a mapping of ECreditConfig fields, got {train!r}")
+    types = _train_field_types()
+    for k, v in train.items():
+        if k in RESERVED_TRAIN:
+            raise _err(where, f"train.{k}", "set by the study for every run (use arms/seeds/"
+                       "model at the top level)")
+        if k not in types:
+            raise _err(where, f"train.{k}", "unknown field (not an ECreditConfig field)")
+        _check_value(where, k, types[k], v)
+    return dict(train)
+
+
+def _section(where: str, key: str, given, defaults: dict) -> dict:
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise _err(where, key, f"expected a mapping, got {given!r}")
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise _err(where, f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(defaults)})")
+    return {**defaults, **given}
+
+
+def _validate_eval(where: str, ev: dict) -> dict:
+    splits = ev["splits"]
+    if not isinstance(splits, list) or not splits or not all(
+            isinstance(s, str) and s for s in splits):
+        raise _err(where, "eval.splits", f"expected a non-empty list of split names, got {splits!r}")
+    if len({split_dirname(s) for s in splits}) != len(splits):
+        raise _err(where, "eval.splits", f"two splits share one folder name: {splits!r}")
+    for k in ("n", "batch_size", "concurrency"):
+        v = ev[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise _err(where, f"eval.{k}", f"expected an int >= 1, got {v!r}")
+    nbs = ev["n_by_split"] or {}
+    if not isinstance(nbs, dict):
+        raise _err(where, "eval.n_by_split", f"expected a mapping split: n, got {nbs!r}")
+    for k, v in nbs.items():
+        if k not in splits:
+            raise _err(where, f"eval.n_by_split.{k}", f"not one of eval.splits {splits!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise _err(where, f"eval.n_by_split.{k}", f"expected an int >= 1, got {v!r}")
+    ev["n_by_split"] = dict(nbs)
+    if not isinstance(ev["seed"], int) or isinstance(ev["seed"], bool):
+        raise _err(where, "eval.seed", f"expected an int, got {ev['seed']!r}")
+    t = ev["temperature"]
+    if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool) or t < 0):
+        raise _err(where, "eval.temperature", f"expected a number >= 0 or null, got {t!r}")
+    for k in ("max_turns", "max_new_tokens"):
+        v = ev[k]
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise _err(where, f"eval.{k}", f"expected an int >= 1 or null, got {v!r}")
+    if not isinstance(ev["reuse_verdicts"], bool):
+        raise _err(where, "eval.reuse_verdicts", f"expected true or false, got "
+                   f"{ev['reuse_verdicts']!r}")
+    if ev["runtime"] not in ("podman", "local"):
+        raise _err(where, "eval.runtime", f"expected podman or local, got {ev['runtime']!r}")
+    return ev
+
+
+def _validate_bootstrap(where: str, bs: dict) -> dict:
+    if not isinstance(bs["n_boot"], int) or isinstance(bs["n_boot"], bool) or bs["n_boot"] < 1:
+        raise _err(where, "bootstrap.n_boot", f"expected an int >= 1, got {bs['n_boot']!r}")
+    if not isinstance(bs["seed"], int) or isinstance(bs["seed"], bool):
+        raise _err(where, "bootstrap.seed", f"expected an int, got {bs['seed']!r}")
+    a = bs["alpha"]
+    if not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 < a < 1:
+        raise _err(where, "bootstrap.alpha", f"expected a number in (0, 1), got {a!r}")
+    return bs
+
+
+def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
+                     path: str | None = None) -> StudyConfig:
+    """Validate a parsed study config and fill in defaults (pure apart from importing
+    ECreditConfig for its field list).
+
+    Raises: StudyConfigError naming ``where`` and the offending key.
+    """
+    if not isinstance(raw, dict):
+        raise StudyConfigError(f"{where}: expected a mapping of study keys, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(TOP_KEYS))
+    if unknown:
+        raise _err(where, unknown[0], f"unknown key (allowed: {', '.join(TOP_KEYS)})")
+    name = raw.get("name", default_name)
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _err(where, "name", f"expected a non-empty name without '/', got {name!r}")
+    model = raw.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise _err(where, "model", f"expected a model path/id or null, got {model!r}")
+    arms = raw.get("arms")
+    if not isinstance(arms, list) or not arms or any(a not in ARMS for a in arms) \
+            or len(set(arms)) != len(arms):
+        raise _err(where, "arms", f"expected a non-empty list of distinct arms from {ARMS}, "
+                   f"got {arms!r}")
+    seeds = _int_list(where, "seeds", raw.get("seeds"))
+    sba_raw = raw.get("seeds_by_arm") or {}
+    if not isinstance(sba_raw, dict):
+        raise _err(where, "seeds_by_arm", f"expected a mapping arm: [seeds], got {sba_raw!r}")
+    for a in sba_raw:
+        if a not in ARMS:
+            raise _err(where, f"seeds_by_arm.{a}", f"not an arm (expected one of {ARMS})")
+    arms = list(arms) + [a for a in ARMS if a in sba_raw and a not in arms]
+    seeds_by_arm = {a: _int_list(where, f"seeds_by_arm.{a}", sba_raw[a]) if a in sba_raw
+                    else list(seeds) for a in arms}
+    train = validate_train(raw.get("train"), where)
+    ev = _validate_eval(where, _section(where, "eval", raw.get("eval"), EVAL_DEFAULTS))
+    # Same protocol for every policy: an eval of a trained run inherits the run's max_turns /
+    # max_completion_length, the bare starting policy would get eval.run's own defaults (a
+    # confound measured on the baseline), so unset values come from the training fields.
+    # train.py's embedded defaults apply under the field defaults, as they do in a run.
+    from ecredit_trl.config import ECreditConfig  # noqa: PLC0415 - heavy (trl)
+    from ecredit_trl.train import embedded_defaults  # noqa: PLC0415
+    defaults = {f.name: f.default for f in dataclasses.fields(ECreditConfig)}
+    defaults.update(embedded_defaults(on_gpu=False))
+    for k, tk in (("max_turns", "max_turns"), ("max_new_tokens", "max_completion_length"),
+                  ("temperature", "temperature")):
+        if ev[k] is None:
+            ev[k] = train.get(tk, defaults[tk])
+    bs = _validate_bootstrap(where, _section(where, "bootstrap", raw.get("bootstrap"),
+                                             BOOTSTRAP_DEFAULTS))
+    acc = raw.get("accelerate_config")
+    if acc is not None and (not isinstance(acc, str) or not acc):
+        raise _err(where, "accelerate_config", f"expected a path or null, got {acc!r}")
+    return StudyConfig(name=name, model=model, arms=arms, seeds=seeds, seeds_by_arm=seeds_by_arm,
+                       train=train, eval=ev, bootstrap=bs, accelerate_config=acc, path=path)
+
+
+def load_study_config(path: str | Path) -> StudyConfig:
+    """Read and validate a study YAML (see the module docstring).
+
+    Raises: FileNotFoundError (no such file); StudyConfigError (bad YAML or a bad key,
+    named); the accelerate config must exist as a file when given.
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--config: no such file {p}")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise StudyConfigError(f"{p}: not valid YAML ({exc})") from None
+    cfg = config_from_dict(raw if raw is not None else {}, where=str(p), default_name=p.stem,
+                           path=str(p))
+    if cfg.accelerate_config and not Path(cfg.accelerate_config).is_file():
+        raise _err(str(p), "accelerate_config", f"no such file {cfg.accelerate_config}")
+    return cfg
+
+
+def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved configs (pure), sorted."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b or (k in old) != (k in new):
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def split_dirname(split: str) -> str:
+    """Folder name of an eval split: ``bundled:train`` → ``bundled-train``; a file path →
+    its stem (``/x/two.jsonl`` → ``two``)."""
+    if "/" in split or split.endswith((".jsonl", ".json", ".parquet")):
+        return Path(split).stem
+    return split.replace(":", "-")
+
+
+__all__ = ["ARMS", "StudyConfig", "StudyConfigError", "changed_keys", "config_from_dict",
+           "load_study_config", "split_dirname", "validate_train"]

@@ -1,0 +1,344 @@
+"""The study report: ``report.md``, ``report.json`` and PNGs from a study folder.
+
+``write_report(out_dir) -> dict`` reads ``<out_dir>/study.json`` and what the study wrote
+(layout: ``runs/<arm>-s<seed>/`` train.py run dirs, ``evals/<policy>/<split>/`` eval.run
+folders with ``<policy>`` = ``baseline`` or ``<arm>-s<seed>`` and ``<split>`` the split name
+with ':' → '-') and writes:
+
+(a) design and what ran — every unit (training run, evaluation) done / stopped / running /
+    pending, from the runs' receipts and the evals' ``results.json``;
+(b) learning curves — resolved rate per training step (``ledger.jsonl``: resolved / rollouts),
+    mean over seeds with the min–max band (``learning_curves.png``);
+(c) the signal table of each credit arm's training trajectories in the pilot's columns
+    (:func:`ecredit_trl.credit.pilot_report.pilot_table` on ``trajectories.jsonl``);
+(d) evaluation per arm × seed and split — per-rollout mean over the fixed denominator,
+    unknown slots counted — with the step-0 baseline beside them;
+(e) task-paired differences M−B, M−O, M−E and each arm − baseline with the percentile
+    bootstrap CI (study.json ``bootstrap``), seeds pooled (:func:`eval.compare.compare`: an
+    arm's per-task success is the mean over its seeds) and per seed (``paired_diffs.png``);
+(f) costs per arm (ledger + receipts + the evals' results);
+(g) whatever did not run or was not recorded prints **Pending**, never a number.
+
+Plus an "Answer" paragraph generated from (e). Nothing is half-written: everything is read
+and computed first, the files are staged in a temporary folder inside ``out_dir`` and then
+renamed into place, so an error leaves the previous report intact.
+
+source: issue 14 §1; DESIGN.md §4 ("a study ... 'Pending' for what did not run")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ecredit_trl.runs.receipts import process_alive, read_sessions
+from ecredit_trl.study.config import split_dirname
+from ecredit_trl.study.report_tables import (
+    COST_KEYS,
+    CREDIT_ARMS,
+    STANDARD_PAIRS,
+    arm_costs,
+    learning_curve,
+    mean_band,
+    pair_row,
+    run_costs,
+    signal_table,
+)
+from eval.compare import compare, load_run
+from eval.files import read_jsonl
+
+__all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "run_status",
+           "study_report", "write_report"]
+
+SCHEMA = "ecredit-study-report/1"
+BASELINE = "baseline"
+REPORT_FILES = ("report.md", "report.json")
+DEFAULT_BOOTSTRAP = {"n_boot": 10000, "seed": 0, "alpha": 0.05}
+
+
+class StudyReportError(ValueError):
+    """A study folder cannot be reported on; the message names the file and field."""
+
+
+def load_study(out_dir: str | Path) -> dict:
+    """``study.json`` of ``out_dir``, checked, with ``seeds_by_arm`` resolved for every arm.
+
+    Returns: the study dict plus ``"design"``: ``[(arm, seed), ...]`` in arm order.
+
+    Raises: StudyReportError naming ``study.json`` and the field (missing file, not JSON,
+        ``arms``/``seeds`` not lists, a bad ``eval.splits`` or ``bootstrap``).
+    """
+    p = Path(out_dir) / "study.json"
+    if not p.is_file():
+        raise StudyReportError(f"{p}: no study.json (not a study folder?)")
+    try:
+        study = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StudyReportError(f"{p}: not valid JSON ({exc.msg})") from None
+    if not isinstance(study, dict):
+        raise StudyReportError(f"{p}: expected a JSON object")
+    arms, seeds = study.get("arms"), study.get("seeds")
+    if not isinstance(arms, list) or not arms or not all(isinstance(a, str) for a in arms):
+        raise StudyReportError(f"{p}: field 'arms' must be a non-empty list of arm names")
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise StudyReportError(f"{p}: field 'seeds' must be a list of ints")
+    by_arm = study.get("seeds_by_arm") or {}
+    if not isinstance(by_arm, dict):
+        raise StudyReportError(f"{p}: field 'seeds_by_arm' must be a mapping arm → seeds")
+    for arm, ss in by_arm.items():
+        if not isinstance(ss, list) or not all(isinstance(s, int) for s in ss):
+            raise StudyReportError(f"{p}: field 'seeds_by_arm.{arm}' must be a list of ints")
+    splits = (study.get("eval") or {}).get("splits", [])
+    if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+        raise StudyReportError(f"{p}: field 'eval.splits' must be a list of split names")
+    boot = {**DEFAULT_BOOTSTRAP, **(study.get("bootstrap") or {})}
+    if not (isinstance(boot["n_boot"], int) and boot["n_boot"] >= 1
+            and isinstance(boot["seed"], int) and 0 < float(boot["alpha"]) < 1):
+        raise StudyReportError(f"{p}: field 'bootstrap' needs n_boot >= 1 (int), seed (int), "
+                               f"0 < alpha < 1; got {study.get('bootstrap')}")
+    study["bootstrap"] = boot
+    study["design"] = [(a, s) for a in arms for s in by_arm.get(a, seeds)]
+    return study
+
+
+def run_status(run_dir: Path) -> dict:
+    """Status of one training run from its receipts: ``done`` (last session terminated
+    ``completed``), ``stopped`` (another termination class, in ``class``; or no termination
+    receipt and its process is gone), ``running`` (no termination receipt, the process is
+    alive or cannot be checked) or ``pending`` (no run folder / no receipt).
+
+    Raises: StudyReportError naming an unreadable receipt."""
+    if not run_dir.is_dir():
+        return {"status": "pending", "class": None, "sessions": 0, "step": None}
+    try:
+        sessions = read_sessions(run_dir)
+    except ValueError as exc:
+        raise StudyReportError(str(exc)) from None
+    if not sessions:
+        return {"status": "pending", "class": None, "sessions": 0, "step": None}
+    last = sessions[-1]
+    term = last.termination
+    if term is None:  # no receipt: running, or killed without one (SIGKILL, OOM killer)
+        alive = process_alive((last.opened or {}).get("process") or {})
+        return {"status": "stopped" if alive is False else "running",
+                "class": "no termination receipt" if alive is False else None,
+                "sessions": len(sessions), "step": None}
+    cls = term.get("class")
+    return {"status": "done" if cls == "completed" else "stopped", "class": cls,
+            "sessions": len(sessions), "step": term.get("step")}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    """Rows of a JSONL record (a truncated last line is tolerated, as eval.compare does)."""
+    try:
+        return read_jsonl(path)
+    except ValueError as exc:
+        raise StudyReportError(str(exc)) from None
+
+
+def _json(path: Path, field: str | None = None) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StudyReportError(f"{path}: not valid JSON ({exc.msg})") from None
+    if field and not isinstance((obj or {}).get(field), dict):
+        raise StudyReportError(f"{path}: field '{field}' missing")
+    return obj
+
+
+def _collect_run(out: Path, arm: str, seed: int, splits: Sequence[str]) -> dict:
+    """Everything the report reads about one run (its files; None/[] where absent)."""
+    label = f"{arm}-s{seed}"
+    d = out / "runs" / label
+    ledger = _jsonl(d / "ledger.jsonl")
+    traj = _jsonl(d / "trajectories.jsonl")
+    status = run_status(d)
+    try:
+        sessions = read_sessions(d) if d.is_dir() else []
+    except ValueError as exc:
+        raise StudyReportError(str(exc)) from None
+    secs = [(s.termination or {}).get("seconds") for s in sessions]
+    manifest = _json(d / "manifest.json") or {}
+    evals = {sp: _json(out / "evals" / label / split_dirname(sp) / "results.json", "summary")
+             for sp in splits}
+    return {"label": label, "arm": arm, "seed": seed, "dir": d, "status": status,
+            "ledger": ledger, "trajectories": traj, "session_seconds": secs,
+            "world_size": manifest.get("world_size"), "evals": evals}
+
+
+def _eval_row(policy: str, arm: str, seed: int | None, split: str, res: dict | None) -> dict:
+    """One row of table (d); figures None (Pending) when the evaluation is missing."""
+    row = {"policy": policy, "arm": arm, "seed": seed, "split": split,
+           "status": "done" if res else "pending", "success": None, "resolved": None,
+           "slots": None, "tasks": None, "n": None, "unknown": None, "success_bounds": None}
+    if res:
+        s = res["summary"]
+        den = s.get("denominator") or {}
+        row.update(success=s.get("success"), resolved=s.get("resolved"),
+                   slots=den.get("slots"), tasks=den.get("tasks"), n=den.get("n"),
+                   unknown=s.get("unknown"), success_bounds=s.get("success_bounds"),
+                   temperature=(res.get("overrides") or {}).get("temperature"))
+    return row
+
+
+def _differences(out: Path, study: dict, split: str, runs: list[dict],
+                 baseline: dict | None) -> dict:
+    """Table (e) of one split: pooled and per-seed paired differences."""
+    boot = study["bootstrap"]
+    ckw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "seed": boot["seed"]}
+    kw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "boot_seed": boot["seed"]}
+    sd = split_dirname(split)
+    args = [f"{BASELINE}={out / 'evals' / BASELINE / sd}"] if baseline else []
+    args += [f"{r['arm']}:{r['seed']}={out / 'evals' / r['label'] / sd}" for r in runs
+             if r["evals"].get(split)]
+    try:
+        loaded = [load_run(a) for a in args]
+        cmp = compare(loaded, **ckw) if loaded else {"arms": {}, "warnings": []}
+    except (ValueError, FileNotFoundError) as exc:  # eval.compare's input errors name the file
+        raise StudyReportError(str(exc)) from None
+    arms = study["arms"]
+    # seeds pooled only once every seed of the arm's design is evaluated (else Pending)
+    done = {(x.arm, x.seed) for x in loaded}
+    arm_pt = {a: d["per_task"] for a, d in cmp["arms"].items()
+              if a == BASELINE or all((a, s) in done for x, s in study["design"] if x == a)}
+    pooled = [pair_row(f"{a}−{b}", arm_pt.get(a), arm_pt.get(b), a=a, b=b, **kw)
+              for a, b in STANDARD_PAIRS if a in arms and b in arms]
+    pooled += [pair_row(f"{a}−{BASELINE}", arm_pt.get(a), arm_pt.get(BASELINE), a=a,
+                        b=BASELINE, **kw) for a in arms]
+    run_pt = {(x.arm, x.seed): x.per_task for x in loaded if x.arm != BASELINE}
+    base_pt = next((x.per_task for x in loaded if x.arm == BASELINE), None)
+    per_seed = []
+    for a, b in STANDARD_PAIRS:
+        if a not in arms or b not in arms:
+            continue
+        seeds_a = {s for x, s in study["design"] if x == a}
+        for s in sorted(seeds_a & {s for x, s in study["design"] if x == b}):
+            per_seed.append(pair_row(f"{a}−{b}", run_pt.get((a, s)), run_pt.get((b, s)),
+                                     a=a, b=b, seed=s, **kw))
+    for a, s in study["design"]:
+        per_seed.append(pair_row(f"{a}−{BASELINE}", run_pt.get((a, s)),
+                                 base_pt, a=a, b=BASELINE, seed=s, **kw))
+    arm_ci = {a: {"success": d["success"], "ci": d["ci"], "n_tasks": d["n_tasks"],
+                  "seeds": d["seeds"]} for a, d in cmp["arms"].items()}
+    return {"pooled": pooled, "per_seed": per_seed, "arms": arm_ci,
+            "warnings": cmp["warnings"]}
+
+
+def _signal(arm: str, runs: list[dict]) -> dict:
+    """Table (c) of one credit arm: per run and pooled over its seeds."""
+    per_run, rows_all, pending = {}, [], []
+    for r in runs:
+        if not r["trajectories"]:
+            per_run[r["label"]] = None
+            pending.append(r["label"])
+            continue
+        try:
+            per_run[r["label"]] = signal_table(r["trajectories"], arm)
+        except ValueError as exc:
+            raise StudyReportError(f"{r['dir'] / 'trajectories.jsonl'}: {exc}") from None
+        rows_all += r["trajectories"]
+    return {"pooled": signal_table(rows_all, arm) if rows_all else None,
+            "per_run": per_run, "pending": pending}
+
+
+def study_report(out_dir: str | Path) -> dict:
+    """Read a study folder and compute the report's content (reads only; writes nothing).
+
+    Returns: the ``report.json`` dict (keys ``schema``, ``study``, ``units``, ``curves``,
+        ``signal``, ``evaluation``, ``differences``, ``costs``, ``answer``); None = Pending.
+
+    Raises: StudyReportError naming the file and field of bad input (study.json, a corrupt
+        record line that is not the last, a results.json without ``summary``, a usable
+        trajectory row lacking a signal field).
+    """
+    out = Path(out_dir)
+    study = load_study(out)
+    splits = study["eval"].get("splits", []) if study.get("eval") else []
+    runs = [_collect_run(out, a, s, splits) for a, s in study["design"]]
+    baseline = {sp: _json(out / "evals" / BASELINE / split_dirname(sp) / "results.json",
+                          "summary") for sp in splits}
+    units = [{"kind": "train", "name": r["label"], **r["status"]} for r in runs]
+    units += [{"kind": "eval", "name": f"{p}/{split_dirname(sp)}",
+               "status": "done" if res else "pending"}
+              for p, evs in [(BASELINE, baseline)] + [(r["label"], r["evals"]) for r in runs]
+              for sp, res in evs.items()]
+    curves = {}
+    for arm in study["arms"]:
+        per = {r["label"]: learning_curve(r["ledger"], r["trajectories"])
+               for r in runs if r["arm"] == arm}
+        per = {k: v for k, v in per.items() if v}
+        curves[arm] = {**mean_band(per), "runs": {k: {str(s): x for s, x in v.items()}
+                                                  for k, v in per.items()}} if per else None
+    signal = {arm: _signal(arm, [r for r in runs if r["arm"] == arm])
+              for arm in study["arms"] if arm in CREDIT_ARMS}
+    evaluation = {sp: [_eval_row(BASELINE, BASELINE, None, sp, baseline[sp])]
+                  + [_eval_row(r["label"], r["arm"], r["seed"], sp, r["evals"][sp])
+                     for r in runs] for sp in splits}
+    differences = {sp: _differences(out, study, sp, runs, baseline[sp]) for sp in splits}
+    per_run_cost = {r["label"]: run_costs(r["ledger"], session_seconds=r["session_seconds"],
+                                          world_size=r["world_size"],
+                                          eval_results=list(r["evals"].values()))
+                    if r["status"]["status"] != "pending" else None for r in runs}
+    for r in runs:
+        if per_run_cost[r["label"]] is not None:
+            per_run_cost[r["label"]]["status"] = r["status"]["status"]
+    costs = {"per_run": per_run_cost, "per_arm": {
+        arm: arm_costs([c for r in runs if r["arm"] == arm
+                        if (c := per_run_cost[r["label"]]) is not None])
+        for arm in study["arms"]}}
+    for arm, c in costs["per_arm"].items():  # an arm with a run not started is Pending
+        if any(per_run_cost[r["label"]] is None for r in runs if r["arm"] == arm):
+            costs["per_arm"][arm] = {"runs": c["runs"], **dict.fromkeys(COST_KEYS)}
+    meta = {k: study.get(k) for k in ("name", "model", "arms", "seeds", "seeds_by_arm", "train",
+                                      "eval", "bootstrap", "accelerate_config", "config_sha256",
+                                      "started_at", "command")}
+    return {"schema": SCHEMA, "study": meta, "units": units, "curves": curves,
+            "signal": signal, "evaluation": evaluation, "differences": differences,
+            "costs": costs, "answer": _answer(differences)}
+
+
+def _answer(differences: dict) -> dict:
+    """Per split: M−B, M−O, M−E and O − baseline as (mean, ci, verdict)."""
+    want = [f"{a}−{b}" for a, b in STANDARD_PAIRS] + ["O−baseline"]
+    return {sp: [{k: p[k] for k in ("name", "mean", "ci", "verdict", "n_tasks")}
+                 for name in want for p in d["pooled"] if p["name"] == name]
+            for sp, d in differences.items()}
+
+
+def write_report(out_dir: str | Path) -> dict:
+    """Write ``report.md``, ``report.json`` and the PNGs into the study folder ``out_dir``.
+
+    All files are staged in a temporary folder inside ``out_dir`` and renamed into place
+    only after every one was written; on any error nothing of this report is left behind
+    and an earlier report stays as it was.
+
+    Returns: the ``report.json`` dict (:func:`study_report`) with ``files`` (names written).
+
+    Raises: StudyReportError (bad input, see :func:`study_report`); OSError from the file
+        system (nothing half-written).
+    """
+    from ecredit_trl.study.plots import write_plots
+    from ecredit_trl.study.report_render import render_markdown
+
+    out = Path(out_dir)
+    report = study_report(out)
+    stage = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        pngs = write_plots(report, stage)
+        report["files"] = list(REPORT_FILES) + pngs
+        (stage / "report.md").write_text(render_markdown(report), encoding="utf-8")
+        (stage / "report.json").write_text(
+            json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        for name in report["files"]:
+            os.chmod(stage / name, 0o644)
+        for name in report["files"]:  # same file system: each rename is atomic
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return report

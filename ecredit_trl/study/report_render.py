@@ -1,0 +1,256 @@
+"""``report.md`` of a study from the ``report.json`` dict (pure; no I/O).
+
+Every figure that is None prints **Pending** (not run or not recorded), never 0.
+
+source: issue 14 §1 (report items a–g and the Answer)
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+__all__ = ["PENDING", "answer_text", "render_markdown"]
+
+PENDING = "Pending"
+_NA = "n/a"
+
+
+def _f(v, spec: str = ".3f") -> str:
+    if v is None:
+        return PENDING
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def _ci(ci: Sequence[float] | None) -> str:
+    return PENDING if not ci else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def _signed(v) -> str:
+    return PENDING if v is None else f"{v:+.3f}"
+
+
+def _cov(report: dict) -> int:
+    return int(round(100 * (1 - float(report["study"]["bootstrap"]["alpha"]))))
+
+
+def answer_text(report: dict) -> list[str]:
+    """The "Answer" lines: per split, M−B, M−O, M−E (mean, CI, whether the CI excludes 0)
+    and O − baseline. A difference that was not measured says Pending."""
+    cov = _cov(report)
+    lines = []
+    words = {"positive": "CI excludes 0 (positive)", "negative": "CI excludes 0 (negative)",
+             "no difference detected": "no difference detected (CI contains 0)",
+             "Pending": PENDING}
+    for split, rows in report["answer"].items():
+        if not rows:
+            continue
+        parts = []
+        for r in rows:
+            if r["verdict"] == "Pending":
+                parts.append(f"**{r['name']}**: {PENDING}")
+            else:
+                parts.append(f"**{r['name']}** = {r['mean']:+.3f}, {cov}% CI "
+                             f"{_ci(r['ci'])} over {r['n_tasks']} tasks — {words[r['verdict']]}")
+        lines.append(f"- `{split}`: " + "; ".join(parts) + ".")
+    if not lines:
+        lines.append(f"- {PENDING}: no evaluation split in the study.")
+    return lines
+
+
+def _design(report: dict) -> list[str]:
+    st = report["study"]
+    train = st.get("train") or {}
+    ev = st.get("eval") or {}
+    lines = ["## (a) Design and what ran", "",
+             f"- study `{st.get('name')}`, config sha256 `{st.get('config_sha256')}`, started "
+             f"{st.get('started_at')}",
+             f"- model: {st.get('model') or 'embedded default (tiny warm-started policy)'}",
+             f"- arms {', '.join(st['arms'])}; seeds {st.get('seeds')}"
+             + (f"; per arm {st['seeds_by_arm']}" if st.get("seeds_by_arm") else ""),
+             "- training: " + (", ".join(f"{k}={v}" for k, v in sorted(train.items()))
+                               or "defaults"),
+             "- evaluation: " + ", ".join(f"{k}={v}" for k, v in sorted(ev.items())),
+             f"- bootstrap: {st['bootstrap']}",
+             f"- accelerate config: {st.get('accelerate_config')}"]
+    cmd = st.get("command")
+    if cmd:
+        lines.append(f"- command: `{shlex.join(cmd) if isinstance(cmd, list) else cmd}`")
+    lines += ["", "| unit | kind | status | detail |", "|---|---|---|---|"]
+    for u in report["units"]:
+        detail = ""
+        if u["kind"] == "train" and u["status"] != "pending":
+            detail = f"class {u.get('class')}, step {u.get('step')}, sessions {u.get('sessions')}"
+        status = PENDING if u["status"] == "pending" else u["status"]
+        lines.append(f"| {u['name']} | {u['kind']} | {status} | {detail} |")
+    return lines + [""]
+
+
+def _curves(report: dict) -> list[str]:
+    lines = ["## (b) Learning curves", "",
+             "Resolved rate per training step (resolved rollouts / rollouts of the step, "
+             "`ledger.jsonl`), mean over seeds with the min–max band.", "",
+             "![learning curves](learning_curves.png)", "",
+             "| arm | runs | steps | first step | last step (mean [min, max]) |",
+             "|---|---|---|---|---|"]
+    for arm, c in report["curves"].items():
+        if not c or not c["steps"]:
+            lines.append(f"| {arm} | {PENDING} | {PENDING} | {PENDING} | {PENDING} |")
+            continue
+        lines.append(f"| {arm} | {len(c['runs'])} | {len(c['steps'])} | {c['mean'][0]:.3f} | "
+                     f"{c['mean'][-1]:.3f} [{c['min'][-1]:.3f}, {c['max'][-1]:.3f}] |")
+    return lines + [""]
+
+
+def _signal_cells(t: dict | None) -> list[str]:
+    if t is None:
+        return [PENDING] * 9
+    d_cols = ([_f(t[k]) for k in ("nonzero", "positive", "negative")] if t["d_measured"]
+              else [_NA] * 3)
+    ex = ", ".join(f"{k} {v}" for k, v in t["excluded"].items() if v) or "0"
+    return [str(t["planned"]), ex, str(t["usable"]), *d_cols, str(t["cap_active"]),
+            _f(t["median_m_over_L"]), _f(t["median_shrinkage"])]
+
+
+def _signal(report: dict) -> list[str]:
+    lines = ["## (c) Signal table of the credit arms' training trajectories", "",
+             "The pilot's columns (`pilot_table`) on each run's `trajectories.jsonl`. "
+             "D = U(P) − U(P\\b); s = shared shrinkage min(1, c/(λ·|D|·L/m)) (arm E: its clip "
+             "factor on A, over rollouts whose credit applied); arm E never queries D (n/a).",
+             "", "| arm | run | planned | excluded (by reason) | usable | D ≠ 0 | D > 0 | D < 0 "
+             "| cap active | median m/L | median s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    if not report["signal"]:
+        lines.append("| – | no credit arm (B, M, E) in the study | | | | | | | | | |")
+    for arm, s in report["signal"].items():
+        n_done = sum(t is not None for t in s["per_run"].values())
+        lines.append("| " + " | ".join([arm, f"pooled ({n_done} of {len(s['per_run'])} runs)",
+                                        *_signal_cells(s["pooled"])]) + " |")
+        for label, t in s["per_run"].items():
+            lines.append("| " + " | ".join([arm, label, *_signal_cells(t)]) + " |")
+    return lines + [""]
+
+
+def _pooled_success(report: dict, split: str) -> list[str]:
+    """Per arm, seeds pooled: success = mean over tasks of the per-task mean over seeds."""
+    cov = _cov(report)
+    arms = report["differences"][split]["arms"]
+    lines = ["", f"Seeds pooled (mean over tasks of the per-task success averaged over the "
+             f"arm's evaluated seeds; {cov}% bootstrap CI over tasks):", "",
+             f"| arm | seeds evaluated | success | {cov}% CI |", "|---|---|---|---|"]
+    for arm in ["baseline", *report["study"]["arms"]]:
+        a = arms.get(arm)
+        if a is None:
+            lines.append(f"| {arm} | 0 | {PENDING} | {PENDING} |")  # nothing evaluated
+            continue
+        ci = a["ci"]
+        st = report["study"]
+        want = 1 if arm == "baseline" else len((st.get("seeds_by_arm") or {}).get(
+            arm, st.get("seeds") or []))
+        lines.append(f"| {arm} | {len(a['seeds'])} of {want} | {_f(a['success'])} | "
+                     f"{f'[{ci[0]:.3f}, {ci[1]:.3f}]' if ci else PENDING} |")
+    return lines
+
+
+def _evaluation(report: dict) -> list[str]:
+    lines = ["## (d) Evaluation", "",
+             "Per-rollout mean = resolved slots / (tasks × n) over the split's fixed "
+             "denominator; unknown slots stay in the denominator as not resolved and are "
+             "counted apart (bounds: unknown as failed / as resolved).", ""]
+    for split, rows in report["evaluation"].items():
+        lines += [f"### `{split}`", "",
+                  "| policy | arm | seed | success | resolved / slots | tasks × n | unknown | "
+                  "bounds |", "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            if r["status"] == "pending":
+                lines.append(f"| {r['policy']} | {r['arm']} | {_f(r['seed'])} | {PENDING} | "
+                             f"{PENDING} | {PENDING} | {PENDING} | {PENDING} |")
+                continue
+            b = r["success_bounds"]
+            lines.append(f"| {r['policy']} | {r['arm']} | {'–' if r['seed'] is None else r['seed']}"
+                         f" | {_f(r['success'])} | {_f(r['resolved'])} / {_f(r['slots'])} | "
+                         f"{_f(r['tasks'])} × {_f(r['n'])} | {_f(r['unknown'])} | "
+                         f"{f'[{b[0]:.3f}, {b[1]:.3f}]' if b else PENDING} |")
+        lines += _pooled_success(report, split) + [""]
+    return lines
+
+
+def _pair_lines(rows: list[dict], seed_col: bool) -> list[str]:
+    out = []
+    for p in rows:
+        seed = f" {p.get('seed')} |" if seed_col else ""
+        out.append(f"| {p['name']} |{seed} {_f(p['n_tasks'])} | {_signed(p['mean'])} | "
+                   f"{_ci(p['ci'])} | {p['verdict']} |")
+    return out
+
+
+def _differences(report: dict) -> list[str]:
+    cov = _cov(report)
+    b = report["study"]["bootstrap"]
+    lines = ["## (e) Paired differences", "",
+             f"Task-paired differences of per-task success (resolved rollouts / n); seeds "
+             f"pooled = an arm's per-task success is the mean over its seeds "
+             f"(`eval.compare`). {cov}% percentile bootstrap CI over tasks ({b['n_boot']} "
+             f"resamples, seed {b['seed']}).", "", "![paired differences](paired_diffs.png)", ""]
+    for split, d in report["differences"].items():
+        lines += [f"### `{split}` — seeds pooled", "",
+                  f"| difference | paired tasks | mean | {cov}% CI | verdict |",
+                  "|---|---|---|---|---|", *_pair_lines(d["pooled"], False), "",
+                  f"### `{split}` — per seed", "",
+                  f"| difference | seed | paired tasks | mean | {cov}% CI | verdict |",
+                  "|---|---|---|---|---|---|", *_pair_lines(d["per_seed"], True), ""]
+        for w in d["warnings"]:
+            lines.append(f"- warning: {w}")
+        if d["warnings"]:
+            lines.append("")
+    return lines
+
+
+_COST_COLS = (("trials_factual", "factual trials", ".0f"),
+              ("trials_counterfactual", "counterfactual trials", ".0f"),
+              ("trials_control", "control trials", ".0f"),
+              ("generated_tokens", "generated tokens", ".0f"),
+              ("credited_tokens", "credited tokens", ".0f"),
+              ("train_wall_s", "train wall s", ".1f"),
+              ("cpu_hours", "CPU-h", ".4f"), ("gpu_hours", "GPU-h", ".4f"),
+              ("queue_wait_s", "queue wait s", ".1f"),
+              ("eval_wall_s", "eval wall s", ".1f"))
+
+
+def _costs(report: dict) -> list[str]:
+    head = " | ".join(c[1] for c in _COST_COLS)
+    lines = ["## (f) Costs per arm", "",
+             "Sums over the arm's runs. Trials, tokens, queue wait (verifier queue, summed "
+             "over trials) and GPU-h from `ledger.jsonl`; train wall = the sessions' seconds "
+             "(termination receipts); CPU-h = train wall × processes (`manifest.json` "
+             "world_size) / 3600; eval wall from the runs' `results.json`. Credited tokens "
+             "are the tokens in the loss (recorded only by newer ledgers).", "",
+             f"| arm | runs | {head} |", "|---|---|" + "---|" * len(_COST_COLS)]
+    for arm, c in report["costs"]["per_arm"].items():
+        cells = [_f(c.get(k), spec) for k, _, spec in _COST_COLS]
+        lines.append(f"| {arm} | {c['runs']} | " + " | ".join(cells) + " |")
+    lines += ["", "Per run (an arm's sum is Pending while any of its runs is):", "",
+              f"| run | status | steps | {head} |", "|---|---|---|" + "---|" * len(_COST_COLS)]
+    for label, c in report["costs"]["per_run"].items():
+        c = c or {}
+        cells = [_f(c.get(k), spec) for k, _, spec in _COST_COLS]
+        lines.append(f"| {label} | {c.get('status', PENDING)} | {_f(c.get('steps'))} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def render_markdown(report: dict) -> str:
+    """``report.md`` from the :func:`ecredit_trl.study.report.study_report` dict (pure)."""
+    name = report["study"].get("name") or "study"
+    lines = [f"# Study report: {name}", "", "## Answer", "", *answer_text(report), "",
+             "A CI that contains 0 means no difference was detected at this size, not that the "
+             "arms are equal. **Pending** = not run or not recorded (never a number).", ""]
+    if not report["study"].get("model"):
+        lines += ["The embedded default policy is a 2M-parameter model warm-started on these "
+                  "bundled tasks: its results say nothing about real models.", ""]
+    for part in (_design, _curves, _signal, _evaluation, _differences, _costs):
+        lines += part(report)
+    return "\n".join(lines)
