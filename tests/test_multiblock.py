@@ -320,7 +320,9 @@ def test_pair_build_on_one_project(tmp_path, podman_runtime):
     by_id = {c["instance_id"]: c for c in info["candidates"]}
     assert by_id[pair.instance_id]["parts"] == [
         f"bundled__inflection-0.5.1-{i:04d}", f"bundled__inflection-0.5.1-{j:04d}"]
-    assert all(by_id[p]["outcome"] == "kept" for p in by_id[pair.instance_id]["parts"])
+    # the parts are screened only; the pair itself is controlled (builder 5)
+    assert all(by_id[p]["outcome"] == "screened" for p in by_id[pair.instance_id]["parts"])
+    assert by_id[pair.instance_id]["outcome"] == "kept"
     # the parts are not single tasks (a shared mutation would leak across the holdout)
     assert not {t.instance_id for t in singles} & set(by_id[pair.instance_id]["parts"])
     repo = GitRepo(pair.repo_dir)

@@ -32,12 +32,14 @@ Pipeline (issue 3, "Bundled tasks from real code"):
 5. The first ``target_per_project`` validated candidates of each project (in candidate
    order, so batch sizes never change the result) become single tasks.
    **Pairs** (``multi_per_project`` > 0, issue 14 §2, :mod:`eval.bundled.multi`): the next
-   ``2 * multi_per_project + multi_spare`` validated candidates are parts, never tasks of
-   their own; they are paired (another file first, else another function of the file),
-   each pair becomes one commit with both mutations (id ``..-<i>-<j>``), is screened on
-   both modules' test files (its FAIL_TO_PASS must hold a test broken by each part, so
-   fixing one part does not resolve) and controlled like a single; the first
-   ``multi_per_project`` kept pairs of each project become tasks after its singles
+   ``2 * multi_per_project + multi_spare`` screened candidates are parts (screening only,
+   no controls of their own), never tasks of their own; they are paired (another file
+   first, else another function of the file), each pair becomes one commit with both
+   mutations (id ``..-<i>-<j>``), is screened on both modules' test files (its
+   FAIL_TO_PASS must hold a test broken by each part, so fixing one part does not resolve;
+   that screening trial is also its empty control) and its gold patch runs twice; pairs
+   are tried in pair order only until ``multi_per_project`` are kept, and those become
+   tasks after the project's singles
    (``extra["blocks"]`` = 2, ``extra["mutations"]`` lists both). The problem statement is
    made from the failing tests' ids and their ``E`` assertion lines in the mutant's log,
    never from the gold patch.

@@ -114,12 +114,12 @@ def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, l
         with VerifierPool(rt, max_concurrency=concurrency, max_retries=2) as pool:
             trials = _Trials(pool, ws)
             base_status = run_pristine(ws, trials, stats, log)
-            kept, all_cands = screen_and_control(ws, trials, base_status, log)
-            pairs, pair_cands = screen_pairs(ws, trials, kept, base_status, log)
+            kept, parts, all_cands = screen_and_control(ws, trials, base_status, log)
+            pairs, pair_cands = screen_pairs(ws, trials, parts, base_status, log)
     finally:
         if own_runtime:
             rt.close()
-    kept = {name: v[:recipe.target_per_project] + pairs[name] for name, v in kept.items()}
+    kept = {name: v + pairs[name] for name, v in kept.items()}
     rows = task_rows(ws, kept, stats["recipe_hash"])
     stats["trials"] = trials.n
     write_build(tmp, out, rows, stats, kept, all_cands + pair_cands, t_start, log)
@@ -210,25 +210,26 @@ def run_pristine(ws: Workspace, trials: _Trials, stats: dict, log) -> dict[str, 
 
 def plan_round(ws: Workspace, all_cands: list[Candidate], cursor: dict[str, int]
                ) -> tuple[list[Candidate], list[Candidate]]:
-    """One round's work: controls for the first waiting survivors, and screening of more
-    candidates when the waiting list cannot cover what is still needed (batch size from the
-    pass rate so far). Advances ``cursor``; returns ``(to_screen, to_control)``."""
+    """One round's work: controls for the first waiting survivors while fewer than
+    ``target_per_project`` are kept, and screening of more candidates while the screened ones
+    cannot cover those controls plus the pair parts (``singles_needed - target_per_project``,
+    screened only: a pair is controlled as a whole, :func:`screen_pairs`); batch size from the
+    screening pass rate so far. Advances ``cursor``; returns ``(to_screen, to_control)``."""
     recipe = ws.recipe
     to_screen: list[Candidate] = []
     to_control: list[Candidate] = []
+    parts = recipe.singles_needed - recipe.target_per_project
     for p in recipe.projects:
         mine = [c for c in all_cands if c.project is p]
-        need = recipe.singles_needed - sum(c.outcome == "kept" for c in mine)
-        if need <= 0:
-            continue
+        need = max(0, recipe.target_per_project - sum(c.outcome == "kept" for c in mine))
         waiting = [c for c in mine if c.outcome == "screened"]
         to_control += waiting[:need]
-        short = need - len(waiting)
+        short = need + parts - len(waiting)
         if short <= 0:
             continue
-        done = [c for c in mine if c.outcome not in ("pending", "screened")]
-        passed = sum(c.outcome == "kept" for c in done) + len(waiting)
-        rate = max(0.25, (passed + 1) / (len(mine) + 2)) if mine else 0.7
+        ok = sum(c.outcome in ("screened", "kept") or c.outcome.startswith("control_failed")
+                 for c in mine)
+        rate = max(0.25, (ok + 1) / (len(mine) + 2)) if mine else 0.7
         size = min(max(3, int(short / rate + 0.999) + 1),
                    len(ws.cands[p.name]) - cursor[p.name])
         for k in range(cursor[p.name], cursor[p.name] + size):
@@ -264,10 +265,12 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
 
 
 def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, dict[str, str]],
-                       log) -> tuple[dict[str, list[Candidate]], list[Candidate]]:
+                       log) -> tuple[dict[str, list[Candidate]], dict[str, list[Candidate]],
+                                     list[Candidate]]:
     """Step 3: rounds of :func:`plan_round` + :func:`run_round` until every project has its
-    ``singles_needed`` kept candidates (single tasks, then pair components) or none are left. Returns (project → kept, in
-    candidate order; every candidate tried)."""
+    ``target_per_project`` kept candidates and ``singles_needed - target_per_project``
+    further screened ones (pair parts), or none are left. Returns (project → kept, project →
+    screened parts, both in candidate order; every candidate tried)."""
     recipe = ws.recipe
     kept: dict[str, list[Candidate]] = {p.name: [] for p in recipe.projects}
     all_cands: list[Candidate] = []
@@ -284,16 +287,20 @@ def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, di
         for p in recipe.projects:
             ok = sorted((c for c in all_cands if c.project is p and c.outcome == "kept"),
                         key=lambda c: c.index)
-            kept[p.name] = ok[:recipe.singles_needed]
+            kept[p.name] = ok[:recipe.target_per_project]
         log(f"round {rnd}: {len(to_screen)} screened, {len(to_control)} controlled in "
             f"{time.monotonic() - t0:.1f} s; kept "
             + ", ".join(f"{k} {len(v)}" for k, v in kept.items()))
-    return kept, all_cands
+    parts = {p.name: sorted((c for c in all_cands if c.project is p and c.outcome == "screened"),
+                            key=lambda c: c.index)
+             for p in recipe.projects}
+    return kept, parts, all_cands
 
 
 def make_pair(ws: Workspace, p: ProjectRecipe, a: Candidate, b: Candidate) -> Candidate:
-    """The pair candidate of kept singles ``a`` and ``b``: one commit (parent: pristine)
-    holding both mutations, and an eval script running both modules' test files."""
+    """The pair candidate of screened singles ``a`` and ``b``: one commit (parent: pristine)
+    holding both mutations, its gold patch, and an eval script running both modules' test
+    files."""
     tests = tuple(dict.fromkeys(a.module.tests + b.module.tests))
     iid = pair_id(p.name, p.version, a.index, b.index)
     c = Candidate(p, a.index, a.mutation, a.module, iid, parts=(a, b), tests=tests)
@@ -301,35 +308,59 @@ def make_pair(ws: Workspace, p: ProjectRecipe, a: Candidate, b: Candidate) -> Ca
     new = {k: v.encode("utf-8") for k, v in apply_all(c.mutations, texts).items()}
     c.commit = ws.repos[p.name].commit_files(ws.pristine[p.name], new, iid, f"refs/ecredit/{iid}")
     c.eval_script = make_eval_script(p, tests, ws.files[p.name])
+    c.gold = ws.repos[p.name].diff(c.commit, ws.pristine[p.name])
     return c
 
 
-def screen_pairs(ws: Workspace, trials: _Trials, kept: dict[str, list[Candidate]],
+def screen_pairs(ws: Workspace, trials: _Trials, parts: dict[str, list[Candidate]],
                  base_status: dict[str, dict[str, str]], log
                  ) -> tuple[dict[str, list[Candidate]], list[Candidate]]:
-    """Step 3b (``multi_per_project`` > 0): pair tasks from the kept singles after the first
-    ``target_per_project`` (:func:`eval.bundled.multi.pair_components`), screened in one
-    round and controlled in a second; the first ``multi_per_project`` kept pairs (in pair
-    order) of each project are returned, with every pair tried."""
+    """Step 3b (``multi_per_project`` > 0): pair tasks from each project's screened parts
+    (:func:`eval.bundled.multi.pair_components`, in pair order). Each round tries, per
+    project, only as many untried pairs as it still lacks: three trials per pair in one
+    batch, the mutant with the empty patch (its screening, which is also its empty control:
+    same commit, script and artifact) and the gold patch twice (flaky check). The parts'
+    own screening already gave their failing tests, so they get no controls of their own.
+    Returns (project → its first ``multi_per_project`` kept pairs, every pair tried)."""
+    from eval.grading import grade, parse_log
+
     recipe = ws.recipe
     out: dict[str, list[Candidate]] = {p.name: [] for p in recipe.projects}
     if not recipe.multi_per_project:
         return out, []
-    pairs: list[Candidate] = []
+    todo: dict[str, list[tuple[Candidate, Candidate]]] = {}
     for p in recipe.projects:
-        comps = kept[p.name][recipe.target_per_project:]
+        comps = parts[p.name]
         texts = {f: b.decode("utf-8") for f, b in ws.files[p.name].items()}
-        pairs += [make_pair(ws, p, comps[i], comps[j])
-                  for i, j in pair_components([c.mutation for c in comps], texts)]
+        todo[p.name] = [(comps[i], comps[j])
+                        for i, j in pair_components([c.mutation for c in comps], texts)]
+    tried: list[Candidate] = []
     t0 = time.monotonic()
-    run_round(ws, trials, pairs, [], base_status)
-    run_round(ws, trials, [], [c for c in pairs if c.outcome == "screened"], base_status)
-    for p in recipe.projects:
-        out[p.name] = [c for c in pairs if c.project is p and c.outcome == "kept"
-                       ][:recipe.multi_per_project]
-    log(f"pairs: {len(pairs)} screened and controlled in {time.monotonic() - t0:.1f} s; kept "
+    while True:
+        batch = []
+        for p in recipe.projects:
+            lack = recipe.multi_per_project - len(out[p.name])
+            batch += [make_pair(ws, p, a, b) for a, b in todo[p.name][:max(0, lack)]]
+            todo[p.name] = todo[p.name][max(0, lack):]
+        if not batch:
+            break
+        specs = []
+        for c in batch:
+            for kind, art in (("screen", ""), ("gold", c.gold), ("gold2", c.gold)):
+                specs.append(trials.spec(f"{kind}-{c.project.name}-{c.tag}", c.project,
+                                         c.commit, c.eval_script, art))
+        res = trials.run(specs)
+        for k, c in enumerate(batch):
+            r, g, g2 = res[3 * k: 3 * k + 3]
+            screen(c, r, base_status[c.project.name], recipe, parse_log)
+            if c.outcome == "screened":
+                control(c, g, r, grade, gold2=g2)
+            if c.outcome == "kept":
+                out[c.project.name].append(c)
+        tried += batch
+    log(f"pairs: {len(tried)} screened and controlled in {time.monotonic() - t0:.1f} s; kept "
         + ", ".join(f"{k} {len(v)}" for k, v in out.items()))
-    return out, pairs
+    return out, tried
 
 
 def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> list[dict]:

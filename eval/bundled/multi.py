@@ -2,11 +2,11 @@
 
 A single-mutation task is fixed by one edit block, so trajectories on it carry one block and
 the credit arms B and M differ only in where that block's credit lands. A *pair* task
-combines two mutations that each passed screening and controls on their own (never one
-used by another task: a mutation shared with a holdout task would leak its fix), preferably
+combines two mutations that each passed screening on their own (never one used by another
+task: a mutation shared with a holdout task would leak its fix), preferably
 in two files, else in two functions of one file. Its FAIL_TO_PASS must hold at least one
 test broken by each part, so fixing one part alone leaves a listed test failing; the build
-(:mod:`eval.bundled.build`) then screens and controls the pair like any candidate.
+(:mod:`eval.bundled.build`) then screens and controls the pair as a whole.
 
 Everything here is pure (texts in, texts / ids out); the build does the git and Podman work.
 """

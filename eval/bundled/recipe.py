@@ -19,7 +19,9 @@ from eval.files import datasets_dir
 #: Bump when the builder's output for the same recipe changes (it is part of the cache key).
 #: 3: pristine and gold run twice, flaky tests and candidates dropped (issue 12 §3).
 #: 4: multi-block tasks (two mutations in one task, :mod:`eval.bundled.multi`; issue 14 §2).
-BUILDER_VERSION = 4
+#: 5: pair parts screened only (no controls of their own), a pair's screening trial is its
+#:    empty control, pairs tried only until the target count is kept (build cost).
+BUILDER_VERSION = 5
 PARSER = "parse_log_pytest"
 PYTEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
 KINDS = ("compare", "arith", "augassign", "boolop", "negate", "constant", "bool", "return", "drop")
