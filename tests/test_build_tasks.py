@@ -1,9 +1,10 @@
 """Bundled tasks (eval.bundled, eval.build_tasks): recipe, mutations, scripts, and the built set in Podman.
 
 Unit tests need only git and bash. Tests marked ``podman`` build the bundled set (or load it
-from the cache, ``$ECREDIT_CACHE`` default ``~/.cache/ecredit-trl``: a cold build ran 478
-trials in 33 minutes here with the machine shared by several jobs (load ~15 on 2 cores);
-builder 3's 144 trials took 3 minutes on the idle machine) and run gold/empty controls on a sample.
+from the cache, ``$ECREDIT_CACHE`` default ``~/.cache/ecredit-trl``: a cold builder-5 build
+ran 255 trials in 8.2 minutes here with the 2 cores shared by two SFT runs and a test run
+(load 4-5); builder 3's 144 trials took 3 minutes on the idle machine) and run gold/empty
+controls on a sample.
 """
 
 from __future__ import annotations

@@ -56,15 +56,19 @@ CODE_VERSION = "warmstart-v2"
 #: then greedy decoding fixes 29/29 tasks and T=1 sampling 47% of episodes, with 24/29 tasks
 #: mixed over 4 samples (benchmarks/warmstart_quality.py). A 4k vocabulary (vs 2.4k) makes
 #: the demonstrations 27% shorter (369 vs 507 tokens), so training is cheaper and sampled
-#: tool calls have fewer tokens to get right; 2.54M parameters. warmstart-v2 (builder 4: 35
-#: training tasks, 14 of them pairs, plus variants): demonstrations 310-1043 tokens (mean
-#: 568); with 7 assistant turns at most, so rollouts need ``max_turns`` 7 and a completion
-#: budget near 1280 tokens to replay every demonstrated episode.
+#: tool calls have fewer tokens to get right; 2.54M parameters. warmstart-v2 (35 training
+#: tasks, 14 of them pairs, plus variants): demonstrations 315-1043 tokens (mean ~580), up to
+#: 6 tool calls + the closing turn, so rollouts need ``max_turns`` 7 and a completion budget
+#: near 1280 tokens to replay every demonstrated episode. Measured on builder 4's tasks
+#: (T = 1, n = 2, max_turns 7, 1280 new tokens; helper multiblock2, 2026-11-30): 320 steps at
+#: 3e-3 -> final loss 0.044, bundled:train 6/70 = 8.6 %; 480 steps at 5e-3 -> final loss
+#: 0.017, 25/70 = 35.7 % (singles 18/42, pairs 7/28), edit blocks per rollout 0: 27,
+#: 1: 30, 2: 10, 3: 3. 480 steps at 6e-3 trailed (loss 1.42 vs 0.75 at step 192; stopped).
 DEFAULT_RECIPE = {
     "vocab_size": 4000,
-    "steps": 320,
+    "steps": 480,
     "batch_size": 4,
-    "learning_rate": 3e-3,
+    "learning_rate": 5e-3,
     "lr_scheduler_type": "cosine",
     "warmup_steps": 10,
     "weight_decay": 0.0,
