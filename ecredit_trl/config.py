@@ -148,22 +148,3 @@ class ECreditConfig(GRPOConfig):
             if not self.agent_endpoints:
                 self.agent_endpoints = [e for e in self.podman_endpoints if is_local_endpoint(e)]
         self.agent_endpoints = check_agent_endpoints(self.agent_endpoints)
-
-
-def embedded_defaults(on_gpu: bool) -> dict:
-    """Config values of the embedded default run (CPU, tiny model, short episodes).
-
-    Checkpoints: every 50 steps and at the last step (``save_strategy="steps"``),
-    the two newest kept.
-    """
-    d = {
-        "per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 2,
-        "learning_rate": 1e-4, "max_completion_length": 640, "temperature": 1.0,
-        "logging_steps": 1, "save_strategy": "steps", "save_steps": 50,
-        "save_total_limit": 2, "report_to": "none",
-        "max_turns": 3, "gradient_checkpointing": False, "seed": 0,
-        "log_completions": False, "disable_tqdm": False,
-    }
-    if not on_gpu:
-        d.update(use_cpu=True, bf16=False, fp16=False)
-    return d

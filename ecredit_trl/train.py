@@ -53,7 +53,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from ecredit_trl.config import embedded_defaults  # noqa: E402 - after the sys.path fix above
 from ecredit_trl.runs.binding import (  # noqa: E402 - after the sys.path fix above
     RunRefused,
     check_binding,
@@ -92,6 +91,25 @@ class RunArguments:
         "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
 
 
+
+
+def embedded_defaults(on_gpu: bool) -> dict:
+    """Config values of the embedded default run (CPU, tiny model, short episodes).
+
+    Checkpoints: every 50 steps and at the last step (``save_strategy="steps"``),
+    the two newest kept.
+    """
+    d = {
+        "per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 2,
+        "learning_rate": 1e-4, "max_completion_length": 640, "temperature": 1.0,
+        "logging_steps": 1, "save_strategy": "steps", "save_steps": 50,
+        "save_total_limit": 2, "report_to": "none",
+        "max_turns": 3, "gradient_checkpointing": False, "seed": 0,
+        "log_completions": False, "disable_tqdm": False,
+    }
+    if not on_gpu:
+        d.update(use_cpu=True, bf16=False, fp16=False)
+    return d
 
 
 def split_run_arguments(argv: list[str]) -> tuple[RunArguments, list[str]]:

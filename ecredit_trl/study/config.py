@@ -254,7 +254,8 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
     # max_completion_length, the bare starting policy would get eval.run's own defaults (a
     # confound measured on the baseline), so unset values come from the training fields.
     # train.py's embedded defaults apply under the field defaults, as they do in a run.
-    from ecredit_trl.config import ECreditConfig, embedded_defaults  # noqa: PLC0415 - heavy (trl)
+    from ecredit_trl.config import ECreditConfig  # noqa: PLC0415 - heavy (trl)
+    from ecredit_trl.train import embedded_defaults  # noqa: PLC0415
     defaults = {f.name: f.default for f in dataclasses.fields(ECreditConfig)}
     defaults.update(embedded_defaults(on_gpu=False))
     for k, tk in (("max_turns", "max_turns"), ("max_new_tokens", "max_completion_length"),
