@@ -10,6 +10,7 @@ traceback) in ``trajectories.jsonl`` and counted in the ledger; the others are v
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,19 @@ def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch,
             raise RuntimeError("OCI runtime error: injected")
         return real_open(*a, **kw)
 
-    def plan_query(repo, snapshots, **kw):  # rollout 1's records break
-        if kw["rollout_index"] == 1:
+    # The first rollout planned has its records break. Which rollout that is (and which one
+    # opened the failing container) depends on the order episodes end in when they run
+    # concurrently, so the broken one is whichever reached planning first; a rollout whose
+    # container never started is never planned.
+    broken_idx: list[int] = []
+    lock = threading.Lock()
+
+    def plan_query(repo, snapshots, **kw):
+        with lock:
+            first = not broken_idx
+            if first:
+                broken_idx.append(kw["rollout_index"])
+        if first:
             raise SnapshotError("injected: bad object in the snapshot store")
         return real_plan(repo, snapshots, **kw)
 
@@ -65,7 +77,9 @@ def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch,
     assert len(setup) == 1 and setup[0]["reward"] is None
     assert setup[0]["failure"][0] == "sandbox_setup" and "injected" in setup[0]["failure"][1]
     assert setup[0]["factual"] is None  # no trial for an infra-failed rollout
-    broken = trajs[1]
+    (bi,) = broken_idx
+    broken = trajs[bi]
+    assert broken not in setup
     assert broken["exclusion"] == "record_error" and broken["reward"] is None
     assert "Traceback" in broken["record_error"]
     assert "SnapshotError: injected: bad object" in broken["record_error"]
