@@ -1,6 +1,7 @@
 """``python -m ecredit_trl.study``: config validation, changed-config refusal, the lock,
 status of a partial folder (fast); and the CI smoke study (Podman, tiny policy, CPU): a
-2-arm × 1-seed × 2-step study killed in the middle of its second training run, then resumed.
+2-arm × 1-seed × 2-step study killed (SIGTERM to the study process) in the middle of its second
+training run, then resumed.
 """
 
 from __future__ import annotations
@@ -251,7 +252,9 @@ def test_smoke_study_killed_and_resumed(tmp_path):
         assert p.poll() is None, p.stdout.read()
         assert time.monotonic() < deadline, "the second run never finished a step"
         time.sleep(0.5)
-    os.killpg(p.pid, signal.SIGTERM)
+    # to the study process alone (`kill <pid>`, a scheduler): accelerate's one-process launcher
+    # does not pass SIGTERM on, so the study must signal the unit's whole process group
+    os.kill(p.pid, signal.SIGTERM)
     first = p.communicate(timeout=300)[0]
     assert p.returncode == 143, first
     o_run = out / "runs" / "O-s0"

@@ -17,6 +17,7 @@ independent ones: evaluations of a run that did not finish are skipped (pending)
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -186,9 +187,15 @@ def baseline_model(cfg: StudyConfig) -> str:
 
 
 def run_subprocess(out: Path, unit: Unit, cmd: list[str], say) -> int:
-    """Run one unit's command (same process group), log to ``<out>/logs/<uid>.log``, record
-    ``units/<uid>.json`` with its exit code. A SIGTERM/SIGINT to the study is passed on to the
-    child, which stops cleanly (train.py: checkpoint + receipt); then the study exits."""
+    """Run one unit's command in its own process group, log to ``<out>/logs/<uid>.log``,
+    record ``units/<uid>.json`` with its exit code.
+
+    A SIGTERM/SIGINT to the study is passed on to the unit's whole process group, which stops
+    cleanly (train.py: checkpoint + receipt); then the study exits. The group, not the child
+    alone: the child of a training unit is ``accelerate launch``, whose one-process launcher
+    dies on SIGTERM without passing it to train.py (a plain ``kill <study pid>`` left
+    train.py training to its last step). In its own group, a Ctrl-C or a scheduler's signal
+    to the study's group reaches the unit once, through the study."""
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rec_path = out / "units" / f"{unit.uid}.json"
@@ -203,12 +210,13 @@ def run_subprocess(out: Path, unit: Unit, cmd: list[str], say) -> int:
     t0 = time.time()
     stopping: list[int] = []
     with open(rec["log"], "a") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
 
         def forward(signum, frame):
             stopping.append(signum)
-            if proc.poll() is None:
-                proc.send_signal(signum)
+            with contextlib.suppress(ProcessLookupError):  # the group has already exited
+                os.killpg(proc.pid, signum)
 
         old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
