@@ -50,29 +50,15 @@ from ecredit_trl.policy.demos import (
 #: v2: demonstration variants (extra D = 0 block, reverted exploratory edit; issue 14 §2).
 CODE_VERSION = "warmstart-v2"
 
-#: Default SFT recipe. Measured with warmstart-v1 (one edit block per demonstration) on the
-#: 2-core reference CPU with the then 29 bundled training tasks:
-#: 320 steps in ~160 s (0.5 s/step, one torch thread, other jobs running), final loss 0.016;
-#: then greedy decoding fixes 29/29 tasks and T=1 sampling 47% of episodes, with 24/29 tasks
-#: mixed over 4 samples (benchmarks/warmstart_quality.py). A 4k vocabulary (vs 2.4k) makes
-#: the demonstrations 27% shorter (369 vs 507 tokens), so training is cheaper and sampled
-#: tool calls have fewer tokens to get right; 2.54M parameters. warmstart-v2 (35 training
-#: tasks, 14 of them pairs, plus variants): demonstrations 315-1043 tokens (mean ~580), up to
-#: 6 tool calls + the closing turn, so rollouts need ``max_turns`` 7 and a completion budget
-#: near 1280 tokens to replay every demonstrated episode. Measured on builder 4's tasks
-#: (T = 1, n = 2, max_turns 7, 1280 new tokens; helper multiblock2, 2026-11-30): 320 steps at
-#: 3e-3 -> final loss 0.044, bundled:train 6/70 = 8.6 %; 480 steps at 5e-3 -> final loss
-#: 0.017, 25/70 = 35.7 % (singles 18/42, pairs 7/28), edit blocks per rollout 0: 27,
-#: 1: 30, 2: 10, 3: 3. The same 480 steps at 5e-3 on builder 5's tasks (the committed set):
-#: final loss 0.35, 0/70 (68 stops without a tool call); seed 1: loss 0.049, 7/70 = 10 %. The fit
-#: depends on the task set and seed far
-#: more than on these settings at a 10-step warmup: the loss sits on a plateau (C: 0.51 at
-#: step 384) until it drops. A 40-step warmup at 3e-3 leaves the plateau early for both seeds
-#: (builder 5's tasks, one torch thread, two runs sharing the 2 cores; 2026-11-30): 400 steps
-#: -> final loss 0.006 / 0.010 (seeds 0 / 1), bundled:train 48/70 = 68.6 % / 38/70 = 54.3 %,
-#: edit blocks per rollout (seed 0) 0: 12, 1: 22, 2: 25, 3: 11; 800 steps -> 0.0009 / 0.0013,
-#: 64/70 = 91.4 % / 63/70 = 90.0 % (too strong for GRPO to have room). 1.7 s/step there.
-#: Default: 400 steps, warmup 40 (issue 14 §2: a starting policy that solves some but not all).
+#: Default SFT recipe (measured on the 2-core reference CPU; the full table is in the README,
+#: "Bundled tasks and the embedded policy"). warmstart-v1 (one edit block per demonstration,
+#: 29 tasks): 320 steps, final loss 0.016, greedy 29/29, T=1 47 %. warmstart-v2 (builder 5:
+#: 35 tasks, 14 pairs, demonstration variants; 315-863 tokens, up to 6 tool calls + the closing
+#: turn, so rollouts need ``max_turns`` 7 and ~1024 completion tokens): with a 10-step warmup
+#: the loss sits on a plateau whose length depends on the seed (480 steps at 5e-3: 0 % / 10 %
+#: for seeds 0 / 1); a 40-step warmup at 3e-3 leaves it early for both: 400 steps -> final
+#: loss 0.006 / 0.010, bundled:train at T = 1 68.6 % / 54.3 % (n = 2, max_turns 7); 800 steps
+#: -> 91 % / 90 %, too strong for GRPO to have room (issue 14 §2). ~1.7 s/step, one thread.
 DEFAULT_RECIPE = {
     "vocab_size": 4000,
     "steps": 400,
