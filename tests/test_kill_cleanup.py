@@ -51,11 +51,13 @@ def _owner(d: Path) -> int | None:
         return None
 
 
-def _start(runs: Path, tmp: Path, *extra: str) -> subprocess.Popen:
+def _start(runs: Path, tmp: Path, *extra: str, base: bool = True) -> subprocess.Popen:
+    """train.py with ``ARGS`` + ``extra`` (``base=False``: ``extra`` alone, for a resume,
+    which takes its run's arguments from the manifest)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
     return subprocess.Popen([sys.executable, "ecredit_trl/train.py", "--runs_dir", str(runs),
-                             *ARGS, *extra], cwd=REPO_ROOT, env=env, text=True,
+                             *(ARGS if base else []), *extra], cwd=REPO_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -112,5 +114,60 @@ def test_killed_run_leaves_nothing_after_next_start_and_gc(tmp_path, warm_policy
         for p in (first,):
             if p.poll() is None:
                 p.kill()
+        if run_name:
+            gc(run_name)
+
+
+def _run_name(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())["run_name"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_resume_removes_every_container_of_the_killed_session(tmp_path, warm_policy):
+    """Issue 21 §3: SIGKILL a run written to ``--output_dir`` (as the study writes its units:
+    the directory's name is not the run's name) while its verifier trials run, then resume it
+    to completion: every container of the killed session, whatever its role, is removed and
+    named in the resume receipt."""
+    from sandbox.images import build_offline
+    from sandbox.podman_runtime import gc
+
+    build_offline(log=lambda *_: None)
+    runs, tmp, out = tmp_path / "runs", tmp_path / "tmp", tmp_path / "runs" / "unit-B-s0"
+    tmp.mkdir()
+    first = _start(runs, tmp, "--max_steps", "3", "--save_steps", "1",
+                   "--output_dir", str(out))
+    run_name = None
+    try:
+        deadline = time.monotonic() + 500
+        verifiers: list[str] = []
+        while time.monotonic() < deadline and first.poll() is None:
+            run_name = run_name or _run_name(out)
+            if run_name and (out / "checkpoint-1").is_dir():
+                verifiers = _containers(run_name, "label=ecredit.role=verifier")
+                if verifiers:
+                    break
+            time.sleep(0.1)
+        assert verifiers and first.poll() is None, first.stdout.read()[-3000:]
+        assert run_name != out.name  # the fault's precondition: label != directory name
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+        left = _containers(run_name)
+        assert left, "the killed session should leave containers behind (the fault)"
+
+        again = _start(runs, tmp, "--resume-from", str(out / "checkpoint-1"), base=False)
+        text, _ = again.communicate(timeout=900)
+        assert again.returncode == 0, text[-4000:]
+        assert _containers(run_name) == [], text[-3000:]
+        (resume,) = (out / "receipts").glob("s01-resume.json")
+        found = json.loads(resume.read_text())["detected_unterminated"]
+        removed = [n for f in found for n in f["containers_removed"]]
+        assert set(verifiers) <= set(removed), (verifiers, found)
+        term = json.loads((out / "receipts" / "s01-termination.json").read_text())
+        assert term["class"] == "completed"
+    finally:
+        if first.poll() is None:
+            first.kill()
         if run_name:
             gc(run_name)

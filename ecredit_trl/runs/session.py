@@ -216,9 +216,31 @@ def model_identity(model_path) -> dict:
     return out
 
 
+def run_label(run_dir: Path) -> str:
+    """The ``ecredit.run`` label value that the sessions of ``run_dir`` put on every
+    container they made (agent, tree, checkout and verifier roles alike): the run's name as
+    its ``manifest.json`` records it. A run written to ``--output_dir`` (every study unit)
+    lives in a directory whose name is not its run name; the directory name is used only
+    when the manifest is missing or unreadable (a session killed before writing it made no
+    container)."""
+    import json
+
+    try:
+        name = json.loads((run_dir / "manifest.json").read_text())["run_name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return run_dir.name
+    return name if isinstance(name, str) and name else run_dir.name
+
+
 def remove_orphans(item: dict, runtime: str) -> list[str]:
-    """Containers a dead session left running (its agent sandboxes keep ``sleep``-ing),
-    removed by run label when no session of that run is alive. Local Podman only."""
+    """Containers a dead session left (its agent sandboxes keep ``sleep``-ing; its verifier
+    trials and tree containers stay, running or exited, once its private Podman service is
+    gone), removed by the run's label (:func:`run_label`, every role) when no session of
+    that run is alive. Local Podman only.
+
+    Returns: the names of the removed containers ([] when nothing was left, another session
+    of the run is alive, or the podman CLI is missing: ``python -m sandbox gc`` then).
+    """
     from ecredit_trl.runs.receipts import live_sessions
 
     if runtime != "podman" or item.get("session") is None:
@@ -229,7 +251,7 @@ def remove_orphans(item: dict, runtime: str) -> list[str]:
     try:
         from sandbox.podman_runtime import gc
 
-        names = gc(run_dir.name)  # the runtime's run id is the run name
+        names = gc(run_label(run_dir))
     except Exception:  # no podman CLI: leftovers stay for `python -m sandbox gc`
         return []
     if names:
