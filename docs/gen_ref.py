@@ -5,6 +5,7 @@
   main job's ``ModelArguments`` / ``RunArguments``, the ``GRPOConfig`` fields the embedded
   default sets (``ecredit_trl.train.embedded_defaults``) and the ``GRPOConfig`` fields the
   code under ``ecredit_trl/`` reads (found by an AST scan, not a hand-kept list).
+* :func:`own_fields_table` — that first table alone (the Training page).
 * :func:`cli_reference` — the ``--help`` text of every argparse parser in ``ecredit_trl/``,
   ``eval/``, ``sandbox/`` and ``benchmarks/`` (subcommands included), captured in-process:
   each module's ``main()`` is called with ``ArgumentParser.parse_args`` patched to hand the
@@ -211,6 +212,11 @@ def own_config_fields() -> list[dataclasses.Field]:
 
     base = {f.name for f in dataclasses.fields(GRPOConfig)}
     return [f for f in dataclasses.fields(ECreditConfig) if f.name not in base]
+
+
+def own_fields_table() -> str:
+    """Markdown table of the :func:`own_config_fields` (the Training page's field list)."""
+    return _field_table(own_config_fields())
 
 
 def _is_config(recv: ast.expr, in_config_py: bool) -> bool:

@@ -1,9 +1,9 @@
 """MkDocs hook: fills the generated reference pages at build time (``hooks:`` in mkdocs.yml).
 
-A page holding the line ``<!-- generated: config-reference -->`` or
-``<!-- generated: cli-reference -->`` gets that line replaced by
-``gen_ref.config_reference()`` / ``gen_ref.cli_reference()``, computed from the code each
-build, so the reference can never drift from ``ECreditConfig`` or the argparse parsers.
+A page holding the line ``<!-- generated: config-reference -->``,
+``<!-- generated: config-fields -->`` or ``<!-- generated: cli-reference -->`` gets that line
+replaced by ``gen_ref.config_reference()`` / ``gen_ref.own_fields_table()`` /
+``gen_ref.cli_reference()``, computed from the code each build, so the reference can never drift from ``ECreditConfig`` or the argparse parsers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import gen_ref  # noqa: E402 - after the path entry above
 _MARKERS = {
     "<!-- generated: config-reference -->": gen_ref.config_reference,
     "<!-- generated: cli-reference -->": gen_ref.cli_reference,
+    "<!-- generated: config-fields -->": gen_ref.own_fields_table,
 }
 
 
