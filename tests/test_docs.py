@@ -227,6 +227,7 @@ def test_readme_stays_short_and_opens_with_the_two_commands():
     assert shell[:2] == [
         "bash scripts/setup.sh && .venv/bin/accelerate launch ecredit_trl/train.py --arm B",
         "bash scripts/setup.sh && .venv/bin/python -m pytest -q"]
+    assert re.findall(r"^## .*", text, re.M)[0].startswith("## Two commands")
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert shell[1] in ci
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
