@@ -64,7 +64,8 @@ def test_config_resolves_seeds_defaults_and_hash():
     assert c.arms == ["O", "M", "E"]
     assert c.design() == [("O", 0), ("O", 1), ("M", 0), ("M", 1), ("E", 0)]
     assert c.eval["temperature"] == 1.0 and c.eval["concurrency"] == 2
-    assert c.bootstrap == {"n_boot": 10000, "seed": 0, "alpha": 0.05}
+    assert c.bootstrap == {"n_boot": 10000, "seed": 0, "alpha": 0.05, "power": 0.8}
+    assert c.pooled_seeds == "shared" and c.eval["in_distribution"] == []
     assert c.sha256() == _cfg(seeds=[0, 1], seeds_by_arm={"E": [0]}).sha256()
     assert c.sha256() != _cfg(seeds=[0, 2], seeds_by_arm={"E": [0]}).sha256()
     assert split_dirname("bundled:holdout") == "bundled-holdout"
@@ -145,7 +146,8 @@ def test_changed_config_is_refused_naming_keys(tmp_path, capsys):
     assert "train.max_steps" in rec["history"][0]["changed_keys"]
     # the CLI: one line, exit 2, nothing else written
     yml = tmp_path / "c.yaml"
-    yml.write_text(yaml.safe_dump(BASE))
+    yml.write_text(yaml.safe_dump({**BASE, "eval": {**BASE["eval"],
+                                                    "in_distribution": ["bundled:train"]}}))
     assert main(["run", "--config", str(yml), "--out", str(out)]) == 2
     assert "study config changed" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [".study.lock", "study.json"]
@@ -211,7 +213,7 @@ def test_status_on_a_partial_folder(tmp_path):
     assert [got[k][0] for k in list(got)[5:]] == ["pending"] * 4
     table = render_status(list(units.values()), out)
     assert table.splitlines()[-1] == "2 done, 2 failed, 1 stale, 4 pending"
-    assert main(["status", "--out", str(out)]) == 0
+    assert main(["status", "--out", str(out)]) == 1  # a unit failed (issue 24 §5)
 
 
 # -- the CI smoke study -----------------------------------------------------------------------
@@ -235,7 +237,8 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                      "per_device_train_batch_size": 2, "max_completion_length": 256,
                      "save_steps": 1, "verifier_retries": 0},
            "eval": {"splits": [str(split)], "n": 1, "temperature": 1.0, "batch_size": 2,
-                    "reuse_verdicts": True},  # as studies/embedded.yaml
+                    "reuse_verdicts": True,  # as studies/embedded.yaml
+                    "in_distribution": [str(split)]},  # the split is the training pool
            "bootstrap": {"n_boot": 200}}
     yml = tmp_path / "smoke.yaml"
     yml.write_text(yaml.safe_dump(cfg))
@@ -308,7 +311,8 @@ def test_failed_run_does_not_stop_independent_units(tmp_path):
     cfg = {"arms": ["O"], "seeds": [0],
            "train": {"max_steps": 1, "max_tasks": 1, "lora_r": 1,
                      "lora_target_modules": ["no_such_module"]},
-           "eval": {"splits": [str(split)], "n": 1, "batch_size": 1},
+           "eval": {"splits": [str(split)], "n": 1, "batch_size": 1,
+                    "in_distribution": [str(split)]},
            "bootstrap": {"n_boot": 100}}
     yml = tmp_path / "bad.yaml"
     yml.write_text(yaml.safe_dump(cfg))

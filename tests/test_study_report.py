@@ -55,11 +55,17 @@ def _write_eval(out: Path, policy: str):
                 slots.append(_slot(tid, i, i < k))
     summary = summarize(slots, [(t, "repo") for t in TASKS], N, len(TASKS))
     arm, _, seed = policy.partition("-s")
-    write_json(out / "evals" / policy / "bundled-train" / "results.json", {
+    ed = out / "evals" / policy / "bundled-train"
+    write_json(ed / "run.json", {"binding": f"bind-{policy}"})  # eval.run's binding
+    write_json(ed / "results.json", {
+        "binding": f"bind-{policy}", "rollouts_exit_code": 0,
         "split": SPLIT, "n": N, "seed": 0, "tasks_sha256": "abc",
         "arm": None if policy == "baseline" else arm,
         "train_seed": None if policy == "baseline" else int(seed),
-        "run_dir": None, "overrides": {"temperature": 1.0}, "summary": summary,
+        "run_dir": None if policy == "baseline" else str(out / "runs" / policy),
+        # the study's protocol: study.json's eval, unset fields from train.py's defaults
+        "overrides": {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 640},
+        "summary": summary,
         "cost": {"trials_factual": 6, "trials_control": 4, "service_s": 3.0,
                  "generated_tokens": 100},
         "slots": slots, "wall_s": 20.0})
@@ -106,8 +112,12 @@ def _write_run(out: Path, label: str):
     d = out / "runs" / label
     d.mkdir(parents=True)
     write_json(d / "manifest.json", {"world_size": 1, "run_name": label})
+    write_json(d / "config.json", {"ecredit": {"arm": arm, "seed": int(seed), "max_steps": 2},
+                                   "model": {"model": None}})
     rr = RunReceipts(d, 0)
     rr.start(run_name=label, world_size=1)
+    (d / "checkpoint-final").mkdir()
+    rr.checkpoint(d / "checkpoint-final", step=2, reason="final")
     rr.termination("completed", step=2, max_steps=2)
     term = d / "receipts" / "s00-termination.json"
     body = json.loads(term.read_text())
@@ -297,21 +307,19 @@ def test_a_study_where_nothing_ran_reports_only_pending(tmp_path):
     assert "0.000" not in md
 
 
-def test_run_status_from_receipts(tmp_path):
-    from ecredit_trl.study.report import run_status
+def test_receipt_summary_from_receipts(tmp_path):
+    from ecredit_trl.study.report import receipt_summary
 
-    assert run_status(tmp_path / "absent")["status"] == "pending"
+    assert receipt_summary(tmp_path / "absent") == {"class": None, "sessions": 0, "step": None}
     live, dead, killed = tmp_path / "live", tmp_path / "dead", tmp_path / "killed"
     RunReceipts(live, 0).start(run_name="live")  # this process: alive, no termination yet
-    assert run_status(live)["status"] == "running"
+    assert receipt_summary(live)["class"] is None
     RunReceipts(dead, 0).start(run_name="dead")
     rec = dead / "receipts" / "s00-start.json"
     body = json.loads(rec.read_text())
     body["process"]["start_ticks"] = -1  # another process with this pid: the run's is gone
     rec.write_text(json.dumps(body))
-    st = run_status(dead)
-    assert (st["status"], st["class"]) == ("stopped", "no termination receipt")
+    assert receipt_summary(dead)["class"] == "no termination receipt"
     RunReceipts(killed, 0).start(run_name="killed")
     RunReceipts(killed, 0).termination("sigterm", step=1)
-    assert run_status(killed) == {"status": "stopped", "class": "sigterm", "sessions": 1,
-                                  "step": 1}
+    assert receipt_summary(killed) == {"class": "sigterm", "sessions": 1, "step": 1}
