@@ -463,3 +463,14 @@ def test_a_copied_study_folder_reads_the_same(tmp_path):
     got = states()
     assert got["eval O-s0/bundled-train"] == ("stale", "differs in run_dir")
     assert got["report report"] == ("stale", "units changed since")
+
+
+def test_an_in_distribution_split_is_labelled_training_tasks(tmp_path):
+    out = _study(tmp_path / "st")
+    sj = json.loads((out / "study.json").read_text())
+    sj["eval"]["in_distribution"] = [SPLIT]  # the embedded study's bundled:train
+    (out / "study.json").write_text(json.dumps(sj))
+    write_report(out)
+    md = (out / "report.md").read_text()
+    assert "### `bundled:train` (training tasks: in-distribution on purpose) — seeds pooled" in md
+    assert "- `bundled:train` (training tasks: in-distribution on purpose): **M−B**" in md

@@ -58,7 +58,8 @@ def verdict_words(row: dict) -> str:
     if row["verdict"] == "no difference detected":
         w += " — " + power_words(row)
     elif row["verdict"] != "Pending":
-        w += f"; {power_words(row)}"
+        w += f"; MDD {row['mdd']:.3f} at {int(round(100 * float(row.get('power') or 0.8)))}% power" \
+            if row.get("mdd") is not None else f"; {power_words(row)}"
     return w
 
 
@@ -248,8 +249,8 @@ def _differences(report: dict) -> list[str]:
     b = report["study"]["bootstrap"]
     lines = ["## (e) Paired differences", "",
              f"Task-paired differences of per-task success (resolved rollouts / n); seeds "
-             f"pooled = an arm's per-task success is the mean over its seeds "
-             f"(`eval.compare`). {cov}% percentile bootstrap CI over tasks ({b['n_boot']} "
+             f"pooled = an arm's per-task success is the mean over the seeds the row pools "
+             f"(`eval.compare.arm_task_success`). {cov}% percentile bootstrap CI over tasks ({b['n_boot']} "
              f"resamples, seed {b['seed']}).", "", "![paired differences](paired_diffs.png)", ""]
     rule = report["study"].get("pooled_seeds") or "shared"
     lines += _mdd_paragraph(report)

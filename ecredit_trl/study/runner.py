@@ -351,7 +351,7 @@ def compare_split(cfg: StudyConfig, out: Path, split: str) -> dict:
             args.append(f"{arm}:{seed}=" + str(ed))
     bs = cfg.bootstrap
     cmp = compare([load_run(a) for a in args], n_boot=bs["n_boot"], seed=bs["seed"],
-                  alpha=bs["alpha"])
+                  alpha=bs["alpha"], power=bs["power"], pooled_seeds=cfg.pooled_seeds)
     cd = out / "compare" / sd
     cd.mkdir(parents=True, exist_ok=True)
     write_json(cd / "compare.json", cmp)
