@@ -296,6 +296,22 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                                     if k != "report report"), st.stdout
     report_there = (REPO_ROOT / "ecredit_trl" / "study" / "report.py").is_file()
     assert states["report report"] == ("done" if report_there else "pending"), st.stdout
+    # the study's own records name paths relative to the study folder (issue 24 §5) ...
+    rec = json.loads((out / "units" / "eval-O-s0-two.json").read_text())
+    assert rec["run_dir"] == "runs/O-s0" and rec["log"] == "logs/eval-O-s0-two.log"
+    inputs = json.loads((out / "compare" / "two" / "inputs.json").read_text())
+    assert "baseline=evals/baseline/two" in inputs["args"]
+    # ... so a copied folder (new mtimes, the old place gone) reads the same: nothing stale
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved, copy_function=shutil.copy)
+    shutil.rmtree(out)
+    st = subprocess.run([sys.executable, "-m", "ecredit_trl.study", "status", "--out",
+                         str(moved)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert st.returncode == 0, st.stderr
+    assert st.stdout.strip().splitlines()[-1] == "7 done", st.stdout
 
 
 @pytest.mark.podman

@@ -5,8 +5,10 @@
 folders with ``<policy>`` = ``baseline`` or ``<arm>-s<seed>`` and ``<split>`` the split name
 with ':' → '-') and writes:
 
-(a) design and what ran — every unit (training run, evaluation) done / stopped / running /
-    pending, from the runs' receipts and the evals' ``results.json``;
+(a) design and what ran — every unit (training run, evaluation) in its state from
+    :func:`ecredit_trl.study.status.study_units` (the one definition of done ``status`` and
+    ``run`` use; an evaluation's figures count only when it is done), with the receipts'
+    termination class, sessions and step;
 (b) learning curves — resolved rate per training step (``ledger.jsonl``: resolved / rollouts),
     mean over seeds with the min–max band (``learning_curves.png``);
 (c) the signal table of each credit arm's training trajectories in the pilot's columns
@@ -14,12 +16,17 @@ with ':' → '-') and writes:
 (d) evaluation per arm × seed and split — per-rollout mean over the fixed denominator,
     unknown slots counted — with the step-0 baseline beside them;
 (e) task-paired differences M−B, M−O, M−E and each arm − baseline with the percentile
-    bootstrap CI (study.json ``bootstrap``), seeds pooled (:func:`eval.compare.compare`: an
-    arm's per-task success is the mean over its seeds) and per seed (``paired_diffs.png``);
+    bootstrap CI (study.json ``bootstrap``) and the minimum detectable difference
+    (:mod:`eval.power`, ``bootstrap.power``), seeds pooled over the seeds both arms share
+    (:mod:`ecredit_trl.study.report_pairs`; ``pooled_seeds``) and per seed
+    (``paired_diffs.png``);
 (f) costs per arm (ledger + receipts + the evals' results);
 (g) whatever did not run or was not recorded prints **Pending**, never a number.
 
-Plus an "Answer" paragraph generated from (e). Nothing is half-written: everything is read
+Plus an "Answer" paragraph generated from (e) and the caveat line with the policy's
+parameter count measured from its weights (:mod:`ecredit_trl.study.report_model`).
+``report.json`` records its ``inputs`` (:func:`ecredit_trl.study.status.report_inputs`), by
+which ``status`` tells whether it is current. Nothing is half-written: everything is read
 and computed first, the files are staged in a temporary folder inside ``out_dir`` and then
 renamed into place, so an error leaves the previous report intact.
 
