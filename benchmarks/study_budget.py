@@ -20,6 +20,20 @@ prints the 1-minute load average so each table carries it.
 
     python benchmarks/study_budget.py --runs exp/runs/* --evals exp/eval-* \
         [--steps 12] [--startup-s 35] [--json OUT]
+
+Without records, ``--service`` projects a study from **service times** instead (issue 24 §4:
+the official template on a cluster, whose trials this machine cannot time): per training step
+``--rollouts`` rollouts, each verified by one factual trial plus, for B and M, one
+counterfactual trial (``--trials-per-rollout`` is that upper bound), ``--trial-s LO HI``
+seconds a trial and ``--concurrency`` trials at once per verifier host × ``--hosts``; an
+evaluation of a split is ``tasks × n`` slots plus one empty-patch control per task. The
+verifier wall of a batch of k trials is ``ceil(k / (concurrency × hosts)) × trial s``
+(whole waves, every trial as long as LO or as HI): a lower bound on a step's wall, which
+adds generation and the optimizer step on top.
+
+    python benchmarks/study_budget.py --service --steps 80 --arms O:3,B:3,M:3,E:3 \
+        --rollouts 64 --trials-per-rollout 2 --trial-s 115 237 --concurrency 24 \
+        --split official500=500x2 --split holdout100=100x16
 """
 
 from __future__ import annotations
@@ -105,6 +119,85 @@ def project(runs: list[dict], evals: list[dict], *, arms: dict[str, int], steps:
             "total_s": sum(train.values()) + sum(ev.values())}
 
 
+def service_projection(*, arms: dict[str, int], steps: int, rollouts: int,
+                       trials_per_rollout: int, trial_s: tuple[float, float],
+                       concurrency: int, hosts: int = 1,
+                       splits: dict[str, tuple[int, int]] | None = None) -> dict:
+    """Trials and verifier-bound wall of a study from service times (pure; module docstring).
+
+    Args:
+        arms: arm → seeds (training runs). steps: optimizer steps per run.
+        rollouts: rollouts per step. trials_per_rollout: trials a B/M rollout needs at most
+            (factual + counterfactual); O and E rollouts need 1.
+        trial_s: (low, high) seconds one verifier trial takes.
+        concurrency, hosts: trials at once per verifier host, and hosts.
+        splits: split → (tasks, n); each of the ``1 + runs`` policies is evaluated on each.
+
+    Returns: ``{"per_step": {arm: {"trials", "waves", "wall_s": [lo, hi]}}, "train":
+        {arm: {"trials", "wall_s": [lo, hi]}}, "eval": {split: {"trials", "wall_s": [lo,
+        hi]}}, "trials", "wall_s": [lo, hi], "trial_hours": [lo, hi]}`` (wall in seconds,
+        trial hours = trials × trial s / 3600, the verifier service bought).
+
+    Raises: ValueError naming a count < 1 or a bad trial_s range.
+    """
+    for name, v in (("steps", steps), ("rollouts", rollouts), ("concurrency", concurrency),
+                    ("hosts", hosts), ("trials_per_rollout", trials_per_rollout)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+    lo, hi = trial_s
+    if not 0 < lo <= hi:
+        raise ValueError(f"trial_s: expected 0 < low <= high, got {trial_s!r}")
+    slots = concurrency * hosts
+    per_step, train = {}, {}
+    for arm, seeds in arms.items():
+        k = rollouts * (trials_per_rollout if arm in ("B", "M") else 1)
+        waves = -(-k // slots)
+        per_step[arm] = {"trials": k, "waves": waves, "wall_s": [waves * lo, waves * hi]}
+        train[arm] = {"trials": seeds * steps * k,
+                      "wall_s": [seeds * steps * waves * lo, seeds * steps * waves * hi]}
+    policies = 1 + sum(arms.values())
+    ev = {}
+    for split, (tasks, n) in (splits or {}).items():
+        k = tasks * n + tasks  # slots + one empty-patch control per task
+        waves = -(-k // slots)
+        ev[split] = {"trials": policies * k,
+                     "wall_s": [policies * waves * lo, policies * waves * hi]}
+    trials = sum(t["trials"] for t in train.values()) + sum(e["trials"] for e in ev.values())
+    wall = [sum(t["wall_s"][i] for t in train.values()) + sum(e["wall_s"][i] for e in ev.values())
+            for i in (0, 1)]
+    return {"per_step": per_step, "train": train, "eval": ev, "trials": trials,
+            "wall_s": wall, "trial_hours": [trials * lo / 3600, trials * hi / 3600]}
+
+
+def _print_service(p: dict, a) -> None:
+    h = 3600.0
+    print(f"service projection: {a.arms}, {a.steps} steps, {a.rollouts} rollouts/step, up to "
+          f"{a.trials_per_rollout} trials/rollout (B, M), {a.trial_s[0]:g}-{a.trial_s[1]:g} s "
+          f"a trial, {a.concurrency} trials at once x {a.hosts} verifier host(s)")
+    print("| unit | trials | verifier-bound wall h (low-high) |")
+    print("|---|---|---|")
+    for arm, d in p["per_step"].items():
+        print(f"| one {arm} step | {d['trials']} ({d['waves']} waves) | "
+              f"{d['wall_s'][0] / 60:.1f}-{d['wall_s'][1] / 60:.1f} min |")
+    for arm, d in p["train"].items():
+        print(f"| train {arm} (all seeds) | {d['trials']} | "
+              f"{d['wall_s'][0] / h:.1f}-{d['wall_s'][1] / h:.1f} |")
+    for sp, d in p["eval"].items():
+        print(f"| eval {sp} (every policy) | {d['trials']} | "
+              f"{d['wall_s'][0] / h:.1f}-{d['wall_s'][1] / h:.1f} |")
+    print(f"total: {p['trials']} trials, verifier-bound wall {p['wall_s'][0] / h:.1f}-"
+          f"{p['wall_s'][1] / h:.1f} h, verifier service {p['trial_hours'][0]:.0f}-"
+          f"{p['trial_hours'][1]:.0f} trial-hours")
+
+
+def _split_arg(v: str) -> tuple[str, tuple[int, int]]:
+    name, _, size = v.partition("=")
+    tasks, _, n = size.partition("x")
+    if not name or not tasks.isdigit() or not n.isdigit():
+        raise ValueError(f"--split: expected NAME=TASKSxN (official500=500x2), got {v!r}")
+    return name, (int(tasks), int(n))
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the run and eval tables and the projection (exit 0; 2 on bad input)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,7 +211,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-s", type=float, default=None,
                     help="seconds per O step for the projection (default: the measured mean)")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--service", action="store_true",
+                    help="project from service times (no records; see the module docstring)")
+    ap.add_argument("--rollouts", type=int, default=64, help="--service: rollouts per step")
+    ap.add_argument("--trials-per-rollout", type=int, default=2,
+                    help="--service: trials a B/M rollout needs at most")
+    ap.add_argument("--trial-s", type=float, nargs=2, default=(115.0, 237.0),
+                    metavar=("LOW", "HIGH"), help="--service: seconds one verifier trial takes")
+    ap.add_argument("--concurrency", type=int, default=24,
+                    help="--service: trials at once per verifier host")
+    ap.add_argument("--hosts", type=int, default=1, help="--service: verifier hosts")
+    ap.add_argument("--split", action="append", default=[],
+                    help="--service: NAME=TASKSxN evaluated for every policy (repeatable)")
     a = ap.parse_args(argv)
+    if a.service:
+        try:
+            arms = {k: int(v) for k, v in (p.split(":") for p in a.arms.split(","))}
+            p = service_projection(arms=arms, steps=a.steps, rollouts=a.rollouts,
+                                   trials_per_rollout=a.trials_per_rollout,
+                                   trial_s=tuple(a.trial_s), concurrency=a.concurrency,
+                                   hosts=a.hosts, splits=dict(map(_split_arg, a.split)))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        _print_service(p, a)
+        if a.json:
+            Path(a.json).write_text(json.dumps(p, indent=1))
+        return 0
     try:
         arms = {k: int(v) for k, v in (p.split(":") for p in a.arms.split(","))}
         runs = [run_summary(Path(p)) for p in a.runs]

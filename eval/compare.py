@@ -13,7 +13,9 @@ from the results (the training run's ``config.json``: ``ecredit.arm``, ``ecredit
   present (other labels: every arm against the first one given). Mean difference and a
   percentile bootstrap 95% CI over tasks (seeded), computed by the ``paired_bootstrap``
   ``evaluate`` module shipped in :mod:`eval.metrics`; an arm's own CI is the same module
-  against a zero baseline (:func:`bootstrap_ci`). Tasks only one side has are listed.
+  against a zero baseline (:func:`bootstrap_ci`). Tasks only one side has are listed. A pair
+  pools the seeds both arms share (M−E on E's seeds) and states its minimum detectable
+  difference at 80% power (:mod:`eval.power`).
 * **Per-seed table** with cost columns from the training run's ``ledger.jsonl``: generated
   tokens, factual and counterfactual trials, service hours ((setup_s + verify_s +
   cleanup_s) / 3600), GPU hours. A missing ledger or field prints **Pending**, never 0.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.metrics import paired_bootstrap
+from eval.power import mdd
 
 __all__ = [
     "PENDING",
@@ -202,9 +205,24 @@ def _mean_or_none(xs: Sequence) -> float | None:
     return sum(xs) / len(xs)
 
 
+def _pair_sides(runs, arms: dict, a: str, b: str, pooled_seeds: str):
+    """Per-task maps and seeds of both sides of ``a − b``: the seeds both share when
+    ``pooled_seeds == "shared"`` and they share one (issue 24 §3), else every seed."""
+    sa = sorted({r.seed for r in runs if r.arm == a}, key=str)
+    sb = sorted({r.seed for r in runs if r.arm == b}, key=str)
+    common = sorted(set(sa) & set(sb), key=str)
+    if pooled_seeds == "shared" and common and None not in common and (sa, sb) != (common,) * 2:
+        pick = [r for r in runs if r.arm in (a, b) and r.seed in common]
+        sub = arm_task_success(pick)
+        return sub[a]["per_task"], sub[b]["per_task"], common, common
+    return arms[a]["per_task"], arms[b]["per_task"], sa, sb
+
+
 def compare(runs: Sequence[RunResult], *, n_boot: int = 10000, seed: int = 0,
-            alpha: float = 0.05) -> dict:
-    """The whole comparison (pure; see the module docstring).
+            alpha: float = 0.05, power: float = 0.8, pooled_seeds: str = "shared") -> dict:
+    """The whole comparison (pure; see the module docstring). A pair pools the seeds both
+    arms share (``pooled_seeds="shared"``; ``"all"``: every seed) and carries its minimum
+    detectable difference at ``power`` (:func:`eval.power.mdd`, two-sided ``alpha``).
 
     Returns: ``{"arms": {arm: {... , "ci": [lo, hi] | None, "cost": {mean over seeds |
         None}}}, "pairs": [{"a", "b", "name", "n_tasks", "mean", "ci", "diffs",
@@ -237,10 +255,13 @@ def compare(runs: Sequence[RunResult], *, n_boot: int = 10000, seed: int = 0,
                             f"({', '.join(list(d['incomplete'])[:5])}) — not paired")
     pairs = []
     for a, b in comparison_pairs(list(arms)):
-        pd = paired_bootstrap(arms[a]["per_task"], arms[b]["per_task"], n_boot=n_boot,
-                              seed=seed, alpha=alpha)
+        pa, pb, sa, sb = _pair_sides(runs, arms, a, b, pooled_seeds)
+        pd = paired_bootstrap(pa, pb, n_boot=n_boot, seed=seed, alpha=alpha)
+        pw = mdd(list(pd["diffs"].values()), alpha=alpha, power=power)
         pairs.append({"a": a, "b": b, "name": f"{a}−{b}", "n_tasks": pd["n_tasks"],
-                      "mean": pd["mean"], "ci": pd["ci"],
+                      "mean": pd["mean"], "ci": pd["ci"], "mdd": pw.mdd,
+                      "mdd_reason": pw.reason, "seeds_a": sa, "seeds_b": sb,
+                      "mixed_seeds": sa != sb,
                       "diffs": pd["diffs"], "only_in_a": pd["only_in_a"],
                       "only_in_b": pd["only_in_b"],
                       "incomplete_a": sorted(arms[a]["incomplete"]),
@@ -249,7 +270,8 @@ def compare(runs: Sequence[RunResult], *, n_boot: int = 10000, seed: int = 0,
               "tasks": len(r.per_task), "success": r.success, "unknown": r.unknown,
               "path": r.path, **{k: r.cost.get(k) for k in COST_FIELDS}} for r in runs]
     return {"arms": arms, "pairs": pairs, "seeds": seeds, "warnings": warnings,
-            "n_boot": n_boot, "seed": seed, "alpha": alpha}
+            "n_boot": n_boot, "seed": seed, "alpha": alpha, "power": power,
+            "pooled_seeds": pooled_seeds}
 
 
 # ---------------------------------------------------------------------------
@@ -354,16 +376,18 @@ def render_markdown(cmp: dict) -> str:
              f"over its seeds. Differences are task-paired; {cov}% percentile bootstrap CI over "
              f"tasks ({cmp['n_boot']} resamples, seed {cmp['seed']}).", "",
              "## Paired differences", "",
-             f"| difference | paired tasks | mean | {cov}% CI | unpaired / incomplete |",
-             "|---|---|---|---|---|"]
+             f"| difference | seeds | paired tasks | mean | {cov}% CI | MDD "
+             f"({round(100 * cmp.get('power', 0.8))}% power) | "
+             "unpaired / incomplete |", "|---|---|---|---|---|---|---|"]
     for p in cmp["pairs"]:
         unp = len(set(p["only_in_a"]) | set(p["only_in_b"]) | set(p["incomplete_a"])
                   | set(p["incomplete_b"]))
-        lines.append(f"| {p['name']} | {p['n_tasks']} | "
+        seeds = f"{p['seeds_a']} vs {p['seeds_b']}" + (" (mixed)" if p["mixed_seeds"] else "")
+        lines.append(f"| {p['name']} | {seeds} | {p['n_tasks']} | "
                      f"{'–' if p['mean'] is None else format(p['mean'], '+.3f')} | "
-                     f"{_ci(p['ci'])} | {unp} |")
+                     f"{_ci(p['ci'])} | {'n/a' if p['mdd_reason'] else _f(p['mdd'])} | {unp} |")
     if not cmp["pairs"]:
-        lines.append("| – | – | – | – | – |")
+        lines.append("| – | – | – | – | – | – | – |")
     lines += ["", "## Arms", "", f"| arm | seeds | tasks | success | {cov}% CI | "
               "generated tokens | factual trials | counterfactual trials | service h | GPU h |",
               "|---|---|---|---|---|---|---|---|---|---|"]

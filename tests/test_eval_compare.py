@@ -91,6 +91,23 @@ def test_seed_missing_a_task_makes_it_incomplete_for_the_arm():
     assert "task t2 missing in M:1" in md
 
 
+def test_pairs_pool_shared_seeds_and_carry_their_mdd():
+    """M ran seeds 0 and 1, E seed 0 only: M−E compares M:0 with E:0 (issue 24 §3); MDD =
+    (z_0.975 + z_0.8) * sd(d) / sqrt(T) with the published quantiles."""
+    runs = [_run("M:0", {"t1": 1.0, "t2": 0.5, "t3": 0.0}),
+            _run("M:1", {"t1": 0.0, "t2": 0.0, "t3": 0.0}),
+            _run("E:0", {"t1": 0.5, "t2": 0.5, "t3": 0.5})]
+    (me,) = compare(runs, n_boot=200)["pairs"]
+    assert me["diffs"] == {"t1": 0.5, "t2": 0.0, "t3": -0.5}
+    assert (me["seeds_a"], me["seeds_b"], me["mixed_seeds"]) == ([0], [0], False)
+    sd = (0.5 ** 2 * 2 / 2) ** 0.5  # deviations .5, 0, -.5 over T - 1 = 2
+    assert me["mdd"] == pytest.approx((1.959963984540054 + 0.8416212335729143) * sd / 3 ** 0.5)
+    (allp,) = compare(runs, n_boot=200, pooled_seeds="all")["pairs"]
+    assert allp["diffs"] == {"t1": 0.0, "t2": -0.25, "t3": -0.5} and allp["mixed_seeds"]
+    assert "| M−E | [0, 1] vs [0] (mixed) | 3 | -0.250 |" in render_markdown(
+        compare(runs, n_boot=200, pooled_seeds="all"))
+
+
 def test_pair_order_and_fallback():
     assert comparison_pairs(["O", "B", "M", "E"]) == [("M", "B"), ("M", "O"), ("M", "E")]
     assert comparison_pairs(["M", "O"]) == [("M", "O")]
@@ -154,7 +171,7 @@ def test_cli_reads_results_and_labels(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main([str(m), f"B:1={b}", "--out", str(out), "--n-boot", "200"]) == 0
     md = capsys.readouterr().out
-    assert "| M−B | 2 | +0.250 |" in md
+    assert "| M−B | [3] vs [1] (mixed) | 2 | +0.250 |" in md  # no shared seed: says so
     saved = json.loads((out / "compare.json").read_text())
     assert saved["pairs"][0]["diffs"] == {"a": 0.5, "b": 0.0}
     assert (out / "arm_success.png").stat().st_size > 0

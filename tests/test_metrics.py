@@ -201,10 +201,16 @@ def test_compare_fixture_gives_the_replaced_codes_intervals():
     (pair,) = cmp["pairs"]
     assert pair["ci"] == [0.0, 0.5] and pair["mean"] == 0.25  # printed by main @ 733b7b9
     assert cmp["arms"]["B"]["ci"] == [0.5, 1.0] and cmp["arms"]["M"]["ci"] == [0.5, 1.0]
-    cmp = compare([run("M:0", {"t1": 1.0, "t2": 0.0}), run("M:1", {"t1": 0.5}),
-                   run("B:0", {"t1": 0.0, "t2": 0.0})], n_boot=100)
+    runs = [run("M:0", {"t1": 1.0, "t2": 0.0}), run("M:1", {"t1": 0.5}),
+            run("B:0", {"t1": 0.0, "t2": 0.0})]
+    # every seed pooled (the replaced code's rule, now pooled_seeds="all")
+    cmp = compare(runs, n_boot=100, pooled_seeds="all")
     assert cmp["pairs"][0]["ci"] == [0.75, 0.75] and cmp["pairs"][0]["only_in_b"] == ["t2"]
     assert cmp["arms"]["M"]["ci"] == [0.75, 0.75] and cmp["arms"]["B"]["ci"] == [0.0, 0.0]
+    # the default since issue 24 §3: the seed both arms share, M:0 against B:0
+    (pair,) = compare(runs, n_boot=100)["pairs"]
+    assert pair["diffs"] == {"t1": 1.0, "t2": 0.0} and pair["only_in_b"] == []
+    assert (pair["seeds_a"], pair["seeds_b"]) == ([0], [0])
 
 
 def test_paired_interval_does_not_depend_on_row_order():

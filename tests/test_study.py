@@ -64,7 +64,8 @@ def test_config_resolves_seeds_defaults_and_hash():
     assert c.arms == ["O", "M", "E"]
     assert c.design() == [("O", 0), ("O", 1), ("M", 0), ("M", 1), ("E", 0)]
     assert c.eval["temperature"] == 1.0 and c.eval["concurrency"] == 2
-    assert c.bootstrap == {"n_boot": 10000, "seed": 0, "alpha": 0.05}
+    assert c.bootstrap == {"n_boot": 10000, "seed": 0, "alpha": 0.05, "power": 0.8}
+    assert c.pooled_seeds == "shared" and c.eval["in_distribution"] == []
     assert c.sha256() == _cfg(seeds=[0, 1], seeds_by_arm={"E": [0]}).sha256()
     assert c.sha256() != _cfg(seeds=[0, 2], seeds_by_arm={"E": [0]}).sha256()
     assert split_dirname("bundled:holdout") == "bundled-holdout"
@@ -145,7 +146,8 @@ def test_changed_config_is_refused_naming_keys(tmp_path, capsys):
     assert "train.max_steps" in rec["history"][0]["changed_keys"]
     # the CLI: one line, exit 2, nothing else written
     yml = tmp_path / "c.yaml"
-    yml.write_text(yaml.safe_dump(BASE))
+    yml.write_text(yaml.safe_dump({**BASE, "eval": {**BASE["eval"],
+                                                    "in_distribution": ["bundled:train"]}}))
     assert main(["run", "--config", str(yml), "--out", str(out)]) == 2
     assert "study config changed" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [".study.lock", "study.json"]
@@ -211,7 +213,7 @@ def test_status_on_a_partial_folder(tmp_path):
     assert [got[k][0] for k in list(got)[5:]] == ["pending"] * 4
     table = render_status(list(units.values()), out)
     assert table.splitlines()[-1] == "2 done, 2 failed, 1 stale, 4 pending"
-    assert main(["status", "--out", str(out)]) == 0
+    assert main(["status", "--out", str(out)]) == 1  # a unit failed (issue 24 §5)
 
 
 # -- the CI smoke study -----------------------------------------------------------------------
@@ -235,7 +237,8 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                      "per_device_train_batch_size": 2, "max_completion_length": 256,
                      "save_steps": 1, "verifier_retries": 0},
            "eval": {"splits": [str(split)], "n": 1, "temperature": 1.0, "batch_size": 2,
-                    "reuse_verdicts": True},  # as studies/embedded.yaml
+                    "reuse_verdicts": True,  # as studies/embedded.yaml
+                    "in_distribution": [str(split)]},  # the split is the training pool
            "bootstrap": {"n_boot": 200}}
     yml = tmp_path / "smoke.yaml"
     yml.write_text(yaml.safe_dump(cfg))
@@ -293,6 +296,22 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                                     if k != "report report"), st.stdout
     report_there = (REPO_ROOT / "ecredit_trl" / "study" / "report.py").is_file()
     assert states["report report"] == ("done" if report_there else "pending"), st.stdout
+    # the study's own records name paths relative to the study folder (issue 24 §5) ...
+    rec = json.loads((out / "units" / "eval-O-s0-two.json").read_text())
+    assert rec["run_dir"] == "runs/O-s0" and rec["log"] == "logs/eval-O-s0-two.log"
+    inputs = json.loads((out / "compare" / "two" / "inputs.json").read_text())
+    assert "baseline=evals/baseline/two" in inputs["args"]
+    # ... so a copied folder (new mtimes, the old place gone) reads the same: nothing stale
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved, copy_function=shutil.copy)
+    shutil.rmtree(out)
+    st = subprocess.run([sys.executable, "-m", "ecredit_trl.study", "status", "--out",
+                         str(moved)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert st.returncode == 0, st.stderr
+    assert st.stdout.strip().splitlines()[-1] == "7 done", st.stdout
 
 
 @pytest.mark.podman
@@ -308,7 +327,8 @@ def test_failed_run_does_not_stop_independent_units(tmp_path):
     cfg = {"arms": ["O"], "seeds": [0],
            "train": {"max_steps": 1, "max_tasks": 1, "lora_r": 1,
                      "lora_target_modules": ["no_such_module"]},
-           "eval": {"splits": [str(split)], "n": 1, "batch_size": 1},
+           "eval": {"splits": [str(split)], "n": 1, "batch_size": 1,
+                    "in_distribution": [str(split)]},
            "bootstrap": {"n_boot": 100}}
     yml = tmp_path / "bad.yaml"
     yml.write_text(yaml.safe_dump(cfg))
@@ -359,3 +379,100 @@ def test_report_subcommand(tmp_path, capsys):
     assert "Pending" in (out / "report.md").read_text() and rep["files"]
     assert main(["report", "--out", str(tmp_path / "nope")]) == 2
     assert "study.json missing" in capsys.readouterr().err
+
+
+# -- issue 24 §4: the training pool never overlaps an evaluation split -----------------------
+def _row(tid: str) -> dict:
+    return {"instance_id": tid, "repo": "local/p", "base_commit": "0" * 40,
+            "problem_statement": "", "patch": "", "test_patch": "", "version": "0",
+            "environment_setup_commit": "0" * 40, "FAIL_TO_PASS": ["t.py::test_a"],
+            "PASS_TO_PASS": [], "image": "localhost/x:1", "eval_script": "true\n",
+            "log_parser": "parse_log_pytest"}
+
+
+def _rows_file(path: Path, ids) -> str:
+    path.write_text("".join(json.dumps(_row(t)) + "\n" for t in ids))
+    return str(path)
+
+
+def test_overlapping_training_pool_is_refused_in_one_line(tmp_path, capsys):
+    from ecredit_trl.study.__main__ import main
+
+    pool = _rows_file(tmp_path / "pool.jsonl", [f"p-{i}" for i in range(10)])
+    test = _rows_file(tmp_path / "test.jsonl", ["p-7", "p-3", "q-1", "p-9", "p-5"])
+    clean = _rows_file(tmp_path / "clean.jsonl", ["q-1", "q-2"])
+    cfg = {"arms": ["O"], "seeds": [0], "train": {"tasks": pool, "max_steps": 1},
+           "eval": {"splits": [clean, test], "n": 1}}
+    yml = tmp_path / "s.yaml"
+    yml.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "study"
+    assert main(["run", "--config", str(yml), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line
+    assert (f"{yml}: train.tasks: 4 task id(s) also in eval split {test!r} (p-3, p-5, p-7, ...)"
+            in err)
+    assert "clean" not in err.split("—")[0] and not out.exists()  # nothing written
+    # max_tasks: train.py trains on the first N ids only, so the check does too
+    cfg["train"]["max_tasks"] = 3
+    from ecredit_trl.study.pool import check_train_pool
+
+    check_train_pool(config_from_dict(cfg, where="t.yaml"))  # p-0..p-2: no overlap
+    # opting in: the split is evaluated on training tasks on purpose
+    cfg["train"].pop("max_tasks")
+    cfg["eval"]["in_distribution"] = [test]
+    check_train_pool(config_from_dict(cfg, where="t.yaml"))
+    with pytest.raises(StudyConfigError, match=r"eval.in_distribution: 'x' is not one of"):
+        config_from_dict({**cfg, "eval": {**cfg["eval"], "in_distribution": ["x"]}})
+
+
+def test_official_sets_are_never_a_training_pool():
+    from ecredit_trl.study.pool import check_train_pool, overlap_message
+
+    def never(source):
+        raise AssertionError(f"loaded {source}")
+
+    for src in ("official500", "official500:/x/rows.parquet", "holdout100"):
+        c = config_from_dict({"arms": ["O"], "seeds": [0], "train": {"tasks": src},
+                              "eval": {"splits": ["bundled:holdout"], "n": 1}}, where="t.yaml")
+        with pytest.raises(StudyConfigError, match=rf"train.tasks: '{src}' is evaluation-only"):
+            check_train_pool(c, load=never)
+    assert overlap_message(["a", "b"], {"s": ["c"]}) is None
+    assert overlap_message(["a", "b"], {"s": ["b"]}, in_distribution=["s"]) is None
+
+
+def test_shipped_configs_pass_the_overlap_check():
+    """The official template trains on a pool and evaluates on official500 + holdout100 with
+    no opt-in; the embedded study opts in for its in-distribution bundled:train split."""
+    from ecredit_trl.study.pool import check_train_pool, train_source
+
+    ids = {"bundled:train": ["b1", "b2"], "bundled:holdout": ["h1"],
+           "official500": ["o1", "o2"], "holdout100": ["h2"]}
+
+    def load(source):
+        return [type("T", (), {"instance_id": i}) for i in ids.get(source, ["g1", "g2"])]
+
+    emb = load_study_config(REPO_ROOT / "studies" / "embedded.yaml")
+    assert emb.eval["in_distribution"] == ["bundled:train"] and train_source(emb) == "bundled:train"
+    check_train_pool(emb, load=load)
+    off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
+    assert off.train["tasks"].startswith("swegym:") and off.eval["in_distribution"] == []
+    assert off.eval["splits"] == ["official500", "holdout100"]
+    check_train_pool(off, load=load)
+    ids["official500"] = ["g2", "o9"]  # a pool that shares an id with official500: refused
+    with pytest.raises(StudyConfigError, match=r"1 task id\(s\) also in eval split 'official500'"):
+        check_train_pool(off, load=load)
+    text = (REPO_ROOT / "studies" / "official500_lora.yaml").read_text()
+    assert "sandbox.images pull" in text and "build_tasks" not in text
+
+
+def test_status_exits_zero_without_a_failed_unit(tmp_path):
+    from ecredit_trl.study.__main__ import main
+    from ecredit_trl.study.runner import bind_study
+
+    out = tmp_path / "s"
+    bind_study(_cfg(), out, allow_changed=False, command=["x"])
+    _fake_run(out / "runs" / "O-s0", "O", "completed", True)
+    assert main(["status", "--out", str(out)]) == 0  # done and pending units only
+    _wj(out / "units" / "train-M-s0.json", {"rc": 1})
+    _fake_run(out / "runs" / "M-s0", "M", "exception", False)
+    assert main(["status", "--out", str(out)]) == 1

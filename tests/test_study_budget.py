@@ -81,3 +81,32 @@ def test_empty_ledger_is_refused_naming_the_file(bench, tmp_path):
     (tmp_path / "ledger.jsonl").write_text("")
     with pytest.raises(ValueError, match="ledger.jsonl: no step rows"):
         bench.run_summary(tmp_path)
+
+
+def test_service_projection_from_the_seeds_service_times(bench, capsys):
+    """64 rollouts a step, up to 2 trials each (B, M), 115-237 s a trial, 24 at once: an O step
+    is ceil(64/24) = 3 waves, a B/M step ceil(128/24) = 6 waves; an official500 eval at n=2 is
+    500*2 slots + 500 controls = 1500 trials = ceil(1500/24) = 63 waves."""
+    p = bench.service_projection(arms={"O": 3, "M": 3}, steps=80, rollouts=64,
+                                 trials_per_rollout=2, trial_s=(115.0, 237.0), concurrency=24,
+                                 splits={"official500": (500, 2)})
+    assert p["per_step"]["O"] == {"trials": 64, "waves": 3, "wall_s": [3 * 115.0, 3 * 237.0]}
+    assert p["per_step"]["M"]["trials"] == 128 and p["per_step"]["M"]["waves"] == 6
+    assert p["train"]["M"] == {"trials": 3 * 80 * 128, "wall_s": [3 * 80 * 6 * 115.0,
+                                                                  3 * 80 * 6 * 237.0]}
+    assert p["eval"]["official500"] == {"trials": 7 * 1500, "wall_s": [7 * 63 * 115.0,
+                                                                       7 * 63 * 237.0]}
+    trials = 3 * 80 * 64 + 3 * 80 * 128 + 7 * 1500
+    assert p["trials"] == trials
+    assert p["trial_hours"] == pytest.approx([trials * 115 / 3600, trials * 237 / 3600])
+    two = bench.service_projection(arms={"O": 1}, steps=1, rollouts=64, trials_per_rollout=2,
+                                   trial_s=(100.0, 100.0), concurrency=24, hosts=2)
+    assert two["per_step"]["O"]["waves"] == 2  # 48 trials at once
+    with pytest.raises(ValueError, match="concurrency"):
+        bench.service_projection(arms={"O": 1}, steps=1, rollouts=1, trials_per_rollout=1,
+                                 trial_s=(1.0, 2.0), concurrency=0)
+    assert bench.main(["--service", "--arms", "O:1", "--steps", "2",
+                       "--split", "holdout100=100x16"]) == 0
+    out = capsys.readouterr().out
+    assert "| one O step | 64 (3 waves) | 5.8-11.8 min |" in out
+    assert bench.main(["--service", "--split", "bad"]) == 2

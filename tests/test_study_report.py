@@ -8,6 +8,7 @@ The folder is built with the real writers where they are cheap: ``ledger_row`` /
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -22,6 +23,7 @@ from ecredit_trl.study.report_tables import signal_table
 from eval.evaluation.report import summarize
 from eval.evaluation.slots import unknown_slot
 from eval.files import write_json
+from eval.modelref import resolve_model
 
 TASKS = ["t0", "t1", "t2", "t3"]
 N = 2
@@ -55,11 +57,20 @@ def _write_eval(out: Path, policy: str):
                 slots.append(_slot(tid, i, i < k))
     summary = summarize(slots, [(t, "repo") for t in TASKS], N, len(TASKS))
     arm, _, seed = policy.partition("-s")
-    write_json(out / "evals" / policy / "bundled-train" / "results.json", {
+    ed = out / "evals" / policy / "bundled-train"
+    write_json(ed / "run.json", {"binding": f"bind-{policy}"})  # eval.run's binding
+    write_json(ed / "results.json", {
+        "binding": f"bind-{policy}", "rollouts_exit_code": 0,
         "split": SPLIT, "n": N, "seed": 0, "tasks_sha256": "abc",
         "arm": None if policy == "baseline" else arm,
         "train_seed": None if policy == "baseline" else int(seed),
-        "run_dir": None, "overrides": {"temperature": 1.0}, "summary": summary,
+        "run_dir": None if policy == "baseline" else str(out / "runs" / policy),
+        # eval.run's fingerprint of the weights it evaluated (eval.modelref)
+        "model": {"sha256": "base" if policy == "baseline"
+                  else resolve_model(out / "runs" / policy).sha256},
+        # the study's protocol: study.json's eval, unset fields from train.py's defaults
+        "overrides": {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 640},
+        "summary": summary,
         "cost": {"trials_factual": 6, "trials_control": 4, "service_s": 3.0,
                  "generated_tokens": 100},
         "slots": slots, "wall_s": 20.0})
@@ -106,8 +117,13 @@ def _write_run(out: Path, label: str):
     d = out / "runs" / label
     d.mkdir(parents=True)
     write_json(d / "manifest.json", {"world_size": 1, "run_name": label})
+    write_json(d / "config.json", {"ecredit": {"arm": arm, "seed": int(seed), "max_steps": 2},
+                                   "model": {"model": None}})
     rr = RunReceipts(d, 0)
     rr.start(run_name=label, world_size=1)
+    (d / "checkpoint-final").mkdir()
+    write_json(d / "checkpoint-final" / "config.json", {"model_type": "crafted", "run": label})
+    rr.checkpoint(d / "checkpoint-final", step=2, reason="final")
     rr.termination("completed", step=2, max_steps=2)
     term = d / "receipts" / "s00-termination.json"
     body = json.loads(term.read_text())
@@ -297,21 +313,164 @@ def test_a_study_where_nothing_ran_reports_only_pending(tmp_path):
     assert "0.000" not in md
 
 
-def test_run_status_from_receipts(tmp_path):
-    from ecredit_trl.study.report import run_status
+def test_receipt_summary_from_receipts(tmp_path):
+    from ecredit_trl.study.report import receipt_summary
 
-    assert run_status(tmp_path / "absent")["status"] == "pending"
+    assert receipt_summary(tmp_path / "absent") == {"class": None, "sessions": 0, "step": None}
     live, dead, killed = tmp_path / "live", tmp_path / "dead", tmp_path / "killed"
     RunReceipts(live, 0).start(run_name="live")  # this process: alive, no termination yet
-    assert run_status(live)["status"] == "running"
+    assert receipt_summary(live)["class"] is None
     RunReceipts(dead, 0).start(run_name="dead")
     rec = dead / "receipts" / "s00-start.json"
     body = json.loads(rec.read_text())
     body["process"]["start_ticks"] = -1  # another process with this pid: the run's is gone
     rec.write_text(json.dumps(body))
-    st = run_status(dead)
-    assert (st["status"], st["class"]) == ("stopped", "no termination receipt")
+    assert receipt_summary(dead)["class"] == "no termination receipt"
     RunReceipts(killed, 0).start(run_name="killed")
     RunReceipts(killed, 0).termination("sigterm", step=1)
-    assert run_status(killed) == {"status": "stopped", "class": "sigterm", "sessions": 1,
-                                  "step": 1}
+    assert receipt_summary(killed) == {"class": "sigterm", "sessions": 1, "step": 1}
+
+
+# -- issue 24: power, seeds, one definition of done, measured size, relocation ----------------
+Z = 1.959963984540054 + 0.8416212335729143  # z_0.975 + z_0.8 (published constants)
+
+
+def test_every_comparison_carries_its_minimum_detectable_difference(tmp_path):
+    out = _study(tmp_path / "st")
+    rep = write_report(out)
+    # M − B pooled: diffs .5, .25, .25, .25 -> sd .125, SE .0625
+    assert _pair(rep, "M−B")["mdd"] == pytest.approx(Z * 0.0625, rel=1e-9)
+    # O − baseline: diffs .25, 0, 0, .25 -> sd = sqrt(4 * .125^2 / 3), SE = sd / 2
+    ob = _pair(rep, "O−baseline")
+    assert ob["mdd"] == pytest.approx(Z * math.sqrt(4 * 0.125 ** 2 / 3) / 2, rel=1e-9)
+    assert round(ob["mdd"], 3) == 0.202 and ob["verdict"] == "no difference detected"
+    d = rep["differences"][SPLIT]
+    assert all(r["mdd"] is not None or r["mdd_reason"] for r in d["pooled"] + d["per_seed"]
+               if r["n_tasks"])
+    md = (out / "report.md").read_text()
+    assert ("**O−baseline** = +0.125, 95% CI [+0.000, +0.250] over 4 tasks — no difference "
+            "detected (CI contains 0) — would have detected |Δ| ≥ 0.202 (80% power)") in md
+    assert "| O−baseline | [0, 1] | 4 | +0.125 | [+0.000, +0.250] | 0.202 | no difference" in md
+    assert "MDD = (z_(1−α/2) + z_power) · sd(d_t) / √T" in md
+
+
+def test_pooled_differences_use_the_seeds_both_arms_share(tmp_path, monkeypatch):
+    monkeypatch.setitem(RESOLVED, "M-s1", [0, 0, 0, 0])
+    out = _study(tmp_path / "st")
+    rep = study_report(out)
+    me = _pair(rep, "M−E")  # E ran seed 0 only: M-s0 (1, 1, .5, 0) - E-s0 (.5, .5, 0, 0)
+    assert (me["seeds_a"], me["seeds_b"], me["mixed_seeds"]) == ([0], [0], False)
+    assert me["mean"] == pytest.approx(0.375)
+    mb = _pair(rep, "M−B")  # both seeds: (.5, .5, .25, 0) - (.5, .5, .25, 0)
+    assert mb["seeds_a"] == [0, 1] and mb["mean"] == 0.0
+    assert mb["mdd"] is None and "all 4 paired differences equal +0.000" in mb["mdd_reason"]
+    # pooled_seeds: all pools every seed of each side, and the row says it mixes seed sets
+    sj = json.loads((out / "study.json").read_text())
+    (out / "study.json").write_text(json.dumps({**sj, "pooled_seeds": "all"}))
+    rep = write_report(out)
+    me = _pair(rep, "M−E")  # (.5, .5, .25, 0) - (.5, .5, 0, 0)
+    assert me["mean"] == pytest.approx(0.0625) and me["mixed_seeds"] is True
+    assert me["seeds_note"] == "mixes seed sets (pooled_seeds: all): M seeds [0, 1], E seeds [0]"
+    md = (out / "report.md").read_text()
+    assert "| M−E | [0, 1] vs [0] **mixes seed sets** | 4 | +0.062 |" in md
+    assert "over 4 tasks (mixes seed sets (pooled_seeds: all): M seeds [0, 1], E seeds [0])" in md
+
+
+def test_pair_seeds_without_a_shared_seed_says_it_mixes():
+    from ecredit_trl.study.report_pairs import pair_seeds
+
+    assert pair_seeds("M", "E", {"M": [0, 1], "E": [1]}) == ([1], [1], "")
+    sa, sb, note = pair_seeds("M", "E", {"M": [0, 1], "E": [5]})
+    assert (sa, sb) == ([0, 1], [5]) and note.startswith("mixes seed sets (no shared seed)")
+    assert pair_seeds("O", "baseline", {"O": [1, 0]}) == ([0, 1], None, "")
+
+
+def test_report_and_status_share_one_definition_of_done(tmp_path):
+    from ecredit_trl.study.config import config_from_study_json
+    from ecredit_trl.study.status import study_units
+
+    out = _study(tmp_path / "st")
+    res_p = out / "evals" / "M-s1" / "bundled-train" / "results.json"
+    res = json.loads(res_p.read_text())
+    res_p.write_text(json.dumps({**res, "rollouts_exit_code": 1}))  # rollouts crashed
+    rep = write_report(out)
+    status = {f"{u.kind} {u.name}": u.state for u in
+              study_units(config_from_study_json(out / "study.json"), out)}
+    assert status["eval M-s1/bundled-train"] == "failed"
+    assert {f"{u['kind']} {u['name']}": u["status"] for u in rep["units"]} == {
+        k: v for k, v in status.items() if k.split()[0] in ("train", "eval")}
+    ev = {r["policy"]: r for r in rep["evaluation"][SPLIT]}
+    assert ev["M-s1"]["status"] == "failed" and ev["M-s1"]["success"] is None
+    assert _pair(rep, "M−B")["verdict"] == "Pending"  # a pooled seed is not done
+    assert _pair(rep, "M−B", seed=0)["mean"] == pytest.approx(0.375)
+    assert status["report report"] == "done"
+
+
+def test_caveat_states_the_measured_parameter_count(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    out = _study(tmp_path / "st")
+    assert "parameter count Pending (no weights" in (write_report(out) and (
+        out / "report.md")).read_text()
+    ck = out / "runs" / "O-s0" / "checkpoint-final"
+    save_file({"emb": np.zeros((1000, 2000), np.uint8), "head": np.zeros((540, 1000), np.uint8)},
+              str(ck / "model.safetensors"))
+    rep = write_report(out)
+    assert rep["model"] == {"parameters": 2_540_000, "source": "runs/O-s0/checkpoint-final",
+                            "adapter": False}
+    md = (out / "report.md").read_text()
+    assert ("tiny model warm-started on these bundled tasks: 2.54M parameters (2,540,000, "
+            "counted from `runs/O-s0/checkpoint-final`)") in md
+    assert "2M-parameter" not in md
+
+
+def test_a_copied_study_folder_reads_the_same(tmp_path):
+    """cp -r (new mtimes, the old place gone): every unit stays done, absolute records of the
+    old place are matched by the run's weights, the study's relative records by path."""
+    from ecredit_trl.study.config import config_from_study_json
+    from ecredit_trl.study.status import sha256_of, study_units
+
+    old = _study(tmp_path / "st")
+    write_report(old)
+    # a newer record of the study itself: the run named relative to the study folder
+    res_m = old / "evals" / "M-s0" / "bundled-train" / "results.json"
+    res = json.loads(res_m.read_text())
+    res_m.write_text(json.dumps({**res, "run_dir": "/elsewhere/runs/M-s0",
+                                 "model": {"sha256": "not-these-weights"}}))
+    write_json(old / "units" / "eval-M-s0-bundled-train.json",
+               {"rc": 0, "run_dir": "runs/M-s0", "results_sha256": sha256_of(res_m)})
+    from ecredit_trl.study.runner import compare_split
+
+    compare_split(config_from_study_json(old / "study.json"), old, SPLIT)
+    write_report(old)
+    assert json.loads((old / "compare" / "bundled-train" / "inputs.json").read_text())[
+        "args"][0] == "baseline=evals/baseline/bundled-train"  # relative to the study folder
+    new = tmp_path / "copy"
+    shutil.copytree(old, new, copy_function=shutil.copy)  # mtimes not kept
+    shutil.rmtree(old)
+
+    def states():
+        return {f"{u.kind} {u.name}": (u.state, u.detail) for u in
+                study_units(config_from_study_json(new / "study.json"), new)}
+
+    got = states()
+    assert {s for s, _ in got.values()} == {"done"}, got
+    # another run's weights under the same name: not this run's evaluation
+    res_o = new / "evals" / "O-s0" / "bundled-train" / "results.json"
+    res = json.loads(res_o.read_text())
+    res_o.write_text(json.dumps({**res, "model": {"sha256": "other"}}))
+    got = states()
+    assert got["eval O-s0/bundled-train"] == ("stale", "differs in run_dir")
+    assert got["report report"] == ("stale", "units changed since")
+
+
+def test_an_in_distribution_split_is_labelled_training_tasks(tmp_path):
+    out = _study(tmp_path / "st")
+    sj = json.loads((out / "study.json").read_text())
+    sj["eval"]["in_distribution"] = [SPLIT]  # the embedded study's bundled:train
+    (out / "study.json").write_text(json.dumps(sj))
+    write_report(out)
+    md = (out / "report.md").read_text()
+    assert "### `bundled:train` (training tasks: in-distribution on purpose) — seeds pooled" in md
+    assert "- `bundled:train` (training tasks: in-distribution on purpose): **M−B**" in md

@@ -9,14 +9,15 @@ split, compares per split and writes the report into ``--out`` (default
 stale / pending (:mod:`ecredit_trl.study.status`). ``report`` rebuilds ``report.md`` /
 ``report.json`` / PNGs from whatever the folder holds (:mod:`ecredit_trl.study.report`).
 
-Exit status: 0 all done; 1 a unit failed or is not done; 2 bad input or a refused folder
-(changed config, locked); 143/130 stopped by SIGTERM/SIGINT (rerun to resume).
+Exit status of ``run``: 0 all done; 1 a unit failed or is not done; 2 bad input or a refused
+folder (changed config, locked, a training pool that overlaps an evaluation split);
+143/130 stopped by SIGTERM/SIGINT (rerun to resume). ``status``: 1 when a unit failed, else 0
+(pending, running and stale units are not failures); 2 bad input. ``report``: 0, or 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _status_config(args):
-    from ecredit_trl.study.config import config_from_dict, load_study_config
+    from ecredit_trl.study.config import config_from_study_json, load_study_config
 
     if args.config:
         cfg = load_study_config(args.config)
@@ -47,13 +48,7 @@ def _status_config(args):
     if not args.out:
         raise ValueError("status: give --out DIR or --config YAML")
     out = Path(args.out)
-    sj = out / "study.json"
-    if not sj.is_file():
-        raise FileNotFoundError(f"--out: {sj} missing (not a study folder?); give --config")
-    rec = json.loads(sj.read_text(encoding="utf-8"))
-    raw = {k: rec.get(k) for k in ("name", "model", "arms", "seeds", "seeds_by_arm", "train",
-                                   "eval", "bootstrap", "accelerate_config")}
-    return config_from_dict(raw, where=str(sj)), out
+    return config_from_study_json(out / "study.json"), out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg, out = _status_config(args)
             units = study_units(cfg, out)
             print(render_status(units, out))
-            return 0
+            return 1 if any(u.state == "failed" for u in units) else 0
         from ecredit_trl.study.config import load_study_config
         from ecredit_trl.study.runner import StudyRefused, run_study
 

@@ -15,16 +15,27 @@ names the key)::
     eval: {splits: [bundled:train], n: 4, n_by_split: {holdout100: 16},
            temperature: 1.0, batch_size: 8,
            concurrency: 2, seed: 0, max_turns: null, max_new_tokens: null, runtime: podman,
-           reuse_verdicts: false}  # true: evals share <out>/verdicts/ (eval.run
+           reuse_verdicts: false,  # true: evals share <out>/verdicts/ (eval.run
                                    #     --reuse-verdicts; opt-in, see eval.evaluation.verdicts)
-    bootstrap: {n_boot: 10000, seed: 0, alpha: 0.05}
+           in_distribution: []}    # eval splits that may share ids with the training
+                                   #     pool (the embedded `bundled:train`; DESIGN §4)
+    bootstrap: {n_boot: 10000, seed: 0, alpha: 0.05, power: 0.8}  # power: of the MDD
+    pooled_seeds: shared           # seeds-pooled differences use the seeds both arms
+                                   #     share (M−E on E's seeds); `all`: every seed
     accelerate_config: null        # path of an `accelerate launch --config_file`
 
 ``arm``, ``seed``, ``output_dir`` and ``runs_dir`` are set by the study per run and may not
 appear under ``train``. The resolved config (defaults filled in) is hashed with sha256 over
 its canonical JSON (sorted keys); a changed hash is what ``study run`` refuses. One
 exception: ``eval.reuse_verdicts: false`` (the default) is left out of the resolved config,
-so studies bound before the key existed keep their hash.
+so studies bound before the key existed keep their hash; the same holds for the later keys
+at their defaults (:data:`OMIT_AT_DEFAULT`: ``eval.in_distribution: []``,
+``bootstrap.power: 0.8``, ``pooled_seeds: shared``).
+
+The training pool never overlaps an evaluation split unless that split is listed in
+``eval.in_distribution`` (DESIGN.md §4); ``official500`` / ``holdout100`` are evaluation-only.
+That check needs the task ids, so ``study run`` makes it (:mod:`ecredit_trl.study.pool`)
+before anything runs; reading a study folder never does.
 """
 
 from __future__ import annotations
@@ -37,11 +48,15 @@ from pathlib import Path
 
 ARMS = ("O", "B", "M", "E")
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
-            "accelerate_config")
+            "accelerate_config", "pooled_seeds")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
                  "concurrency": 2, "seed": 0, "max_turns": None, "max_new_tokens": None,
-                 "runtime": "podman", "reuse_verdicts": False}
-BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05}
+                 "runtime": "podman", "reuse_verdicts": False, "in_distribution": []}
+BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05, "power": 0.8}
+POOLED_SEEDS = ("shared", "all")
+#: (section or None, key) → the default left out of the resolved config (hash stability)
+OMIT_AT_DEFAULT = {("eval", "reuse_verdicts"): False, ("eval", "in_distribution"): [],
+                   ("bootstrap", "power"): 0.8, (None, "pooled_seeds"): "shared"}
 #: train.py's ModelArguments that a study may set under ``train`` (``model`` is top level)
 MODEL_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
                 "warmstart_steps")
@@ -71,14 +86,20 @@ class StudyConfig:
     eval: dict
     bootstrap: dict
     accelerate_config: str | None
+    pooled_seeds: str = "shared"
     path: str | None = field(default=None, compare=False)
 
     def resolved(self) -> dict:
-        """The config as written into ``study.json`` (every key, defaults filled in, but
-        ``eval.reuse_verdicts`` only when true: see the module docstring)."""
+        """The config as written into ``study.json`` (every key, defaults filled in, but the
+        keys of :data:`OMIT_AT_DEFAULT` only when not at their default: see the module
+        docstring)."""
         out = {k: getattr(self, k) for k in TOP_KEYS}
-        if not out["eval"].get("reuse_verdicts"):
-            out["eval"] = {k: v for k, v in out["eval"].items() if k != "reuse_verdicts"}
+        for (section, key), default in OMIT_AT_DEFAULT.items():
+            if section is None:
+                if out.get(key) == default:
+                    out.pop(key)
+            elif out[section].get(key, default) == default:
+                out[section] = {k: v for k, v in out[section].items() if k != key}
         return out
 
     def sha256(self) -> str:
@@ -201,6 +222,15 @@ def _validate_eval(where: str, ev: dict) -> dict:
                    f"{ev['reuse_verdicts']!r}")
     if ev["runtime"] not in ("podman", "local"):
         raise _err(where, "eval.runtime", f"expected podman or local, got {ev['runtime']!r}")
+    ind = ev["in_distribution"]
+    if not isinstance(ind, list) or not all(isinstance(s, str) for s in ind):
+        raise _err(where, "eval.in_distribution", f"expected a list of eval split names, got "
+                   f"{ind!r}")
+    for s in ind:
+        if s not in splits:
+            raise _err(where, "eval.in_distribution", f"{s!r} is not one of eval.splits "
+                       f"{splits!r}")
+    ev["in_distribution"] = list(ind)
     return ev
 
 
@@ -212,6 +242,9 @@ def _validate_bootstrap(where: str, bs: dict) -> dict:
     a = bs["alpha"]
     if not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 < a < 1:
         raise _err(where, "bootstrap.alpha", f"expected a number in (0, 1), got {a!r}")
+    pw = bs["power"]
+    if not isinstance(pw, (int, float)) or isinstance(pw, bool) or not 0 < pw < 1:
+        raise _err(where, "bootstrap.power", f"expected a number in (0, 1), got {pw!r}")
     return bs
 
 
@@ -267,8 +300,32 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
     acc = raw.get("accelerate_config")
     if acc is not None and (not isinstance(acc, str) or not acc):
         raise _err(where, "accelerate_config", f"expected a path or null, got {acc!r}")
+    pooled = raw.get("pooled_seeds") or "shared"
+    if pooled not in POOLED_SEEDS:
+        raise _err(where, "pooled_seeds", f"expected one of {POOLED_SEEDS}, got {pooled!r}")
     return StudyConfig(name=name, model=model, arms=arms, seeds=seeds, seeds_by_arm=seeds_by_arm,
-                       train=train, eval=ev, bootstrap=bs, accelerate_config=acc, path=path)
+                       train=train, eval=ev, bootstrap=bs, accelerate_config=acc,
+                       pooled_seeds=pooled, path=path)
+
+
+def config_from_study_json(path: str | Path) -> StudyConfig:
+    """The study config recorded in a study folder's ``study.json`` (its keys of
+    :data:`TOP_KEYS`; keys it predates get their defaults).
+
+    Raises: FileNotFoundError naming the missing file; StudyConfigError naming the file and
+        key of a bad record.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--out: {p} missing (not a study folder?)")
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StudyConfigError(f"{p}: not valid JSON ({exc.msg})") from None
+    if not isinstance(rec, dict):
+        raise StudyConfigError(f"{p}: expected a JSON object")
+    raw = {k: rec[k] for k in TOP_KEYS if k in rec}
+    return config_from_dict(raw, where=str(p), default_name=rec.get("name") or "study")
 
 
 def load_study_config(path: str | Path) -> StudyConfig:
@@ -313,5 +370,6 @@ def split_dirname(split: str) -> str:
     return split.replace(":", "-")
 
 
-__all__ = ["ARMS", "StudyConfig", "StudyConfigError", "changed_keys", "config_from_dict",
-           "load_study_config", "split_dirname", "validate_train"]
+__all__ = ["ARMS", "OMIT_AT_DEFAULT", "POOLED_SEEDS", "StudyConfig", "StudyConfigError",
+           "changed_keys", "config_from_dict", "config_from_study_json", "load_study_config",
+           "split_dirname", "validate_train"]

@@ -5,8 +5,10 @@
 folders with ``<policy>`` = ``baseline`` or ``<arm>-s<seed>`` and ``<split>`` the split name
 with ':' → '-') and writes:
 
-(a) design and what ran — every unit (training run, evaluation) done / stopped / running /
-    pending, from the runs' receipts and the evals' ``results.json``;
+(a) design and what ran — every unit (training run, evaluation) in its state from
+    :func:`ecredit_trl.study.status.study_units` (the one definition of done ``status`` and
+    ``run`` use; an evaluation's figures count only when it is done), with the receipts'
+    termination class, sessions and step;
 (b) learning curves — resolved rate per training step (``ledger.jsonl``: resolved / rollouts),
     mean over seeds with the min–max band (``learning_curves.png``);
 (c) the signal table of each credit arm's training trajectories in the pilot's columns
@@ -14,12 +16,17 @@ with ':' → '-') and writes:
 (d) evaluation per arm × seed and split — per-rollout mean over the fixed denominator,
     unknown slots counted — with the step-0 baseline beside them;
 (e) task-paired differences M−B, M−O, M−E and each arm − baseline with the percentile
-    bootstrap CI (study.json ``bootstrap``), seeds pooled (:func:`eval.compare.compare`: an
-    arm's per-task success is the mean over its seeds) and per seed (``paired_diffs.png``);
+    bootstrap CI (study.json ``bootstrap``) and the minimum detectable difference
+    (:mod:`eval.power`, ``bootstrap.power``), seeds pooled over the seeds both arms share
+    (:mod:`ecredit_trl.study.report_pairs`; ``pooled_seeds``) and per seed
+    (``paired_diffs.png``);
 (f) costs per arm (ledger + receipts + the evals' results);
 (g) whatever did not run or was not recorded prints **Pending**, never a number.
 
-Plus an "Answer" paragraph generated from (e). Nothing is half-written: everything is read
+Plus an "Answer" paragraph generated from (e) and the caveat line with the policy's
+parameter count measured from its weights (:mod:`ecredit_trl.study.report_model`).
+``report.json`` records its ``inputs`` (:func:`ecredit_trl.study.status.report_inputs`), by
+which ``status`` tells whether it is current. Nothing is half-written: everything is read
 and computed first, the files are staged in a temporary folder inside ``out_dir`` and then
 renamed into place, so an error leaves the previous report intact.
 
@@ -36,7 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ecredit_trl.runs.receipts import process_alive, read_sessions
-from ecredit_trl.study.config import split_dirname
+from ecredit_trl.study.config import StudyConfigError, config_from_study_json, split_dirname
+from ecredit_trl.study.report_model import model_parameters
+from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
     CREDIT_ARMS,
@@ -44,14 +53,14 @@ from ecredit_trl.study.report_tables import (
     arm_costs,
     learning_curve,
     mean_band,
-    pair_row,
     run_costs,
     signal_table,
 )
+from ecredit_trl.study.status import report_inputs, study_units
 from eval.compare import compare, load_run
 from eval.files import read_jsonl
 
-__all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "run_status",
+__all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "receipt_summary",
            "study_report", "write_report"]
 
 SCHEMA = "ecredit-study-report/1"
@@ -105,31 +114,28 @@ def load_study(out_dir: str | Path) -> dict:
     return study
 
 
-def run_status(run_dir: Path) -> dict:
-    """Status of one training run from its receipts: ``done`` (last session terminated
-    ``completed``), ``stopped`` (another termination class, in ``class``; or no termination
-    receipt and its process is gone), ``running`` (no termination receipt, the process is
-    alive or cannot be checked) or ``pending`` (no run folder / no receipt).
+def receipt_summary(run_dir: Path) -> dict:
+    """What one training run's receipts say, for the units table: ``class`` (the last
+    session's termination class; ``no termination receipt`` when its process is gone
+    without one, None while it lives), ``sessions`` and ``step``. Whether the run is
+    *done* is :func:`ecredit_trl.study.status.train_state`'s call, not this one's.
 
     Raises: StudyReportError naming an unreadable receipt."""
     if not run_dir.is_dir():
-        return {"status": "pending", "class": None, "sessions": 0, "step": None}
+        return {"class": None, "sessions": 0, "step": None}
     try:
         sessions = read_sessions(run_dir)
     except ValueError as exc:
         raise StudyReportError(str(exc)) from None
     if not sessions:
-        return {"status": "pending", "class": None, "sessions": 0, "step": None}
+        return {"class": None, "sessions": 0, "step": None}
     last = sessions[-1]
     term = last.termination
     if term is None:  # no receipt: running, or killed without one (SIGKILL, OOM killer)
         alive = process_alive((last.opened or {}).get("process") or {})
-        return {"status": "stopped" if alive is False else "running",
-                "class": "no termination receipt" if alive is False else None,
+        return {"class": "no termination receipt" if alive is False else None,
                 "sessions": len(sessions), "step": None}
-    cls = term.get("class")
-    return {"status": "done" if cls == "completed" else "stopped", "class": cls,
-            "sessions": len(sessions), "step": term.get("step")}
+    return {"class": term.get("class"), "sessions": len(sessions), "step": term.get("step")}
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -152,30 +158,41 @@ def _json(path: Path, field: str | None = None) -> dict | None:
     return obj
 
 
-def _collect_run(out: Path, arm: str, seed: int, splits: Sequence[str]) -> dict:
-    """Everything the report reads about one run (its files; None/[] where absent)."""
+def _collect_run(out: Path, arm: str, seed: int, splits: Sequence[str],
+                 states: dict[str, dict]) -> dict:
+    """Everything the report reads about one run (its files; None/[] where absent). An
+    evaluation counts only when its unit is done (``states``: uid → unit row of
+    :func:`ecredit_trl.study.status.study_units`); any other is None (Pending)."""
     label = f"{arm}-s{seed}"
     d = out / "runs" / label
     ledger = _jsonl(d / "ledger.jsonl")
     traj = _jsonl(d / "trajectories.jsonl")
-    status = run_status(d)
     try:
         sessions = read_sessions(d) if d.is_dir() else []
     except ValueError as exc:
         raise StudyReportError(str(exc)) from None
     secs = [(s.termination or {}).get("seconds") for s in sessions]
     manifest = _json(d / "manifest.json") or {}
-    evals = {sp: _json(out / "evals" / label / split_dirname(sp) / "results.json", "summary")
-             for sp in splits}
-    return {"label": label, "arm": arm, "seed": seed, "dir": d, "status": status,
+    evals = {sp: _done_results(out, label, sp, states) for sp in splits}
+    return {"label": label, "arm": arm, "seed": seed, "dir": d,
+            "status": states[f"train-{label}"]["status"],
             "ledger": ledger, "trajectories": traj, "session_seconds": secs,
             "world_size": manifest.get("world_size"), "evals": evals}
 
 
-def _eval_row(policy: str, arm: str, seed: int | None, split: str, res: dict | None) -> dict:
-    """One row of table (d); figures None (Pending) when the evaluation is missing."""
+def _done_results(out: Path, policy: str, split: str, states: dict[str, dict]) -> dict | None:
+    """``results.json`` of a done evaluation unit, else None (Pending)."""
+    uid = f"eval-{policy}-{split_dirname(split)}"
+    if states.get(uid, {}).get("status") != "done":
+        return None
+    return _json(out / "evals" / policy / split_dirname(split) / "results.json", "summary")
+
+
+def _eval_row(policy: str, arm: str, seed: int | None, split: str, res: dict | None,
+              state: str) -> dict:
+    """One row of table (d); figures None (Pending) unless the evaluation is done."""
     row = {"policy": policy, "arm": arm, "seed": seed, "split": split,
-           "status": "done" if res else "pending", "success": None, "resolved": None,
+           "status": state if res is None else "done", "success": None, "resolved": None,
            "slots": None, "tasks": None, "n": None, "unknown": None, "success_bounds": None}
     if res:
         s = res["summary"]
@@ -189,10 +206,12 @@ def _eval_row(policy: str, arm: str, seed: int | None, split: str, res: dict | N
 
 def _differences(out: Path, study: dict, split: str, runs: list[dict],
                  baseline: dict | None) -> dict:
-    """Table (e) of one split: pooled and per-seed paired differences."""
+    """Table (e) of one split: pooled (seeds rule of :mod:`ecredit_trl.study.report_pairs`)
+    and per-seed paired differences, each with its MDD, over the done evaluations."""
     boot = study["bootstrap"]
     ckw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "seed": boot["seed"]}
-    kw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "boot_seed": boot["seed"]}
+    kw = {"n_boot": boot["n_boot"], "alpha": float(boot["alpha"]), "boot_seed": boot["seed"],
+          "power": float(boot["power"])}
     sd = split_dirname(split)
     args = [f"{BASELINE}={out / 'evals' / BASELINE / sd}"] if baseline else []
     args += [f"{r['arm']}:{r['seed']}={out / 'evals' / r['label'] / sd}" for r in runs
@@ -203,27 +222,9 @@ def _differences(out: Path, study: dict, split: str, runs: list[dict],
     except (ValueError, FileNotFoundError) as exc:  # eval.compare's input errors name the file
         raise StudyReportError(str(exc)) from None
     arms = study["arms"]
-    # seeds pooled only once every seed of the arm's design is evaluated (else Pending)
-    done = {(x.arm, x.seed) for x in loaded}
-    arm_pt = {a: d["per_task"] for a, d in cmp["arms"].items()
-              if a == BASELINE or all((a, s) in done for x, s in study["design"] if x == a)}
-    pooled = [pair_row(f"{a}−{b}", arm_pt.get(a), arm_pt.get(b), a=a, b=b, **kw)
-              for a, b in STANDARD_PAIRS if a in arms and b in arms]
-    pooled += [pair_row(f"{a}−{BASELINE}", arm_pt.get(a), arm_pt.get(BASELINE), a=a,
-                        b=BASELINE, **kw) for a in arms]
-    run_pt = {(x.arm, x.seed): x.per_task for x in loaded if x.arm != BASELINE}
-    base_pt = next((x.per_task for x in loaded if x.arm == BASELINE), None)
-    per_seed = []
-    for a, b in STANDARD_PAIRS:
-        if a not in arms or b not in arms:
-            continue
-        seeds_a = {s for x, s in study["design"] if x == a}
-        for s in sorted(seeds_a & {s for x, s in study["design"] if x == b}):
-            per_seed.append(pair_row(f"{a}−{b}", run_pt.get((a, s)), run_pt.get((b, s)),
-                                     a=a, b=b, seed=s, **kw))
-    for a, s in study["design"]:
-        per_seed.append(pair_row(f"{a}−{BASELINE}", run_pt.get((a, s)),
-                                 base_pt, a=a, b=BASELINE, seed=s, **kw))
+    seeds = {a: [s for x, s in study["design"] if x == a] for a in arms}
+    pooled = pooled_rows(loaded, seeds, arms, rule=study.get("pooled_seeds") or "shared", **kw)
+    per_seed = per_seed_rows(loaded, study["design"], arms, **kw)
     arm_ci = {a: {"success": d["success"], "ci": d["ci"], "n_tasks": d["n_tasks"],
                   "seeds": d["seeds"]} for a, d in cmp["arms"].items()}
     return {"pooled": pooled, "per_seed": per_seed, "arms": arm_ci,
@@ -247,11 +248,28 @@ def _signal(arm: str, runs: list[dict]) -> dict:
             "per_run": per_run, "pending": pending}
 
 
+def _units(out: Path, cfg) -> tuple[list, list[dict]]:
+    """The study's units (:func:`ecredit_trl.study.status.study_units`, the one definition
+    of done, read without the live-run override) and the report's rows of them."""
+    units = study_units(cfg, out, live=False)
+    rows = []
+    for u in units:
+        if u.kind not in ("train", "eval"):
+            continue
+        row = {"kind": u.kind, "name": u.name, "status": u.state, "detail": u.detail}
+        if u.kind == "train":
+            row.update(receipt_summary(u.path))
+        rows.append(row)
+    return units, rows
+
+
 def study_report(out_dir: str | Path) -> dict:
     """Read a study folder and compute the report's content (reads only; writes nothing).
 
     Returns: the ``report.json`` dict (keys ``schema``, ``study``, ``units``, ``curves``,
-        ``signal``, ``evaluation``, ``differences``, ``costs``, ``answer``); None = Pending.
+        ``signal``, ``evaluation``, ``differences``, ``costs``, ``answer``, ``model``
+        (:func:`ecredit_trl.study.report_model.model_parameters`), ``inputs``
+        (:func:`ecredit_trl.study.status.report_inputs`)); None = Pending.
 
     Raises: StudyReportError naming the file and field of bad input (study.json, a corrupt
         record line that is not the last, a results.json without ``summary``, a usable
@@ -259,15 +277,17 @@ def study_report(out_dir: str | Path) -> dict:
     """
     out = Path(out_dir)
     study = load_study(out)
+    try:
+        cfg = config_from_study_json(out / "study.json")
+    except (StudyConfigError, FileNotFoundError) as exc:
+        raise StudyReportError(str(exc)) from None
+    study["pooled_seeds"] = cfg.pooled_seeds
+    study["bootstrap"] = {**study["bootstrap"], "power": cfg.bootstrap["power"]}
     splits = study["eval"].get("splits", []) if study.get("eval") else []
-    runs = [_collect_run(out, a, s, splits) for a, s in study["design"]]
-    baseline = {sp: _json(out / "evals" / BASELINE / split_dirname(sp) / "results.json",
-                          "summary") for sp in splits}
-    units = [{"kind": "train", "name": r["label"], **r["status"]} for r in runs]
-    units += [{"kind": "eval", "name": f"{p}/{split_dirname(sp)}",
-               "status": "done" if res else "pending"}
-              for p, evs in [(BASELINE, baseline)] + [(r["label"], r["evals"]) for r in runs]
-              for sp, res in evs.items()]
+    units, unit_rows = _units(out, cfg)
+    states = {f"{r['kind']}-{r['name'].replace('/', '-')}": r for r in unit_rows}
+    runs = [_collect_run(out, a, s, splits, states) for a, s in study["design"]]
+    baseline = {sp: _done_results(out, BASELINE, sp, states) for sp in splits}
     curves = {}
     for arm in study["arms"]:
         per = {r["label"]: learning_curve(r["ledger"], r["trajectories"])
@@ -277,17 +297,31 @@ def study_report(out_dir: str | Path) -> dict:
                                                   for k, v in per.items()}} if per else None
     signal = {arm: _signal(arm, [r for r in runs if r["arm"] == arm])
               for arm in study["arms"] if arm in CREDIT_ARMS}
-    evaluation = {sp: [_eval_row(BASELINE, BASELINE, None, sp, baseline[sp])]
-                  + [_eval_row(r["label"], r["arm"], r["seed"], sp, r["evals"][sp])
+    evaluation = {sp: [_eval_row(BASELINE, BASELINE, None, sp, baseline[sp],
+                                 states[f"eval-{BASELINE}-{split_dirname(sp)}"]["status"])]
+                  + [_eval_row(r["label"], r["arm"], r["seed"], sp, r["evals"][sp],
+                               states[f"eval-{r['label']}-{split_dirname(sp)}"]["status"])
                      for r in runs] for sp in splits}
     differences = {sp: _differences(out, study, sp, runs, baseline[sp]) for sp in splits}
+    meta = {k: study.get(k) for k in ("name", "model", "arms", "seeds", "seeds_by_arm", "train",
+                                      "eval", "bootstrap", "accelerate_config", "config_sha256",
+                                      "started_at", "command", "pooled_seeds")}
+    return {"schema": SCHEMA, "study": meta, "units": unit_rows, "curves": curves,
+            "signal": signal, "evaluation": evaluation, "differences": differences,
+            "costs": _costs(study, runs), "answer": _answer(differences),
+            "model": model_parameters(out, [r["dir"] for r in runs], baseline),
+            "inputs": report_inputs(out, cfg, units[:-1])}
+
+
+def _costs(study: dict, runs: list[dict]) -> dict:
+    """Table (f): per run (None while the run is pending) and per arm."""
     per_run_cost = {r["label"]: run_costs(r["ledger"], session_seconds=r["session_seconds"],
                                           world_size=r["world_size"],
                                           eval_results=list(r["evals"].values()))
-                    if r["status"]["status"] != "pending" else None for r in runs}
+                    if r["status"] != "pending" else None for r in runs}
     for r in runs:
         if per_run_cost[r["label"]] is not None:
-            per_run_cost[r["label"]]["status"] = r["status"]["status"]
+            per_run_cost[r["label"]]["status"] = r["status"]
     costs = {"per_run": per_run_cost, "per_arm": {
         arm: arm_costs([c for r in runs if r["arm"] == arm
                         if (c := per_run_cost[r["label"]]) is not None])
@@ -295,18 +329,15 @@ def study_report(out_dir: str | Path) -> dict:
     for arm, c in costs["per_arm"].items():  # an arm with a run not started is Pending
         if any(per_run_cost[r["label"]] is None for r in runs if r["arm"] == arm):
             costs["per_arm"][arm] = {"runs": c["runs"], **dict.fromkeys(COST_KEYS)}
-    meta = {k: study.get(k) for k in ("name", "model", "arms", "seeds", "seeds_by_arm", "train",
-                                      "eval", "bootstrap", "accelerate_config", "config_sha256",
-                                      "started_at", "command")}
-    return {"schema": SCHEMA, "study": meta, "units": units, "curves": curves,
-            "signal": signal, "evaluation": evaluation, "differences": differences,
-            "costs": costs, "answer": _answer(differences)}
+    return costs
 
 
 def _answer(differences: dict) -> dict:
-    """Per split: M−B, M−O, M−E and O − baseline as (mean, ci, verdict)."""
+    """Per split: M−B, M−O, M−E and O − baseline as (mean, ci, verdict, MDD, seeds)."""
     want = [f"{a}−{b}" for a, b in STANDARD_PAIRS] + ["O−baseline"]
-    return {sp: [{k: p[k] for k in ("name", "mean", "ci", "verdict", "n_tasks")}
+    keys = ("name", "mean", "ci", "verdict", "n_tasks", "mdd", "mdd_reason", "power",
+            "seeds_note")
+    return {sp: [{k: p.get(k) for k in keys}
                  for name in want for p in d["pooled"] if p["name"] == name]
             for sp, d in differences.items()}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-__all__ = ["PENDING", "answer_text", "render_markdown"]
+__all__ = ["PENDING", "answer_text", "power_words", "render_markdown", "split_title",
+           "verdict_words"]
 
 PENDING = "Pending"
 _NA = "n/a"
@@ -38,14 +39,43 @@ def _cov(report: dict) -> int:
     return int(round(100 * (1 - float(report["study"]["bootstrap"]["alpha"]))))
 
 
-def answer_text(report: dict) -> list[str]:
-    """The "Answer" lines: per split, M−B, M−O, M−E (mean, CI, whether the CI excludes 0)
-    and O − baseline. A difference that was not measured says Pending."""
-    cov = _cov(report)
-    lines = []
+def power_words(row: dict) -> str:
+    """"would have detected |Δ| ≥ X (80% power)" of a pair row, or why it cannot say."""
+    pw = int(round(100 * float(row.get("power") or 0.8)))
+    if row.get("mdd") is None:
+        return (f"minimum detectable difference not estimable ({row['mdd_reason']})"
+                if row.get("mdd_reason") else f"minimum detectable difference {PENDING}")
+    return f"would have detected |Δ| ≥ {row['mdd']:.3f} ({pw}% power)"
+
+
+def verdict_words(row: dict) -> str:
+    """The verdict of a pair row in words, a null one with its minimum detectable
+    difference ("no difference detected (CI contains 0) — would have detected |Δ| ≥ X")."""
     words = {"positive": "CI excludes 0 (positive)", "negative": "CI excludes 0 (negative)",
              "no difference detected": "no difference detected (CI contains 0)",
              "Pending": PENDING}
+    w = words[row["verdict"]]
+    if row["verdict"] == "no difference detected":
+        w += " — " + power_words(row)
+    elif row["verdict"] != "Pending":
+        w += f"; MDD {row['mdd']:.3f} at {int(round(100 * float(row.get('power') or 0.8)))}% power" \
+            if row.get("mdd") is not None else f"; {power_words(row)}"
+    return w
+
+
+def split_title(report: dict, split: str) -> str:
+    """```split``` plus " (training tasks)" for a split in ``eval.in_distribution``."""
+    ind = (report["study"].get("eval") or {}).get("in_distribution") or []
+    return f"`{split}`" + (" (training tasks: in-distribution on purpose)" if split in ind
+                           else "")
+
+
+def answer_text(report: dict) -> list[str]:
+    """The "Answer" lines: per split, M−B, M−O, M−E (mean, CI, whether the CI excludes 0,
+    the minimum detectable difference) and O − baseline. A difference that was not
+    measured says Pending; a row that mixes seed sets says so."""
+    cov = _cov(report)
+    lines = []
     for split, rows in report["answer"].items():
         if not rows:
             continue
@@ -54,9 +84,11 @@ def answer_text(report: dict) -> list[str]:
             if r["verdict"] == "Pending":
                 parts.append(f"**{r['name']}**: {PENDING}")
             else:
+                mixed = f" ({r['seeds_note']})" if r.get("seeds_note") else ""
                 parts.append(f"**{r['name']}** = {r['mean']:+.3f}, {cov}% CI "
-                             f"{_ci(r['ci'])} over {r['n_tasks']} tasks — {words[r['verdict']]}")
-        lines.append(f"- `{split}`: " + "; ".join(parts) + ".")
+                             f"{_ci(r['ci'])} over {r['n_tasks']} tasks{mixed} — "
+                             f"{verdict_words(r)}")
+        lines.append(f"- {split_title(report, split)}: " + "; ".join(parts) + ".")
     if not lines:
         lines.append(f"- {PENDING}: no evaluation split in the study.")
     return lines
@@ -161,7 +193,7 @@ def _evaluation(report: dict) -> list[str]:
              "denominator; unknown slots stay in the denominator as not resolved and are "
              "counted apart (bounds: unknown as failed / as resolved).", ""]
     for split, rows in report["evaluation"].items():
-        lines += [f"### `{split}`", "",
+        lines += [f"### {split_title(report, split)}", "",
                   "| policy | arm | seed | success | resolved / slots | tasks × n | unknown | "
                   "bounds |", "|---|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -178,13 +210,38 @@ def _evaluation(report: dict) -> list[str]:
     return lines
 
 
+def _seeds_cell(p: dict) -> str:
+    sa, sb = p.get("seeds_a"), p.get("seeds_b")
+    if sa is None:
+        return "–"
+    cell = f"{sa}" if sb is None else f"{sa} vs {sb}"
+    return cell + (" **mixes seed sets**" if p.get("mixed_seeds") else "")
+
+
+def _mdd_cell(p: dict) -> str:
+    if p.get("mdd") is not None:
+        return f"{p['mdd']:.3f}"
+    return "n/a (no spread)" if p.get("mdd_reason") and p.get("n_tasks") else PENDING
+
+
 def _pair_lines(rows: list[dict], seed_col: bool) -> list[str]:
     out = []
     for p in rows:
-        seed = f" {p.get('seed')} |" if seed_col else ""
-        out.append(f"| {p['name']} |{seed} {_f(p['n_tasks'])} | {_signed(p['mean'])} | "
-                   f"{_ci(p['ci'])} | {p['verdict']} |")
+        lead = f" {p.get('seed')} |" if seed_col else f" {_seeds_cell(p)} |"
+        out.append(f"| {p['name']} |{lead} {_f(p['n_tasks'])} | {_signed(p['mean'])} | "
+                   f"{_ci(p['ci'])} | {_mdd_cell(p)} | {p['verdict']} |")
     return out
+
+
+def _mdd_paragraph(report: dict) -> list[str]:
+    b = report["study"]["bootstrap"]
+    pw = int(round(100 * float(b.get("power", 0.8))))
+    return [f"MDD = minimum detectable difference at {pw}% power, two-sided α = "
+            f"{float(b['alpha']):g}: MDD = (z_(1−α/2) + z_power) · sd(d_t) / √T over the T "
+            "paired tasks' differences d_t (the paired-variance estimate, `eval.power`; "
+            "each d_t already averages the design's n rollouts and seeds). A difference "
+            f"this large is detected with probability {pw}%; \"no difference detected\" "
+            "says nothing about smaller ones. n/a: every d_t equal (no spread).", ""]
 
 
 def _differences(report: dict) -> list[str]:
@@ -192,16 +249,24 @@ def _differences(report: dict) -> list[str]:
     b = report["study"]["bootstrap"]
     lines = ["## (e) Paired differences", "",
              f"Task-paired differences of per-task success (resolved rollouts / n); seeds "
-             f"pooled = an arm's per-task success is the mean over its seeds "
-             f"(`eval.compare`). {cov}% percentile bootstrap CI over tasks ({b['n_boot']} "
+             f"pooled = an arm's per-task success is the mean over the seeds the row pools "
+             f"(`eval.compare.arm_task_success`). {cov}% percentile bootstrap CI over tasks ({b['n_boot']} "
              f"resamples, seed {b['seed']}).", "", "![paired differences](paired_diffs.png)", ""]
+    rule = report["study"].get("pooled_seeds") or "shared"
+    lines += _mdd_paragraph(report)
+    lines += [("Seeds pooled: each side averages the seeds both arms share (M−E on E's seeds "
+               "only; `pooled_seeds: shared`)" if rule == "shared" else
+               "Seeds pooled: every seed of each arm (`pooled_seeds: all`)")
+              + "; an arm − baseline row pools all of the arm's seeds. A row that mixes "
+              "seed sets says so.", ""]
     for split, d in report["differences"].items():
-        lines += [f"### `{split}` — seeds pooled", "",
-                  f"| difference | paired tasks | mean | {cov}% CI | verdict |",
-                  "|---|---|---|---|---|", *_pair_lines(d["pooled"], False), "",
-                  f"### `{split}` — per seed", "",
-                  f"| difference | seed | paired tasks | mean | {cov}% CI | verdict |",
-                  "|---|---|---|---|---|---|", *_pair_lines(d["per_seed"], True), ""]
+        title = split_title(report, split)
+        lines += [f"### {title} — seeds pooled", "",
+                  f"| difference | seeds | paired tasks | mean | {cov}% CI | MDD | verdict |",
+                  "|---|---|---|---|---|---|---|", *_pair_lines(d["pooled"], False), "",
+                  f"### {title} — per seed", "",
+                  f"| difference | seed | paired tasks | mean | {cov}% CI | MDD | verdict |",
+                  "|---|---|---|---|---|---|---|", *_pair_lines(d["per_seed"], True), ""]
         for w in d["warnings"]:
             lines.append(f"- warning: {w}")
         if d["warnings"]:
@@ -242,15 +307,31 @@ def _costs(report: dict) -> list[str]:
     return lines + [""]
 
 
+def _params(m: dict) -> str:
+    if not m or m.get("parameters") is None:
+        return f"parameter count {PENDING} (no weights in the study folder to count)"
+    n = m["parameters"]
+    size = f"{n / 1e6:.2f}M" if n < 1e9 else f"{n / 1e9:.2f}B"
+    what = "adapter parameters" if m.get("adapter") else "parameters"
+    return f"{size} {what} ({n:,}, counted from `{m['source']}`)"
+
+
+def _caveat(report: dict) -> list[str]:
+    """The policy's measured size; for the embedded default, what its results cannot say."""
+    m = report.get("model") or {}
+    if report["study"].get("model"):
+        return [f"Policy `{report['study']['model']}`: {_params(m)}.", ""]
+    return [f"The embedded default policy is a tiny model warm-started on these bundled tasks: "
+            f"{_params(m)}. Its results say nothing about real models.", ""]
+
+
 def render_markdown(report: dict) -> str:
     """``report.md`` from the :func:`ecredit_trl.study.report.study_report` dict (pure)."""
     name = report["study"].get("name") or "study"
     lines = [f"# Study report: {name}", "", "## Answer", "", *answer_text(report), "",
              "A CI that contains 0 means no difference was detected at this size, not that the "
              "arms are equal. **Pending** = not run or not recorded (never a number).", ""]
-    if not report["study"].get("model"):
-        lines += ["The embedded default policy is a 2M-parameter model warm-started on these "
-                  "bundled tasks: its results say nothing about real models.", ""]
+    lines += _caveat(report)
     for part in (_design, _curves, _signal, _evaluation, _differences, _costs):
         lines += part(report)
     return "\n".join(lines)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from ecredit_trl.credit.pilot_report import EXCLUSIONS as PILOT_EXCLUSIONS
 from ecredit_trl.credit.pilot_report import pilot_table
 from eval.compare import bootstrap_ci, ledger_costs, paired_difference
+from eval.power import DEFAULT_POWER, mdd
 
 __all__ = ["COST_KEYS", "CREDIT_ARMS", "STANDARD_PAIRS", "arm_costs", "learning_curve", "mean_band",
            "pair_row", "run_costs", "signal_table", "verdict"]
@@ -205,25 +206,35 @@ def verdict(ci: Sequence[float] | None) -> str:
 
 
 def pair_row(name: str, per_a: Mapping[str, float] | None, per_b: Mapping[str, float] | None,
-             *, n_boot: int, alpha: float, boot_seed: int, **extra) -> dict:
+             *, n_boot: int, alpha: float, boot_seed: int, power: float = DEFAULT_POWER,
+             **extra) -> dict:
     """One task-paired difference ``per_a − per_b`` with its percentile bootstrap CI
-    (:func:`eval.compare.paired_difference`, :func:`eval.compare.bootstrap_ci`).
+    (:func:`eval.compare.paired_difference`, :func:`eval.compare.bootstrap_ci`) and its
+    minimum detectable difference (:func:`eval.power.mdd`, the paired-variance estimate:
+    MDD = (z_{1−α/2} + z_power) · sd(d_t) / √T, two-sided α = ``alpha``).
 
     Args:
         per_a, per_b: task id → per-task success; None = that side was not evaluated
             (Pending).
         n_boot, alpha, boot_seed: the bootstrap (study.json ``bootstrap``: n_boot, alpha, seed).
-        extra: copied into the row (``a``, ``b``, ``seed`` ...).
+        power: 1 − β of the MDD (study.json ``bootstrap.power``, default 0.8).
+        extra: copied into the row (``a``, ``b``, ``seed``, ``seeds_a`` ...).
 
-    Returns: ``{"name", "n_tasks", "mean", "ci", "verdict", "unpaired", **extra}``; ``mean``,
-        ``ci`` and ``n_tasks`` None when a side is missing or nothing is paired.
+    Returns: ``{"name", "n_tasks", "mean", "ci", "verdict", "unpaired", "mdd", "mdd_se",
+        "mdd_reason", "power", **extra}``; ``mean``, ``ci``, ``n_tasks`` and ``mdd`` None when
+        a side is missing or nothing is paired (``mdd`` also None, with ``mdd_reason``, when
+        the differences have no spread).
     """
-    row = {"name": name, "n_tasks": None, "mean": None, "ci": None, "unpaired": None, **extra}
+    row = {"name": name, "n_tasks": None, "mean": None, "ci": None, "unpaired": None,
+           "mdd": None, "mdd_se": None, "mdd_reason": "", "power": power, **extra}
     if per_a is not None and per_b is not None:
         pd = paired_difference(per_a, per_b)
-        ci = bootstrap_ci(list(pd["diffs"].values()), n_boot=n_boot, alpha=alpha, seed=boot_seed)
+        diffs = list(pd["diffs"].values())
+        ci = bootstrap_ci(diffs, n_boot=n_boot, alpha=alpha, seed=boot_seed)
+        pw = mdd(diffs, alpha=alpha, power=power)
         row.update(n_tasks=len(pd["tasks"]) or None, mean=pd["mean"],
                    ci=list(ci) if ci else None,
-                   unpaired=len(pd["only_in_a"]) + len(pd["only_in_b"]))
+                   unpaired=len(pd["only_in_a"]) + len(pd["only_in_b"]),
+                   mdd=pw.mdd, mdd_se=pw.se, mdd_reason=pw.reason)
     row["verdict"] = verdict(row["ci"])
     return row

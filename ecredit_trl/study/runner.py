@@ -35,8 +35,11 @@ from ecredit_trl.study.status import (
     eval_inputs,
     eval_state,
     run_name,
+    sha256_of,
+    study_relpath,
     study_units,
     train_state,
+    unit_record,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -199,8 +202,10 @@ def run_subprocess(out: Path, unit: Unit, cmd: list[str], say) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     rec_path = out / "units" / f"{unit.uid}.json"
+    log_path = logs / f"{unit.uid}.log"
+    # relative to the study folder: a copied or moved folder's records still hold
     rec = {"uid": unit.uid, "cmd": cmd, "started_at": _now(), "rc": None,
-           "log": str(logs / f"{unit.uid}.log")}
+           "log": study_relpath(log_path, out)}
     _write_json(rec_path, rec)
     _write_json(out / "units" / "current.json", {"uid": unit.uid, "pid": os.getpid()})
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -209,7 +214,7 @@ def run_subprocess(out: Path, unit: Unit, cmd: list[str], say) -> int:
     say(f"study: {unit.kind} {unit.name}: {' '.join(cmd[2:6])} ... (log {rec['log']})")
     t0 = time.time()
     stopping: list[int] = []
-    with open(rec["log"], "a") as log:
+    with open(log_path, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
 
@@ -320,6 +325,11 @@ def eval_unit(cfg: StudyConfig, out: Path, policy: str, model: str, split: str, 
             return False
         _abandon(out, ed, say)
     rc = run_subprocess(out, unit, eval_command(cfg, model, split, ed, out / "verdicts"), say)
+    if rd is not None and rc == 0:  # the run this eval is of, relative to the study folder
+        rec = unit_record(out, unit.uid) or {}
+        _write_json(out / "units" / f"{unit.uid}.json", {
+            **rec, "run_dir": study_relpath(rd, out),
+            "results_sha256": sha256_of(ed / "results.json")})
     return rc == 0 and eval_state(ed, cfg, split, rd)[0] == "done"
 
 
@@ -341,13 +351,14 @@ def compare_split(cfg: StudyConfig, out: Path, split: str) -> dict:
             args.append(f"{arm}:{seed}=" + str(ed))
     bs = cfg.bootstrap
     cmp = compare([load_run(a) for a in args], n_boot=bs["n_boot"], seed=bs["seed"],
-                  alpha=bs["alpha"])
+                  alpha=bs["alpha"], power=bs["power"], pooled_seeds=cfg.pooled_seeds)
     cd = out / "compare" / sd
     cd.mkdir(parents=True, exist_ok=True)
     write_json(cd / "compare.json", cmp)
     atomic_write_text(cd / "compare.md", render_markdown(cmp))
     write_plots(cmp, cd)
-    write_json(cd / "inputs.json", {"inputs": eval_inputs(out, cfg, split), "args": args})
+    rel = [f"{a.split('=', 1)[0]}={study_relpath(a.split('=', 1)[1], out)}" for a in args]
+    write_json(cd / "inputs.json", {"inputs": eval_inputs(out, cfg, split), "args": rel})
     return cmp
 
 
@@ -370,16 +381,24 @@ def write_study_report(out: Path, say) -> bool:
 
 
 def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
-              command: list[str] | None = None, say=None) -> int:
-    """Run or resume the whole study in ``out``. Returns 0 when every unit is done (the
+              command: list[str] | None = None, say=None, load_tasks=None) -> int:
+    """Run or resume the whole study in ``out`` (``load_tasks``: source → tasks for the
+    overlap check, default :func:`eval.splits.load_tasks`). Returns 0 when every unit is done (the
     report only when :mod:`ecredit_trl.study.report` exists; otherwise "report: pending" is
     printed), 1 when some unit failed or is not done (the independent ones still ran),
     143/130 when stopped by a signal.
 
-    Raises: StudyRefused (changed config without ``allow_changed``; folder locked).
+    Raises: StudyRefused (changed config without ``allow_changed``; folder locked);
+        StudyConfigError (one line) when the training pool overlaps an evaluation split
+        that ``eval.in_distribution`` does not list
+        (:func:`ecredit_trl.study.pool.check_train_pool`; checked before anything is
+        written).
     """
+    from ecredit_trl.study.pool import check_train_pool
+
     say = say or (lambda m: print(m, flush=True))
     out = Path(out)
+    check_train_pool(cfg, load=load_tasks)
     with StudyLock(out):
         bind_study(cfg, out, allow_changed=allow_changed, command=command or sys.argv)
         try:

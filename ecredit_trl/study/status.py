@@ -12,10 +12,20 @@ Units, in the order ``study run`` works through them:
 * ``eval <policy>/<split>``: ``<out>/evals/<policy>/<split>/``. **done** when
   ``results.json`` carries the binding of ``run.json``, the study's split, n, seed and
   temperature, every slot of the fixed denominator graded, and a rollout subprocess that
-  exited 0; a run policy's results must name that run directory.
+  exited 0; a run policy's results must be of that run (:func:`evaluated_run_matches`:
+  the study's record names it relative to the study folder, or eval.run's absolute
+  ``run_dir`` is that folder, or, in a copied / moved study, ends in ``runs/<name>`` and the
+  recorded model sha256 is the run's final weights now).
 * ``compare <split>``: done when ``compare/<split>/inputs.json`` lists the sha256 of every
   eval's ``results.json`` as they are now.
-* ``report``: done when ``report.json`` is newer than every ``compare.json``.
+* ``report``: done when ``report.json``'s ``inputs`` (:func:`report_inputs`: every other
+  unit's state and every ``results.json``'s sha256) equal the folder's now; a report written
+  before ``inputs`` existed falls back to "newer than every ``compare.json``".
+
+Every state comes from here, for ``status``, ``run`` and the report alike (one definition of
+done: :func:`study_units`). Paths in the study's own records (``units/<id>.json``,
+``compare/<split>/inputs.json``) are relative to the study folder, so a copied or moved
+folder reads the same; absolute paths of older records are still read.
 
 The study process records each unit's command and exit code in ``<out>/units/<id>.json``
 and holds ``<out>/.study.lock`` (``flock``) while it runs.
@@ -145,9 +155,53 @@ def train_state(run_dir: Path, cfg: StudyConfig, arm: str, seed: int) -> tuple[s
     return "failed", f"termination {cls or 'none'}"
 
 
+def study_relpath(path: str | Path, out: str | Path) -> str:
+    """``path`` relative to the study folder ``out`` (POSIX), for the study's own records;
+    a path outside ``out`` stays absolute."""
+    p, root = Path(path).absolute(), Path(out).absolute()
+    try:
+        return p.relative_to(root).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def from_study(path: str | Path, out: str | Path) -> Path:
+    """A path read from a study record: relative ones are under ``out``."""
+    p = Path(path)
+    return p if p.is_absolute() else Path(out) / p
+
+
+def evaluated_run_matches(res: dict, eval_dir: Path, run_dir: Path, out: Path) -> bool:
+    """Whether ``eval_dir/results.json`` (read: ``res``) evaluated the run ``run_dir`` of the
+    study ``out`` (see the module docstring for the three ways it can say so)."""
+    unit = unit_record(out, Unit("eval", f"{run_dir.name}/{eval_dir.name}", eval_dir).uid)
+    if unit and unit.get("run_dir") and unit.get("results_sha256") == sha256_of(
+            eval_dir / "results.json"):
+        return from_study(unit["run_dir"], out).resolve() == run_dir.resolve()
+    rec = res.get("run_dir")
+    if not rec:
+        return False
+    if not Path(rec).is_absolute():
+        return from_study(rec, out).resolve() == run_dir.resolve()
+    if Path(rec).resolve() == run_dir.resolve():
+        return True
+    # an absolute record written where the folder was before it was copied or moved: the
+    # same run name under runs/ and the weights eval.run fingerprinted are this run's now
+    if Path(rec).parts[-2:] != ("runs", run_dir.name) or not (run_dir / "checkpoint-final").is_dir():
+        return False
+    want = (res.get("model") or {}).get("sha256")
+    try:
+        from eval.modelref import resolve_model
+
+        return bool(want) and resolve_model(run_dir).sha256 == want
+    except (OSError, ValueError):
+        return False
+
+
 def eval_state(eval_dir: Path, cfg: StudyConfig, split: str,
                run_dir: Path | None) -> tuple[str, str]:
-    """(state, detail) of one evaluation (see the module docstring)."""
+    """(state, detail) of one evaluation (see the module docstring); the study folder is
+    ``eval_dir``'s grandparent's parent (``<out>/evals/<policy>/<split>``)."""
     res = _read_json(eval_dir / "results.json")
     bound = _read_json(eval_dir / "run.json")
     if res is None:
@@ -159,8 +213,8 @@ def eval_state(eval_dir: Path, cfg: StudyConfig, split: str,
     bad += [k for k in ("temperature", "max_turns", "max_new_tokens") if ov.get(k) != ev[k]]
     if bound is None or bound.get("binding") != res.get("binding"):
         bad.append("binding")
-    if run_dir is not None and (not res.get("run_dir")
-                                or Path(res["run_dir"]).resolve() != run_dir.resolve()):
+    if run_dir is not None and not evaluated_run_matches(res, eval_dir, run_dir,
+                                                            eval_dir.parents[2]):
         bad.append("run_dir")
     if bad:
         return "stale", "differs in " + ", ".join(bad)
@@ -183,12 +237,16 @@ def eval_inputs(out: Path, cfg: StudyConfig, split: str) -> dict[str, str | None
     return {k: sha256_of(p) for k, p in labels.items()}
 
 
-def study_units(cfg: StudyConfig, out: str | Path) -> list[Unit]:
-    """Every unit of the study with its state read from ``out`` (no writes)."""
+def study_units(cfg: StudyConfig, out: str | Path, *, live: bool = True) -> list[Unit]:
+    """Every unit of the study with its state read from ``out`` (no writes).
+
+    Args:
+        live: mark the unit a live ``study run`` is working on as **running** (from the
+            lock and ``units/current.json``); the report reads its states with ``False``,
+            as the folder's records say, so a report written by the run itself stays done.
+    """
     out = Path(out)
     units: list[Unit] = []
-    holder = lock_holder(out)
-    current = (_read_json(out / "units" / "current.json") or {}).get("uid") if holder else None
     for arm, seed in cfg.design():
         rd = out / "runs" / run_name(arm, seed)
         u = Unit("train", run_name(arm, seed), rd)
@@ -209,20 +267,51 @@ def study_units(cfg: StudyConfig, out: str | Path) -> list[Unit]:
             u.state = "done" if rec.get("inputs") == eval_inputs(out, cfg, split) else "stale"
             u.detail = "" if u.state == "done" else "evals changed since"
         units.append(u)
-    rep = Unit("report", "report", out / "report.md")
-    cmps = [out / "compare" / split_dirname(s) / "compare.json" for s in cfg.eval["splits"]]
-    if (out / "report.json").is_file() and all(p.is_file() for p in cmps):
-        newest = max(p.stat().st_mtime for p in cmps)
-        rep.state = "done" if (out / "report.json").stat().st_mtime >= newest else "stale"
-    units.append(rep)
+    _exit_codes(out, units)
+    units.append(report_unit(out, cfg, units))
+    _exit_codes(out, units[-1:])
+    holder = lock_holder(out) if live else None
+    current = (_read_json(out / "units" / "current.json") or {}).get("uid") if holder else None
+    for u in units:
+        if holder and current == u.uid and u.state != "done":
+            u.state, u.detail = "running", f"pid {holder}"
+    return units
+
+
+def _exit_codes(out: Path, units: list[Unit]) -> None:
+    """A unit whose recorded command exited non-zero and that is not done is **failed**."""
     for u in units:
         rec = unit_record(out, u.uid)
         if u.state in ("failed", "pending", "stale") and rec and rec.get("rc") not in (None, 0):
             u.state = "failed"
             u.detail = (u.detail + "; " if u.detail else "") + f"exit {rec['rc']}"
-        if holder and current == u.uid and u.state != "done":
-            u.state, u.detail = "running", f"pid {holder}"
-    return units
+
+
+def report_inputs(out: str | Path, cfg: StudyConfig, units: list[Unit]) -> dict:
+    """What a report is built from, as recorded in ``report.json`` ``inputs``: the config
+    sha256, every train / eval / compare unit's state and every split's
+    :func:`eval_inputs` (sha256 of each ``results.json``). The report is done while these
+    are what the folder holds now."""
+    return {"config_sha256": cfg.sha256(),
+            "units": {u.uid: u.state for u in units if u.kind != "report"},
+            "evals": {split_dirname(s): eval_inputs(out, cfg, s) for s in cfg.eval["splits"]}}
+
+
+def report_unit(out: Path, cfg: StudyConfig, units: list[Unit]) -> Unit:
+    """The report unit (see the module docstring)."""
+    rep = Unit("report", "report", out / "report.md")
+    rec = _read_json(out / "report.json")
+    if rec is None:
+        return rep
+    if "inputs" in rec:
+        same = rec["inputs"] == json.loads(json.dumps(report_inputs(out, cfg, units)))
+        rep.state, rep.detail = ("done", "") if same else ("stale", "units changed since")
+        return rep
+    cmps = [out / "compare" / split_dirname(s) / "compare.json" for s in cfg.eval["splits"]]
+    if all(p.is_file() for p in cmps):  # a report from before `inputs` (issue 24 §5)
+        newest = max(p.stat().st_mtime for p in cmps)
+        rep.state = "done" if (out / "report.json").stat().st_mtime >= newest else "stale"
+    return rep
 
 
 def render_status(units: list[Unit], out: str | Path) -> str:
@@ -238,5 +327,6 @@ def render_status(units: list[Unit], out: str | Path) -> str:
 
 
 __all__ = ["LOCK_NAME", "STATES", "Unit", "config_mismatch", "eval_inputs", "eval_state",
-           "lock_holder", "render_status", "run_name", "sha256_of", "study_units",
-           "train_state", "unit_record"]
+           "evaluated_run_matches", "from_study", "lock_holder", "render_status",
+           "report_inputs", "report_unit", "run_name", "sha256_of", "study_relpath",
+           "study_units", "train_state", "unit_record"]

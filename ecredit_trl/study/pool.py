@@ -1,0 +1,110 @@
+"""The training pool never overlaps an evaluation split (issue 24 §4; DESIGN.md §4).
+
+``study run`` calls :func:`check_train_pool` before it writes anything: it loads the ids of
+``train.tasks`` (the first ``train.max_tasks`` of them, as train.py trains on) and of every
+``eval.splits`` entry, and refuses, in one line naming the overlap count and a few ids, any
+split that shares an id with the pool, unless the split is listed in ``eval.in_distribution``
+(an in-distribution evaluation on purpose, as the embedded study's ``bundled:train``; the
+report labels such a split "training tasks"). ``official500`` and ``holdout100`` are
+evaluation-only: a ``train.tasks`` naming them is refused without loading anything.
+train.py's own guard (``load_tasks(..., purpose="train")`` refusing sealed ids) is unchanged
+and still applies to every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from ecredit_trl.study.config import StudyConfig, StudyConfigError
+
+__all__ = ["EVAL_ONLY", "check_train_pool", "overlap_message", "train_source"]
+
+#: Task sources that only evaluation may use (DESIGN.md §4: fixed denominators 500 / 100).
+EVAL_ONLY = ("official500", "holdout100")
+_SHOW = 3  # ids named in the message
+
+
+def train_source(cfg: StudyConfig) -> str:
+    """``train.tasks`` of the study, or ECreditConfig's default when unset."""
+    if cfg.train.get("tasks"):
+        return str(cfg.train["tasks"])
+    import dataclasses
+
+    from ecredit_trl.config import ECreditConfig
+
+    return next(f.default for f in dataclasses.fields(ECreditConfig) if f.name == "tasks")
+
+
+def overlap_message(train_ids: Sequence[str], split_ids: Mapping[str, Sequence[str]], *,
+                    in_distribution: Sequence[str] = (), where: str = "config") -> str | None:
+    """The one-line refusal for a pool that shares ids with an evaluation split (pure).
+
+    Args:
+        train_ids: the training pool's task ids.
+        split_ids: eval split → its task ids.
+        in_distribution: splits allowed to overlap (``eval.in_distribution``).
+
+    Returns: None when no split outside ``in_distribution`` shares an id, else
+        ``"<where>: train.tasks: N task id(s) also in eval split 'S' (a, b, c, ...); ..."``.
+    """
+    pool = set(train_ids)
+    parts = []
+    for split, ids in split_ids.items():
+        if split in in_distribution:
+            continue
+        common = sorted(pool.intersection(ids))
+        if common:
+            more = ", ..." if len(common) > _SHOW else ""
+            parts.append(f"{len(common)} task id(s) also in eval split {split!r} "
+                         f"({', '.join(common[:_SHOW])}{more})")
+    if not parts:
+        return None
+    return (f"{where}: train.tasks: " + "; ".join(parts) + " — train on a pool disjoint from "
+            "the evaluation splits, or list the split under eval.in_distribution to evaluate "
+            "on training tasks on purpose")
+
+
+def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = None) -> None:
+    """Refuse a study whose training pool overlaps an evaluation split (module docstring).
+
+    Args:
+        cfg: the study config.
+        load: source → tasks with ``instance_id`` (default :func:`eval.splits.load_tasks`
+            with ``purpose="eval"``: the ids are compared here, train.py guards sealed ids).
+
+    Raises: StudyConfigError (one line) for an evaluation-only ``train.tasks``, an overlap,
+        or a split whose ids cannot be read (the overlap cannot be checked then).
+    """
+    where = cfg.path or "config"
+    source = train_source(cfg)
+    if source.partition(":")[0] in EVAL_ONLY:
+        raise StudyConfigError(f"{where}: train.tasks: {source!r} is evaluation-only "
+                               f"({' and '.join(EVAL_ONLY)} are never trained on, DESIGN.md "
+                               "§4); train on a pool such as swegym:PATH, swesmith:PATH or "
+                               "your own rows file")
+    if load is None:
+        from eval.splits import load_tasks
+
+        def load(s):
+            return load_tasks(s, purpose="eval")
+
+    ind = cfg.eval.get("in_distribution") or []
+    checked = [s for s in cfg.eval["splits"] if s not in ind]
+    if not checked:
+        return
+
+    def ids(s: str, what: str) -> list[str]:
+        try:
+            return [t.instance_id for t in load(s)]
+        except (ValueError, FileNotFoundError, RuntimeError) as exc:
+            raise StudyConfigError(f"{where}: {what}: cannot read the task ids of {s!r} to "
+                                   f"check the train/eval overlap ({exc})") from None
+
+    train_ids = ids(source, "train.tasks")
+    cap = cfg.train.get("max_tasks")
+    if cap:
+        train_ids = train_ids[:cap]
+    msg = overlap_message(train_ids, {s: ids(s, "eval.splits") for s in checked},
+                          in_distribution=ind, where=where)
+    if msg:
+        raise StudyConfigError(msg)
