@@ -24,10 +24,15 @@ from sandbox.agent_health import classify_exec_failure
 from sandbox.podman_runtime import podman_env
 from sandbox.trial import Limits
 
-# a fork flood of background sleeps: every free pid, fast (bash's own fork retries take ~15 s)
-FLOOD = ("python3 -c \"import os\nn = 0\nwhile n < 5000:\n try:\n  if os.fork() == 0:\n"
-         "   os.execvp('sleep', ['sleep', '1000'])\n  n += 1\n except OSError:\n  break\n"
-         "print('spawned', n)\"")
+# a fork flood of background sleeps from a process in its own session (out of reach of the
+# call's group kill) that takes every pid freed, so the limit stays full once the call
+# returns (5,000 `sleep &` from bash fill it too, but the pids its own exit frees can let
+# the next exec start: a race, not a test)
+FLOOD = ("python3 -c \"import os, time\nos.setsid()\nn = 0\nwhile n < 5000:\n try:\n"
+         "  if os.fork() == 0:\n   os.execvp('sleep', ['sleep', '1000'])\n  n += 1\n"
+         " except OSError:\n  time.sleep(0.001)\" >/dev/null 2>&1 &\n"
+         "g=/sys/fs/cgroup/pids; read max < $g/pids.max; read cur < $g/pids.current\n"
+         "while [ $cur -lt $max ]; do read cur < $g/pids.current; done; echo full $cur")
 
 
 def _env(task, tmp_path, runtime, **kw) -> SWEAgentEnv:
@@ -64,13 +69,12 @@ def _podman(*args: str) -> None:
 # -- live sessions -------------------------------------------------------------------------
 @pytest.mark.podman
 def test_fork_flood_in_its_own_container_is_the_agents_failure(task, tmp_path, podman_runtime):
-    """5,000 background sleeps against a pids limit of 64: the next exec cannot start. The
+    """Background sleeps up to a pids limit of 64: the next exec cannot start. The
     cgroup is at its limit, the service answers: ``agent_pids``, scored U = -1 (one P2P
     test), reward per the utility, not excluded, no trial."""
     env = _env(task, tmp_path, podman_runtime, limits=Limits(pids=64), bash_timeout_s=30)
     try:
-        out = env.bash(FLOOD)
-        assert "spawned" in out and int(out.split("spawned")[1].split()[0]) < 64, out
+        assert env.bash(FLOOD).strip() == "full 64"
         out = env.bash("echo hello")
         assert out.startswith("ERROR: the sandbox failed (SandboxExecError") and "hello" not in out
         assert env.failure[0] == "sandbox_error" and env.failure_class == "agent_pids"
