@@ -79,7 +79,8 @@ class ECreditConfig(GRPOConfig):
                 "the snapshot limit (GitHub refuses files over 100 MiB)"})
     agent_tree_budget_mib: int = field(default=2048, metadata={
         "help": "growth (MiB) of one rollout's working tree + snapshot store; past it the "
-                "episode ends and the rollout is excluded (disk_budget)"})
+                "episode ends as the policy's failure (agent_disk_budget: the failure value, "
+                "not excluded)"})
     tasks: str = field(default="bundled:train", metadata={"help": "task source (bundled:train, official500, "
                                                             "a .jsonl path, ...)"})
     max_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks"})

@@ -49,6 +49,7 @@ from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.agent.calls import count_calls
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
+from ecredit_trl.agent.failures import apply_episode_failure
 from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.coefficients import credit_stats
@@ -108,6 +109,8 @@ class RolloutRecord:
     setup_error: str | None = None
     factual_outcome: str | None = None
     counterfactual_outcome: str | None = None
+    failure_class: str | None = None  # artifact_* / agent_*: a failure charged to the policy
+    failure_evidence: dict | None = None  # control duration, limit, retry, ... (issue 21 §2)
     calls_not_run: int = 0
     calls_after_submit: int = 0
     submit_turn: int | None = None
@@ -282,10 +285,10 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
         the loss, so an admitted rollout is excluded as ``truncated`` (no counterfactual
         trial; its factual trial runs: the reward enters the group's advantages).
 
-        Returns ``(record, plan)``; ``plan`` is None when the rollout is excluded before
-        any trial: its episode ended on an infra failure or the disk budget
-        (``exclusion`` = the env's failure reason) or building its records raised
-        (``record_error``, the traceback kept). Never raises for one rollout's records.
+        Returns ``(record, plan)``; ``plan`` is None when no trial runs: the episode ended on
+        a failure (:func:`~ecredit_trl.agent.failures.apply_episode_failure`: infra excluded by
+        reason; the policy's own scored with the failure value, C = 0) or building its records
+        raised (``record_error``, the traceback kept). Never raises for one rollout's records.
         """
         cfg = self.ecfg
         messages = completion if isinstance(completion, list) else []
@@ -303,9 +306,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
             rec.format_errors, rec.submit_turn = counts.format_errors, counts.submit_turn
             rec.calls_not_run, rec.calls_after_submit = (counts.calls_not_run,
                                                          counts.calls_after_submit)
-            if env.failure is not None:
-                rec.exclusion, rec.failure = env.failure[0], list(env.failure)
-                return rec, None
+            if env.failure is not None:  # infra: excluded; the policy's: scored (agent.failures)
+                return apply_episode_failure(rec, env, self.tasks[rec.task_id], cfg, truncated), None
             turns = [min(c.turn, n_turns) for c in calls]
             snaps = turn_snapshots(env.base_tree, turns, [c.tree for c in calls], n_turns)
             rec.snapshots = snaps
@@ -356,8 +358,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
             records = self._batch_records
         self._round_infra = (any(r.exit_class == "infra_error" for _, r in self._batch_trials)
                              or any(r.failure and r.failure[0] in ("sandbox_setup",
-                                                                   "sandbox_error")
-                                    for r in records))
+                                    "sandbox_error") and not r.failure_class for r in records))
         return [r.reward for r in records]
 
     def _verify_sequential(self, environments, completions, completion_ids) -> None:

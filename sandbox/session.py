@@ -11,7 +11,12 @@ never pile up to the pids limit; files are capped at ``max_file_bytes`` by the
 ``fsize`` ulimit (a write past it fails with ``EFBIG`` / ``SIGXFSZ``). An exec the
 runtime could not start (OCI error, pids exhausted, container gone) raises
 :class:`SandboxExecError` instead of coming back as the command's output: it is an
-infra failure of the rollout, not something the agent did.
+infra failure unless the agent caused it: :meth:`PodmanSession.diagnose` gathers the
+evidence (service ping, container state, the container's own pids/memory cgroup, read on
+the host) and :func:`sandbox.agent_health.classify_exec_failure` says who (``agent_pids``,
+``agent_oom``, or None: infrastructure). The container's init and main process run as a uid
+of their own (:data:`~sandbox.agent_health.KEEPER_USER`) so the agent's commands (the image's
+user, no capabilities) cannot stop the container by signalling them.
 
 :class:`PodmanSession` is isolated (no network, capabilities dropped, limits);
 :class:`LocalSession` runs on the host and exists only for the explicitly chosen
@@ -22,9 +27,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
+from sandbox.agent_health import KEEPER_USER, classify_exec_failure, read_cgroup
 from sandbox.trial import Limits
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
@@ -125,8 +132,10 @@ class PodmanSession:
             args["mounts"].append({"type": "bind", "source": str(Path(src).resolve()),
                                    "target": target, "read_only": True})
         args["read_only"] = True
-        # an init as PID 1 reaps what timed-out commands orphan (no zombie pile-up)
+        # an init as PID 1 reaps what timed-out commands orphan (no zombie pile-up); it and
+        # the main process run as KEEPER_USER, so the agent cannot stop the container
         args["init"] = True
+        args["user"] = KEEPER_USER
         args["ulimits"] = [*args["ulimits"], {"Name": "fsize", "Soft": max_file_bytes,
                                               "Hard": max_file_bytes}]
         home = {} if login_shell else {"HOME": "/tmp"}
@@ -134,9 +143,16 @@ class PodmanSession:
                                "PYTHONDONTWRITEBYTECODE": "1"}
         args["working_dir"] = workdir
         self._client = runtime.client(self.endpoint, timeout_s=3600)
+        self.limits = limits or Limits()
+        self.exec_user = _image_user(self._client, image)
         self.container = self._client.containers.create(**args)
         runtime._live[self.name] = self.endpoint
         self.container.start()
+        self.container.reload()
+        self.cgroup_path = (self.container.attrs.get("State") or {}).get("CgroupPath")
+        # counters after each call that ran (the last two): a container the OOM killer
+        # stopped has no cgroup left to read (sandbox.agent_health)
+        self._samples = [read_cgroup(self.cgroup_path)]
 
     def run(self, command: str, *, timeout_s: float = 60.0, max_output_chars: int = 4000) -> str:
         """Run ``command`` with bash in the container; returns the (truncated) output.
@@ -153,10 +169,11 @@ class PodmanSession:
         marker = f"@@ecredit-start-{uuid.uuid4().hex}@@\n".encode()
         script = f"printf '%s\\n' '{marker.decode().strip()}'\nexec 2>&1\n{command}"
         shell = ["bash", "-lc"] if self.login_shell else ["bash", "-c"]
+        t0 = time.monotonic()
         try:
             code, (out, err) = self.container.exec_run(
                 ["timeout", "-s", "KILL", f"{timeout_s:g}", *shell, script],
-                workdir=self.workdir, demux=True)
+                workdir=self.workdir, demux=True, user=self.exec_user)
         except Exception as exc:  # podman-py APIError, connection lost
             raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
@@ -167,11 +184,49 @@ class PodmanSession:
             said = (out + err).decode("utf-8", errors="replace").strip()[-1000:]
             raise SandboxExecError(f"exec did not start in {self.name} (exit status {code}): "
                                    f"{said or 'no output'}")
+        self._samples = [*self._samples[-1:], read_cgroup(self.cgroup_path)]
         # stderr joins stdout inside the shell, so the agent sees them interleaved
         text = (out[len(marker):] + err).decode("utf-8", errors="replace")
-        if code == 137:  # timeout -s KILL reports 137 when the limit hit
-            code = TIMEOUT_EXIT
+        if code == 137 and time.monotonic() - t0 >= timeout_s * 0.99:
+            code = TIMEOUT_EXIT  # timeout -s KILL reports 137 when the limit hit;
+            # earlier, a 137 is some other SIGKILL (the OOM killer): shown as the exit code
         return _format(code, text, timeout_s, max_output_chars)
+
+    def sample(self) -> dict | None:
+        """The last counters of the container's cgroup (taken after the last call that ran;
+        :func:`sandbox.agent_health.read_cgroup`), None when unreadable."""
+        return self._samples[-1]
+
+    def diagnose(self, ping_timeout_s: float = 10.0) -> dict:
+        """Evidence of who caused a failed exec (call it at once, before :meth:`close`).
+
+        Returns: ``{"failure_class": "agent_pids" | "agent_oom" | None, "service_ok",
+        "container": state or "missing", "exit_code", "cgroup" (counters now),
+        "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"}, "endpoint"}``
+        (:func:`sandbox.agent_health.classify_exec_failure`: None = infrastructure).
+        Never raises: what it could not read is None / False.
+        """
+        ev = {"endpoint": self.endpoint, "service_ok": False, "container": None,
+              "exit_code": None, "cgroup": None, "cgroup_last": self._samples[-1],
+              "cgroup_prev": self._samples[0] if len(self._samples) > 1 else None,
+              "limits": {"pids": self.limits.pids, "memory": self.limits.memory}}
+        try:
+            with self.runtime.client(self.endpoint, timeout_s=ping_timeout_s) as client:
+                ev["service_ok"] = bool(client.ping())
+                try:
+                    c = client.containers.get(self.name)
+                    state = c.attrs.get("State") or {}
+                    ev["container"], ev["exit_code"] = c.status, state.get("ExitCode")
+                except Exception as exc:  # noqa: BLE001 - NotFound: removed from outside
+                    from podman.errors import NotFound
+
+                    ev["container"] = "missing" if isinstance(exc, NotFound) else None
+        except Exception as exc:  # noqa: BLE001 - the service does not answer
+            ev["service_error"] = f"{type(exc).__name__}: {exc}"
+        if ev["container"] == "running":
+            ev["cgroup"] = read_cgroup(self.cgroup_path)
+        ev["failure_class"] = classify_exec_failure(ev)
+        return ev
 
     def close(self) -> None:
         """Kill and remove the container (idempotent; never raises)."""
@@ -186,6 +241,16 @@ class PodmanSession:
             self._client.close()
         except Exception:
             pass
+
+
+def _image_user(client, image: str) -> str:
+    """The user the image's commands run as (its ``Config.User``; root when it names none):
+    the agent's execs keep it while the container's own processes run as KEEPER_USER."""
+    try:
+        attrs = client.images.get(image).attrs
+    except Exception:  # noqa: BLE001 - the create that follows reports a missing image
+        return "0"
+    return (attrs.get("Config") or {}).get("User") or attrs.get("User") or "0"
 
 
 class LocalSession:

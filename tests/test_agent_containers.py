@@ -1,6 +1,6 @@
 """Agent containers under a hostile policy (issue 11 §2, §4): every call recorded and
-snapshotted whatever it raised; init as PID 1; an exec the runtime could not start is an
-infra failure; per-file and per-rollout disk limits; temp directories of dead runs."""
+snapshotted whatever it raised; init as PID 1; an exec the runtime could not start is a
+sandbox failure, charged to whoever caused it (``tests/test_agent_failures.py``); per-file and per-rollout disk limits; temp directories of dead runs."""
 
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ def test_call_that_changes_files_then_fails_is_recorded_with_its_change(task, tm
         assert _show(env, last.tree, "calc.py").endswith("return a + b")
         assert _show(env, last.tree, "new.txt") == "changed"
         assert env.failure[0] == "sandbox_error"
+        assert env.failure_class is None  # a healthy container under its limits: not the agent
         assert env.session is None  # released at once
         assert podman_runtime._live.get(session.name) is None
         ctx.turn = 3
@@ -127,10 +128,11 @@ def test_init_reaps_orphans_of_timed_out_calls(task, tmp_path, podman_runtime):
 
 
 @pytest.mark.podman
-def test_exec_the_runtime_cannot_start_is_an_infra_failure(task, tmp_path, podman_runtime):
+def test_exec_its_own_processes_block_is_the_agents_failure(task, tmp_path, podman_runtime):
     """Live processes the group kill cannot reach (own sessions) fill the pids limit: the
-    next exec fails in the OCI runtime. That is an infra failure of the rollout, recorded
-    as such, never tool output; an agent's own ``exit 125`` stays the command's status."""
+    next exec fails in the OCI runtime. It is recorded as a sandbox failure, never tool
+    output, and charged to the agent (``agent_pids``, issue 21 §2: its own processes, the
+    service healthy); an agent's own ``exit 125`` stays the command's status."""
     env, ctx = _env(task, tmp_path, podman_runtime, bash_timeout_s=60)
     try:
         assert env.bash("exit 125").endswith("<exit code 125>")
@@ -146,6 +148,8 @@ def test_exec_the_runtime_cannot_start_is_an_infra_failure(task, tmp_path, podma
         assert out.startswith("ERROR: the sandbox failed (SandboxExecError: exec did not start")
         assert "hello" not in out
         assert env.calls[-1].status == "infra" and env.failure[0] == "sandbox_error"
+        assert env.failure_class == "agent_pids"
+        assert env.failure_evidence["cgroup"]["pids_max"] == 1024
         assert env.session is None
     finally:
         release(env)
@@ -177,7 +181,7 @@ def test_disk_limits_per_file_and_per_rollout(task, tmp_path, podman_runtime):
         assert "done" in out and "episode has ended (disk_budget: the tree grew by" in out
         second = env.calls[-1]
         assert second.tree == first.tree  # the over-budget tree is not snapshotted
-        assert env.failure[0] == "disk_budget"
+        assert env.failure[0] == "disk_budget" and env.failure_class == "agent_disk_budget"
         assert not workdir.exists() and env.session is None
         assert env.bash("ls").startswith("ERROR: The episode has ended (disk_budget")
     finally:

@@ -21,10 +21,12 @@ the completion (one turn = one assistant message); trees live in
 Every tool call is recorded and followed by a snapshot, whatever it raised
 (issue 11 §2): an editor error is the policy's (``status="error"``); anything else
 (the runtime could not start the exec, an API error, a snapshot error) ends the
-episode as an infra failure of the rollout (:attr:`SWEAgentEnv.failure`), which the
-trainer excludes with its reason. The tree is measured at every snapshot: growth
-past ``tree_budget_bytes`` or a file over ``max_file_bytes`` ends the episode with
-``disk_budget`` and removes the rollout's files. The container is released as soon
+episode (:attr:`SWEAgentEnv.failure`); who caused it is :attr:`SWEAgentEnv.failure_class`
+(:mod:`ecredit_trl.agent.failures`): the infrastructure (None: the trainer excludes the
+rollout with its reason) or the policy (``agent_pids`` / ``agent_oom``: its own processes
+filled its container's limits; ``agent_disk_budget``: growth past ``tree_budget_bytes`` or a
+file over ``max_file_bytes``, the rollout's files removed), scored with the failure value
+(:mod:`eval.agent_failures`). The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
 
 Image-held tasks (no ``repo_dir``, issue 13 §1): the tree is the image's ``workdir`` with
@@ -45,15 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecredit_trl.agent import editor
+from ecredit_trl.agent.failures import FAILURE_REASONS, EpisodeFailures  # noqa: F401 - re-exported
 from sandbox.agent_repo import agent_clone
-from sandbox.disk import mark_owner, tree_usage
+from sandbox.disk import mark_owner
 from sandbox.local_runtime import LocalRuntime
-from sandbox.session import (
-    DEFAULT_MAX_FILE_BYTES,
-    close_image_tree,
-    open_image_tree,
-    open_session,
-)
+from sandbox.session import DEFAULT_MAX_FILE_BYTES, open_image_tree, open_session
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
@@ -67,7 +65,6 @@ CALL_STATUSES = ("ok", "error", "infra", "after_submit", "ended")
 sandbox (infra); refused because the patch was submitted; refused because the episode
 had ended on a failure or the disk budget."""
 
-FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget")
 
 
 @dataclass
@@ -110,6 +107,8 @@ class AgentContext:
 
         snapshot_ignore: generated-file patterns never recorded in snapshots
             (``ECreditConfig.snapshot_ignore``; not agent-writable).
+        limits: memory / pids / CPU limits of each agent container
+            (:class:`sandbox.trial.Limits`; None: its defaults).
 
     Raises: ValueError naming the field for a non-positive limit.
     """
@@ -123,6 +122,7 @@ class AgentContext:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     tree_budget_bytes: int = DEFAULT_TREE_BUDGET_BYTES
     snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
+    limits: object | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _owns_workroot: bool = False
     _image_bases: dict = field(default_factory=dict)  # (image, workdir) -> BaseCache, + locks
@@ -144,7 +144,7 @@ class AgentContext:
             shutil.rmtree(self.workroot, ignore_errors=True)
 
 
-class SWEAgentEnv:
+class SWEAgentEnv(EpisodeFailures):
     """One rollout's environment (reused across rollouts by TRL's pool; ``reset`` starts anew).
 
     Construct through :func:`env_factory`, which binds the shared :class:`AgentContext`.
@@ -164,6 +164,8 @@ class SWEAgentEnv:
         self.submitted = False
         self.setup_error: str | None = None
         self.failure: tuple[str, str] | None = None  # (reason, detail): episode ended on it
+        self.failure_class: str | None = None  # who caused it (ecredit_trl.agent.failures)
+        self.failure_evidence: dict | None = None
         self.usage_at_reset = 0
         self.started = 0.0
 
@@ -183,7 +185,7 @@ class SWEAgentEnv:
         self.calls = []
         self.submitted = False
         self.setup_error = None
-        self.failure = None
+        self.failure = self.failure_class = self.failure_evidence = None
         self.started = time.monotonic()
         if not getattr(self.task, "repo_dir", None):
             return self._reset_image(iid)
@@ -205,7 +207,7 @@ class SWEAgentEnv:
         if self.ctx.runtime is not None:
             kw = {}
             if not _is_local(self.ctx.runtime):
-                kw["max_file_bytes"] = self.ctx.max_file_bytes
+                kw.update(max_file_bytes=self.ctx.max_file_bytes, limits=self.ctx.limits)
             try:
                 self.session = open_session(self.ctx.runtime, self.task.image, self.workdir,
                                             workdir=getattr(self.task, "workdir", "/testbed"),
@@ -266,7 +268,8 @@ class SWEAgentEnv:
         try:
             self.session = open_session(runtime, image, self.workdir, workdir=workdir,
                                         labels={"ecredit.task": iid[:60]}, login_shell=True,
-                                        max_file_bytes=self.ctx.max_file_bytes)
+                                        max_file_bytes=self.ctx.max_file_bytes,
+                                        limits=self.ctx.limits)
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.session = None
             self.setup_error = f"{type(exc).__name__}: {exc}"
@@ -283,69 +286,6 @@ class SWEAgentEnv:
         public method as a tool, so only tools are public here (see :func:`release`)."""
         self._remove_files()
         self.workdir = None
-
-    def _fail(self, reason: str, detail: str) -> None:
-        """End the episode on an infra failure or the disk budget (first reason wins)."""
-        if self.failure is None:
-            self.failure = (reason, detail)
-        self._close_session()
-
-    def _stores(self) -> list[Path]:
-        """Git object stores and snapshot directories of this rollout (counted in the
-        budget; their compressed objects are not held to the per-file limit)."""
-        out = []
-        if self.workdir is not None:
-            out.append(self.workdir / ".git" / "objects")
-        store = getattr(self.snapshotter, "_tmp", None)
-        if store is not None:
-            out.append(Path(store))
-        return out
-
-    def _usage(self):
-        if self.image_tree is not None:  # the tree container's upper layer: the changes only
-            dirs, stores = self.image_tree.usage_dirs(getattr(self.task, "workdir", None) or "/testbed")
-            snap = getattr(self.snapshotter, "_tmp", None)
-            return tree_usage(dirs, stores + ([Path(snap)] if snap is not None else []))
-        return tree_usage([self.workdir] if self.workdir is not None else [], self._stores())
-
-    def _last_tree(self) -> str:
-        return self.calls[-1].tree if self.calls else getattr(self, "base_tree", "")
-
-    def _snapshot_after(self) -> str:
-        """Measure, then snapshot the tree; never raises. A failure or an exhausted disk
-        budget ends the episode and keeps the last good tree."""
-        if self.snapshotter is None or self.workdir is None:
-            return self._last_tree()
-        use = self._usage()
-        grown = use.total_bytes - self.usage_at_reset
-        over = None
-        if use.largest_bytes > self.ctx.max_file_bytes:
-            over = (f"file {Path(use.largest_path).name!r} holds {use.largest_bytes} bytes, "
-                    f"over the per-file limit of {self.ctx.max_file_bytes}")
-        elif grown > self.ctx.tree_budget_bytes:
-            over = (f"the tree grew by {grown} bytes, over the rollout budget of "
-                    f"{self.ctx.tree_budget_bytes}")
-        if over is not None:
-            self._fail("disk_budget", over)
-            self._remove_files()
-            return self._last_tree()
-        try:
-            return self.snapshotter.snapshot()
-        except Exception as exc:  # noqa: BLE001 - a rollout's records never stop the run
-            self._fail("snapshot_error", f"{type(exc).__name__}: {exc}")
-            return self._last_tree()
-
-    def _remove_files(self) -> None:
-        """Remove the rollout's working tree and snapshot store now (disk budget)."""
-        self._close_session()
-        if self.snapshotter is not None:
-            self.snapshotter.close()
-            self.snapshotter = None
-        if self.image_tree is not None:  # removes the tree's container and upper layer
-            tree, self.image_tree = self.image_tree, None
-            close_image_tree(self.ctx.runtime, tree)
-        elif self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _record(self, name: str, arguments: dict, fn) -> str:
         """Run one tool call, then snapshot and record it, whatever it raised."""
@@ -371,7 +311,7 @@ class SWEAgentEnv:
             error = f"{type(exc).__name__}: {exc}"
             ok, status = False, "infra"
             out = f"ERROR: the sandbox failed ({error}); the episode has ended."
-            self._fail("sandbox_error", error)
+            self._exec_failed(error)  # who caused it: ecredit_trl.agent.failures
         tree = self._snapshot_after()
         generated = list(self.snapshotter.generated_new) if self.snapshotter else []
         self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree, turn,

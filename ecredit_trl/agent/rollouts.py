@@ -42,13 +42,17 @@ Each rollout is one JSON line, a superset of the replay format of
     {"task_id", "rollout_index", "format_error", "turns": [{"generated_tokens", "writes",
       "text", "tool_calls", "stop"}], "artifact", "artifact_sha256", "generated_tokens",
      "tool_calls": [{"turn", "name", "arguments", "ok", "status", "seconds", "error"}],
-     "format_errors", "stop_reason", "submitted", "setup_error", "failure", "timings": {...},
+     "format_errors", "stop_reason", "submitted", "setup_error", "failure", "failure_class",
+     "failure_evidence", "timings": {...},
      "seed", "model_sha256", "binding", "settings": {...}, "engine": {"name", "batch_size"}}
 
 ``stop_reason``: ``submit``, ``no_tool_call``, ``max_turns``, ``token_budget``,
-``context_limit``. ``failure``: ``[reason, detail]`` when the episode ended on an infra
+``context_limit``. ``failure``: ``[reason, detail]`` when the episode ended on a sandbox
 failure or the disk budget (:attr:`SWEAgentEnv.failure`; after ``disk_budget`` the files
-are gone: empty artifact, no writes), else null. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s`` (in a
+are gone: empty artifact, no writes), else null; ``failure_class`` who caused it
+(``agent_disk_budget`` / ``agent_pids`` / ``agent_oom``: the policy, scored by ``eval.run``
+as a failure with the failure value, :mod:`eval.agent_failures`; null: the infrastructure,
+an unknown slot) with its ``failure_evidence``. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s`` (in a
 batch: the episode's share of each batched call, wall / rows, + its parsing),
 ``tools_s``, ``artifact_s``, ``total_s``.
 

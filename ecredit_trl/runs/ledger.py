@@ -74,6 +74,8 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
         "counterfactual": rec.counterfactual, "ablation": rec.ablation,
         "setup_error": rec.setup_error, "factual_outcome": rec.factual_outcome,
         "counterfactual_outcome": rec.counterfactual_outcome,
+        "failure_class": getattr(rec, "failure_class", None),
+        "failure_evidence": getattr(rec, "failure_evidence", None),
         "calls_not_run": rec.calls_not_run, "calls_after_submit": rec.calls_after_submit,
         "submit_turn": rec.submit_turn, "failure": rec.failure,
         "record_error": rec.record_error}

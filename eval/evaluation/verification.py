@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from eval.agent_failures import agent_failure_slot
 from eval.evaluation.slots import (
     RETRY_REASONS,
     EvalInputError,
@@ -61,6 +62,16 @@ def grade_trial(task, res, control_log: str | None) -> dict:
            "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status}
     out.update(verdict_fields(task, res, rep))
     return out
+
+
+def agent_failure_class(r: dict) -> str | None:
+    """Who broke a rollout row's episode, when it was the policy: its ``failure_class``;
+    rows written before it existed that ended on ``disk_budget`` (always the policy's)
+    give ``agent_disk_budget``; None otherwise."""
+    if r.get("failure_class"):
+        return r["failure_class"]
+    failure = r.get("failure") or []
+    return "agent_disk_budget" if failure and failure[0] == "disk_budget" else None
 
 
 def trial_row(res) -> dict:
@@ -236,8 +247,11 @@ class SlotVerifier:
         self.final[key] = row
 
     def take_rollout(self, pool, r: dict) -> None:
-        """Route one rollout row: agent sandbox error → unknown; empty artifact → wait for
-        the control; else submit its factual trial."""
+        """Route one rollout row (the training rule, :mod:`eval.agent_failures`): an episode
+        the policy broke (:func:`agent_failure_class`) → a failure slot with the failure
+        value; an infra-failed one (setup, sandbox, snapshot) → unknown
+        (``agent_sandbox_error``); empty artifact → wait for the control; else submit its
+        factual trial."""
         key = (r.get("task_id"), r.get("rollout_index"))
         if key not in self.todo or key in self.seen_rollouts:
             return
@@ -250,9 +264,15 @@ class SlotVerifier:
         if art:
             atomic_write_text(self.out / "artifacts" / f"{fields['artifact_sha256']}.patch", art)
         self.ensure_control(pool, key[0])
-        if r.get("setup_error"):
+        cls = agent_failure_class(r)
+        if cls is not None:  # the policy broke its own sandbox: a scored failure, no trial
+            self.finish(key, {**agent_failure_slot(self.by_id[key[0]], cls,
+                                                   r.get("failure_evidence")), **fields})
+            return
+        if r.get("setup_error") or r.get("failure"):  # infrastructure: unknown (training
+            # excludes the same rollouts); its partial artifact is not a submission
             self.finish(key, {**unknown_slot(*key, "agent_sandbox_error"), **fields,
-                              "trial_source": None})
+                              "failure": r.get("failure"), "trial_source": None})
             return
         if not art:
             self.waiting_ctrl.append((key, r, None))
