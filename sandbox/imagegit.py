@@ -21,8 +21,9 @@ What else could lead to the image's history, and what is done with it:
   ``objects/info/alternates`` (recursively) and its linked worktrees
   (``worktrees/*/gitdir``): when outside the workdir they are in the image's root
   filesystem, which the agent's container shows read-only, so :func:`survey` lists them
-  and the agent's container mounts an empty read-only tmpfs over each
-  (:class:`sandbox.session.PodmanSession` ``masks``).
+  and the agent's container bind-mounts an empty directory read-only over each
+  (:meth:`sandbox.imagetree.ImageTree.show_only_s0`); the agent has no capability to
+  unmount it.
 
 The verifier is unchanged: a fresh container of the image keeps the image's own ``.git``
 (tests that read git metadata at test time still see it, as under the SWE-bench harness).
@@ -51,9 +52,9 @@ class ImageGit:
         branch: the branch ``HEAD`` names (``refs/heads/<branch>``), None when detached.
         nested: tree-relative POSIX paths of ``.git`` entries below the workdir (not the
             top one), sorted.
-        outside: absolute container paths outside the workdir that hold git data of the
-            repository (git dirs, common dirs, alternate object stores, linked worktrees),
-            sorted, none of them an ancestor of the workdir.
+        outside: absolute container paths of directories outside the workdir that hold
+            git data of the repository (git dirs, common dirs, alternate object stores,
+            linked worktrees) and exist in the image, sorted, none an ancestor of the workdir.
     """
 
     branch: str | None
@@ -144,7 +145,8 @@ def survey(root: Path, workdir: str) -> ImageGit:
                 if gitfile:
                     places.append(posixpath.dirname(_resolve(posixpath.join(d, "worktrees",
                                                                             entry.name), gitfile)))
-    outside = sorted({p for p in places if not _under(p, workdir)})
+    outside = sorted({p for p in places if not _under(p, workdir)
+                      and _container(root, p).is_dir()})
     for p in outside:
         if _under(workdir, p):
             raise ValueError(f"workdir: git data of the repository at {workdir} lies in {p}, "

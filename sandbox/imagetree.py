@@ -166,7 +166,8 @@ class BaseCache:
             repository has this one branch.
         nested_git: ``.git`` entries below the workdir (tree-relative), hidden from the agent.
         outside_git: container paths outside the workdir holding the repository's git data
-            (:class:`sandbox.imagegit.ImageGit`), masked in the agent's container.
+            (:class:`sandbox.imagegit.ImageGit`), masked in the agent's container by a
+            read-only bind mount of the cache's empty directory (``<cache>/empty``).
     """
 
     image_id: str
@@ -186,6 +187,34 @@ def _load(dest: Path) -> BaseCache:
     return BaseCache(meta["image_id"], meta["workdir"], dest / "git", dest / "s0.index",
                      meta["commit"], meta["tree"], meta["checkout"], meta["branch"],
                      tuple(meta["nested_git"]), tuple(meta["outside_git"]))
+
+
+def _s0_store(src: Path, dest: Path, ignore: tuple[str, ...]) -> tuple[str, str]:
+    """Write ``dest/git`` (S_0 of the tree ``src`` as one root commit, its objects in one
+    pack of their own) and ``dest/s0.index``; returns (tree, commit). Raises SnapshotError."""
+    src_git = trusted_git_dir(src)
+    objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
+    store = dest / "git"
+    init_store(store, [(src_git / objects.decode().strip()).resolve()])
+    snap = Snapshotter(src, base="HEAD", objects_from=src, store=store, ignore=ignore)
+    try:
+        tree = snap.snapshot()
+        run_git(store, ["update-index", "-q", "--refresh"], work_tree=src,
+                index_file=snap.index_file, check=False)
+        shutil.copyfile(snap.index_file, dest / "s0.index")
+    finally:
+        snap.close()
+    commit = _commit_tree(store, tree)
+    run_git(store, ["update-ref", S0_REF, commit])
+    run_git(store, ["symbolic-ref", "HEAD", S0_REF])
+    # -a without -l packs the objects borrowed from the image too: a real copy
+    # (no new delta search: deltas of the image's packs are reused as they are)
+    run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
+    (store / "objects" / "info" / "alternates").unlink()
+    # the agent's container borrows these objects: none beyond what S_0 reaches
+    run_git(store, ["prune", "--expire=now"])
+    run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
+    return tree, commit
 
 
 def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
@@ -236,28 +265,7 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
         except ValueError as exc:
             raise ImageTreeError(f"image {image!r}: {exc}") from None
         try:
-            src_git = trusted_git_dir(src)
-            objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
-            store = tmp / "git"
-            init_store(store, [(src_git / objects.decode().strip()).resolve()])
-            snap = Snapshotter(src, base="HEAD", objects_from=src, store=store, ignore=ignore)
-            try:
-                tree = snap.snapshot()
-                run_git(store, ["update-index", "-q", "--refresh"], work_tree=src,
-                        index_file=snap.index_file, check=False)
-                shutil.copyfile(snap.index_file, tmp / "s0.index")
-            finally:
-                snap.close()
-            commit = _commit_tree(store, tree)
-            run_git(store, ["update-ref", S0_REF, commit])
-            run_git(store, ["symbolic-ref", "HEAD", S0_REF])
-            # -a without -l packs the objects borrowed from the image too: a real copy
-            # (no new delta search: deltas of the image's packs are reused as they are)
-            run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
-            (store / "objects" / "info" / "alternates").unlink()
-            # the agent's container borrows these objects: none beyond what S_0 reaches
-            run_git(store, ["prune", "--expire=now"])
-            run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
+            tree, commit = _s0_store(src, tmp, ignore)
         except SnapshotError as exc:
             raise ImageTreeError(f"base of image {image!r} at {workdir}: {exc}") from None
         (tmp / "meta.json").write_text(json.dumps(
@@ -382,7 +390,10 @@ class ImageTree:
         image's history. Without an upper layer the image's ``.git`` is removed through the
         mount instead (slow on a big history, still correct).
 
-        Returns: ``[(host objects dir of base.store, container path)]`` to mount read-only.
+        Returns: ``[(host dir, container path)]`` to mount read-only in the agent's
+        container: ``base.store``'s objects at the alternates path, and an empty directory
+        over each of ``base.outside_git`` (a bind mount: a tmpfs would get the image's
+        content copied up into it, podman's ``tmpcopyup`` default).
         Raises: ImageTreeError when the tree stays mounted elsewhere (an offline edit would
         be unsafe) or podman / the file system fails.
         """
@@ -409,7 +420,10 @@ class ImageTree:
                 self.path = _in_root(self.mountpoint, workdir)
         except OSError as exc:
             raise ImageTreeError(f"{what}: {exc}") from None
-        return [(str((base.store / "objects").resolve()), CONTAINER_OBJECTS)]
+        empty = base.store.parent / "empty"
+        empty.mkdir(mode=0o555, exist_ok=True)
+        return [(str((base.store / "objects").resolve()), CONTAINER_OBJECTS),
+                *((str(empty.resolve()), path) for path in base.outside_git)]
 
     def close(self) -> None:
         """Unmount and remove the tree container with its upper layer (idempotent;

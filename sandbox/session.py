@@ -81,10 +81,7 @@ class PodmanSession:
         ro_mounts: ``(host dir, container path)`` pairs bind-mounted **read-only** (the
             base store's objects, which the clone's ``objects/info/alternates`` names, so
             ``git status``/``diff``/``stash`` work and the agent cannot write them).
-        masks: container paths hidden under an empty read-only tmpfs (git data of an
-            image's repository that lies outside the workdir, e.g. the git dir a ``.git``
-            file names: :attr:`sandbox.imagetree.BaseCache.outside_git`); the agent has no
-            capability to unmount it.
+
         login_shell: run commands as ``bash -lc`` (image-held tasks: the login shell
             sources ``/etc/profile``, ``/etc/profile.d`` and ``~/.profile``/``~/.bashrc``,
             so SWE-bench images activate their ``testbed`` environment and ``which
@@ -103,7 +100,7 @@ class PodmanSession:
                  labels: dict[str, str] | None = None, tmp_size: str = "256m",
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  ro_mounts: list[tuple[str, str]] | tuple = (),
-                 masks: list[str] | tuple = (), login_shell: bool = False) -> None:
+                 login_shell: bool = False) -> None:
         from sandbox.podman_runtime import ROLE_LABEL
 
         if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
@@ -127,9 +124,6 @@ class PodmanSession:
         for src, target in ro_mounts:
             args["mounts"].append({"type": "bind", "source": str(Path(src).resolve()),
                                    "target": target, "read_only": True})
-        for target in masks:
-            args["mounts"].append({"type": "tmpfs", "source": "tmpfs", "target": target,
-                                   "options": ["ro", "nosuid", "nodev", "noexec"]})
         args["read_only"] = True
         # an init as PID 1 reaps what timed-out commands orphan (no zombie pile-up)
         args["init"] = True

@@ -268,7 +268,7 @@ class SWEAgentEnv:
             self.session = open_session(runtime, image, self.workdir, workdir=workdir,
                                         labels={"ecredit.task": iid[:60]}, login_shell=True,
                                         max_file_bytes=self.ctx.max_file_bytes,
-                                        ro_mounts=mounts, masks=base.outside_git)
+                                        ro_mounts=mounts)
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.session = None
             self.setup_error = f"{type(exc).__name__}: {exc}"
