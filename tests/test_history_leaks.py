@@ -7,8 +7,9 @@ replace ref, grafts / shallow files, an unreachable loose object, ``.git/modules
 worktree and an alternate object store outside the workdir, a second clone inside the
 workdir; a ``.git`` *file* naming a git dir elsewhere with the fix as ``HEAD~1`` (the
 SWE-smith "fix committed, then reverted" layout); a SWE-smith instance branch whose parent
-is the unbroken original, checked out with ``checkout_base``; and a ``repo_dir`` task whose
-repository holds the fix too. Each fix line carries a marker. In a live agent session no
+is the unbroken original, checked out with ``checkout_base``; a stand-in image task
+(:mod:`eval.bundled.imagetasks`) with its own gold fix committed, reverted, branched, tagged
+and on ``origin/main``; and a ``repo_dir`` task whose repository holds the fix too. Each fix line carries a marker. In a live agent session no
 command prints a marker (git over every ref, reflog, object id the image holds; every
 loose object and pack file anywhere in the container's file system; a grep), while the
 same hunt in a plain container of the image finds every one (so the test can fail). Git
@@ -17,8 +18,10 @@ still works inside, and the unchanged verifier still sees the image's git metada
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 
@@ -198,19 +201,21 @@ GIT_HUNT = " ; ".join([
 ])
 
 
-def _hunt_script(object_ids: list[str]) -> str:
+def _hunt_script(object_ids: list[str], needle: str = MARK) -> str:
     """One bash script: every git command above, ``git cat-file -p`` of every object id
-    the image holds, a grep of the file system, and the loose-object / pack walk; only
-    lines with the marker (or the walk's FOUND lines) come out."""
+    the image holds, a grep of the file system (``/usr`` left out: distribution files),
+    and the loose-object / pack walk; only lines holding ``needle`` (or the walk's FOUND
+    lines) come out."""
     show = "\n".join(f"git cat-file -p {o}" for o in object_ids)
-    return (f"cd /testbed\n{{ {GIT_HUNT} ; }} 2>&1 | grep -a {MARK}\n"
-            f"{{\n{show}\n}} 2>&1 | grep -a {MARK}\n"
-            f"grep -rI {MARK} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
+    q = shlex.quote(needle)
+    return (f"cd /testbed\n{{ {GIT_HUNT} ; }} 2>&1 | grep -aF -- {q}\n"
+            f"{{\n{show}\n}} 2>&1 | grep -aF -- {q}\n"
+            f"grep -rIF -- {q} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
             "--exclude-dir=usr 2>/dev/null\n"
-            f"python3 - {MARK} <<'EOF'\n{HUNT_PY}\nEOF\ntrue\n")
+            f"python3 - {q} <<'EOF'\n{HUNT_PY}\nEOF\ntrue\n")
 
 
-def _image_objects_and_control(image: str) -> tuple[list[str], str]:
+def _image_objects_and_control(image: str, needle: str = MARK) -> tuple[list[str], str]:
     """Every object id the image's repository holds (alternates included), and what the
     hunt prints in a plain container of the image (the positive control)."""
     ids = _podman("run", "--rm", "--network", "none", image, "bash", "-c",
@@ -218,7 +223,7 @@ def _image_objects_and_control(image: str) -> tuple[list[str], str]:
                   ).stdout.split()
     assert len(ids) > 5
     control = _podman("run", "--rm", "--network", "none", image, "bash", "-c",
-                      _hunt_script(ids)).stdout
+                      _hunt_script(ids, needle)).stdout
     return ids, control
 
 
@@ -423,3 +428,68 @@ def test_survey_finds_git_data_inside_and_outside_the_workdir(tmp_path):
     with pytest.raises(ValueError, match="workdir: git data of the repository at /testbed "
                                          "lies in /, an ancestor"):
         survey(root, "/testbed")
+
+
+# -- a stand-in image task (eval.bundled.imagetasks) with its own gold fix in its history --
+
+DERIVED_SH = r"""set -euo pipefail
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@e
+export GIT_CONFIG_NOSYSTEM=1 HOME=/tmp
+cd /testbed && B=$(git rev-parse HEAD)
+git apply /ctx/gold.patch && git commit -qam 'upstream fix'
+git tag -a v9.9 -m future && git branch future
+git remote add origin https://example.invalid/x.git && git update-ref refs/remotes/origin/main HEAD
+git revert --no-edit HEAD >/dev/null
+test -z "$(git diff "$B" HEAD)" && test -z "$(git status --porcelain --untracked-files=no)"
+"""
+
+
+@pytest.mark.podman
+def test_stand_in_image_task_with_its_fix_in_history(tmp_path_factory, tmp_path,
+                                                     podman_runtime):
+    """The issue's attack on a stand-in image task: its gold fix committed then reverted
+    (``HEAD~1``, the SWE-smith layout), and on a branch, a tag and ``origin/main``. The
+    line the fix adds is printed by a plain container, never in the agent's session; the
+    verifier, unchanged, grades the gold patch and the agent's artifact on that image."""
+    from ecredit_trl.agent.env import SWEAgentEnv, release
+    from eval.bundled.imagetasks import ensure_image_tasks
+    from eval.evaluation.verification import grade_trial
+    from eval.trialspec import task_trial_spec
+    from sandbox.snapshot import artifact
+
+    base_task = ensure_image_tasks()[0]
+    minus, plus = ([ln[1:] for ln in base_task.patch.splitlines() if ln.startswith(c)
+                    and not ln.startswith(c * 3)] for c in "-+")
+    assert len(plus) == 1 and len(minus) == 1
+    fix_line = plus[0].strip()
+    ctx_dir = tmp_path_factory.mktemp("derived")
+    (ctx_dir / "gold.patch").write_text(base_task.patch)
+    (ctx_dir / "setup.sh").write_text(DERIVED_SH)
+    (ctx_dir / "Containerfile").write_text(
+        f"FROM {base_task.image}\nCOPY . /ctx\nRUN bash /ctx/setup.sh && rm -rf /ctx\n")
+    tag = hashlib.sha256((base_task.image + DERIVED_SH + base_task.patch).encode()).hexdigest()
+    image = f"localhost/ecredit-test-leak-derived:{tag[:12]}"
+    if _podman("image", "exists", image, check=False).returncode != 0:
+        _podman("build", "-q", "--pull=never", "--network=none", "--ulimit",
+                "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "-t", image, str(ctx_dir))
+    task = dataclasses.replace(base_task, image=image)
+    ids, control = _image_objects_and_control(image, fix_line)
+    assert fix_line in control, control[-2000:]  # a plain container shows the fix
+    ctx = _agent_env({task.instance_id: task}, tmp_path, podman_runtime)
+    env = SWEAgentEnv(ctx)
+    try:
+        env.reset(instance_id=task.instance_id)
+        assert env.failure is None, env.failure
+        out = env.bash(_hunt_script(ids, fix_line))
+        assert fix_line not in out, out[-3000:]
+        assert env.bash("git log --all --format=%s").strip() == "S_0: the tree at reset"
+        assert env.bash("git status --porcelain").strip() == ""
+        env.str_replace(task.patch.split("+++ b/")[1].split("\n")[0], minus[0], plus[0])
+        patch = artifact(env.snapshot_repo, env.base_tree, env.final_tree)
+    finally:
+        release(env)
+        ctx.close()
+    for artifact_text, tid in ((task.patch, "derived-gold"), (patch, "derived-agent")):
+        r = podman_runtime.run_trial(task_trial_spec(task, artifact_text, tid, timeout_s=300))
+        assert r.exit_class == "ok", r.log[-2000:]
+        assert grade_trial(task, r, None)["resolved"] is True, tid
