@@ -308,6 +308,9 @@ def test_no_agent_command_prints_the_fix(kind, leak_images, tmp_path, podman_run
         _git_still_works(env)
         assert {c.path for c in changed_paths(env.snapshot_repo, env.base_tree,
                                               env.final_tree)} == {"new.txt"}
+        # deleting the agent's .git uncovers nothing: overlayfs puts a whiteout there
+        out = env.bash("rm -rf .git && ls -A | grep -cx .git; git log --all 2>&1 | head -1")
+        assert out.split("\n")[0] == "0" and "not a git repository" in out, out
     finally:
         release(env)
         ctx.close()
