@@ -119,7 +119,7 @@ def bench(image: str, rollouts: int, log, cache_dir: str | None = None) -> dict:
     from sandbox.podman_runtime import PodmanRuntime
 
     task = SimpleNamespace(instance_id="bench__big-1", repo_dir=None, base_commit="",
-                           image=image, workdir="/testbed")
+                           image=image, workdir="/testbed", checkout_base=False)
     out: dict = {"setup_s": [], "snapshot_s": [], "with_bash_s": []}
     with PodmanRuntime() as rt, tempfile.TemporaryDirectory(prefix="ecredit-bench-") as wr:
         ctx = AgentContext(tasks={task.instance_id: task}, runtime=rt, workroot=wr)

@@ -14,6 +14,12 @@ SWE-bench checkout (``git status``, ``diff``, ``stash``, ``checkout -- f``, comm
   inside). Root in the container cannot write a read-only bind mount (capabilities are
   dropped), unlike a hardlinked object store.
 
+* it holds nothing else git could show (issue 21 §1): :func:`write_git_dir` writes its
+  ``.git`` file by file, so there is no ``origin`` remote, no other branch, tag, reflog,
+  ``packed-refs``, stash, notes, ``ORIG_HEAD``/``FETCH_HEAD`` or shallow/graft file, and no
+  object but those of the base (borrowed from the store). Image-held tasks get the same
+  ``.git`` in place of the image's own (:meth:`sandbox.imagetree.ImageTree.show_only_s0`).
+
 Host-side snapshots never use this repository (see :mod:`sandbox.snapshot`).
 """
 
@@ -24,6 +30,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from sandbox.gitsafe import SnapshotError, git_env
@@ -37,6 +44,22 @@ BASE_IDENTITY = {
 
 CONTAINER_OBJECTS = "/ecredit-base/objects"
 """Where the agent's container sees the base store's objects (read-only)."""
+
+AGENT_BRANCH = "main"
+"""The branch of a ``repo_dir`` task's agent repository."""
+
+AGENT_CONFIG = """\
+[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tlogallrefupdates = true
+[user]
+\tname = agent
+\temail = agent@sandbox
+"""
+"""The agent repository's config: a plain non-bare repository (no remote, no branch
+tracking) with an identity, so ``git stash`` and ``git commit`` work inside."""
 
 
 def _run(args: list[str], *, env: dict | None = None, what: str) -> str:
@@ -90,28 +113,74 @@ def base_store(repo_dir: str | os.PathLike, commit: str, cache_dir: str | os.Pat
     return dest
 
 
+def write_git_dir(git_dir: str | os.PathLike, commit: str, *, branch: str | None,
+                  alternates: str, index: str | os.PathLike | None = None,
+                  exclude: Iterable[str] = (), owner: tuple[int, int] | None = None) -> None:
+    """Write the agent's ``.git`` at ``git_dir``: S_0 as its only commit, nothing else.
+
+    Files written (no git process runs, so this also works on an overlay's upper layer
+    while it is not mounted): ``HEAD`` (``ref: refs/heads/<branch>``, or ``commit``
+    itself when ``branch`` is None: a detached HEAD, as the image had it), the loose ref
+    ``refs/heads/<branch>`` = ``commit``, an empty ``refs/tags``, :data:`AGENT_CONFIG`,
+    ``objects/info/alternates`` = ``alternates`` (the path *where git runs* of the store
+    holding ``commit`` and exactly the objects it reaches), ``info/exclude`` = ``exclude``
+    (the generated-file patterns, so ``git status`` is as clean as the snapshots), and a
+    copy of ``index`` when given (an index of S_0 with the tree's stat data, so the first
+    ``git status`` only ``stat`` s). ``git_dir`` may exist (empty); ``owner`` = (uid, gid)
+    of every entry written (the image's ``.git`` owner; default: ours).
+
+    Raises: ValueError naming ``branch`` (not a plain branch name) or ``commit`` (not 40
+    hex); OSError from the file system.
+    """
+    from sandbox.trial import check_branch
+
+    if not (isinstance(commit, str) and len(commit) == 40
+            and all(c in "0123456789abcdef" for c in commit)):
+        raise ValueError(f"commit: expected 40 lowercase hex digits, got {commit!r}")
+    root = Path(git_dir)
+    files = {"config": AGENT_CONFIG, "objects/info/alternates": f"{alternates}\n",
+             "info/exclude": "".join(f"{p}\n" for p in exclude)}
+    if branch is None:
+        files["HEAD"] = f"{commit}\n"
+    else:
+        files["HEAD"] = f"ref: refs/heads/{check_branch(branch, 'branch')}\n"
+        files[f"refs/heads/{branch}"] = f"{commit}\n"
+    root.mkdir(parents=True, exist_ok=True)
+    for d in ("refs/heads", "refs/tags", "objects/pack", "objects/info", "info"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    if index is not None:
+        shutil.copyfile(index, root / "index")
+    if owner is not None:
+        for path in (root, *root.rglob("*")):
+            os.chown(path, *owner, follow_symlinks=False)
+
+
 def agent_clone(repo_dir: str | os.PathLike, commit: str, dest: str | os.PathLike,
                 cache_dir: str | os.PathLike, *,
                 alternates: str | None = CONTAINER_OBJECTS) -> list[tuple[str, str]]:
-    """Make ``dest`` the agent's working tree: a ``--shared`` clone of the base store.
+    """Make ``dest`` the agent's working tree on the base store's one commit.
 
-    The clone's ``main`` is checked out (one commit, tree = ``commit``'s tree) and has a
-    local ``user.name``/``user.email`` so ``git stash`` and ``git commit`` work inside.
-    Its alternates then name ``alternates`` (default :data:`CONTAINER_OBJECTS`, where the
-    container mounts the store; ``None``: the store's host path, for a local session that
-    runs commands on the host). Host-side snapshots never use this repository.
+    Its ``.git`` is written by :func:`write_git_dir` (branch :data:`AGENT_BRANCH`, a local
+    identity), then the base tree is checked out with ``git read-tree --reset -u`` (no
+    reflog, no ``ORIG_HEAD``). Its alternates then name ``alternates`` (default
+    :data:`CONTAINER_OBJECTS`, where the container mounts the store; ``None``: the store's
+    host path, for a local session that runs commands on the host). Host-side snapshots
+    never use this repository.
 
     Returns: ``[(host objects dir, container path)]`` to mount read-only.
     Raises: SnapshotError when git fails (the message names the step).
     """
     store = base_store(repo_dir, commit, cache_dir)
-    _run(["clone", "-q", "--shared", "--no-checkout", str(store), str(dest)],
-         what=f"clone of the base store into {dest}")
-    g = ["-C", str(dest)]
-    _run([*g, "checkout", "-q", "main"], what=f"checkout of the base in {dest}")
-    _run([*g, "config", "user.name", "agent"], what="config")
-    _run([*g, "config", "user.email", "agent@sandbox"], what="config")
+    head = _run([f"--git-dir={store}", "rev-parse", "--verify", "refs/heads/main^{commit}"],
+                what=f"base commit of the store {store}")
     host_objects = str((store / "objects").resolve())
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    write_git_dir(Path(dest) / ".git", head, branch=AGENT_BRANCH, alternates=host_objects)
+    _run(["-C", str(dest), "read-tree", "--reset", "-u", "HEAD"],
+         what=f"checkout of the base in {dest}")
     target = alternates or host_objects
     (Path(dest) / ".git" / "objects" / "info" / "alternates").write_text(target + "\n")
     return [(host_objects, target)]

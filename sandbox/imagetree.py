@@ -21,6 +21,10 @@ image. A rollout's tree is therefore the image's own ``workdir``, never a clone:
   A rollout's :class:`~sandbox.snapshot.Snapshotter` borrows the store's objects and
   starts from a copy of that index: files of a tree container that nobody wrote keep
   the inode and ctime of the image layer, so that index holds for every rollout.
+* :meth:`ImageTree.show_only_s0` replaces, before the agent runs, the tree's ``.git`` by a
+  new one holding S_0 as its only commit, objects borrowed from the base cache's store
+  (mounted read-only in the agent's container), index = the cache's S_0 index: the agent
+  sees none of the image's history (issue 21 §1; how: :mod:`sandbox.imagegit`).
 * :meth:`ImageTree.changes` lists what the container's overlay upper layer holds: every
   write to the tree goes through it, so snapshots look at those paths only, not at the
   whole tree (``benchmarks/rollout_setup.py``: setup + first snapshot of a 1 GB / 50k-file
@@ -44,7 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sandbox.agent_repo import BASE_IDENTITY
+from sandbox.agent_repo import BASE_IDENTITY, CONTAINER_OBJECTS, write_git_dir
 from sandbox.gitsafe import (
     DEFAULT_SNAPSHOT_IGNORE,
     SnapshotError,
@@ -54,11 +58,14 @@ from sandbox.gitsafe import (
     run_git,
     trusted_git_dir,
 )
+from sandbox.imagegit import is_mounted, plan_upper, remove_entry, survey, write_upper
 from sandbox.snapshot import Snapshotter
 
 TREE_ROLE = "tree"
 """``ecredit.role`` label value of tree containers (never started)."""
 S0_REF = "refs/heads/s0"
+BASE_CACHE_VERSION = 2
+"""Part of a base cache's key; 2: the cache also records where the image keeps git data."""
 
 
 class ImageTreeError(RuntimeError):
@@ -154,6 +161,13 @@ class BaseCache:
         index: git index of S_0 with the stat data of the image's files.
         commit: the root commit of S_0 in ``store`` (fixed identity and date).
         tree: S_0's tree id.
+        checkout: the branch checked out before S_0 was taken (SWE-smith), or None.
+        branch: the branch the image's ``HEAD`` named at S_0 (None: detached); the agent's
+            repository has this one branch.
+        nested_git: ``.git`` entries below the workdir (tree-relative), hidden from the agent.
+        outside_git: container paths outside the workdir holding the repository's git data
+            (:class:`sandbox.imagegit.ImageGit`), masked in the agent's container by a
+            read-only bind mount of the cache's empty directory (``<cache>/empty``).
     """
 
     image_id: str
@@ -162,12 +176,45 @@ class BaseCache:
     index: Path
     commit: str
     tree: str
+    checkout: str | None = None
+    branch: str | None = None
+    nested_git: tuple[str, ...] = ()
+    outside_git: tuple[str, ...] = ()
 
 
 def _load(dest: Path) -> BaseCache:
     meta = json.loads((dest / "meta.json").read_text())
     return BaseCache(meta["image_id"], meta["workdir"], dest / "git", dest / "s0.index",
-                     meta["commit"], meta["tree"])
+                     meta["commit"], meta["tree"], meta["checkout"], meta["branch"],
+                     tuple(meta["nested_git"]), tuple(meta["outside_git"]))
+
+
+def _s0_store(src: Path, dest: Path, ignore: tuple[str, ...]) -> tuple[str, str]:
+    """Write ``dest/git`` (S_0 of the tree ``src`` as one root commit, its objects in one
+    pack of their own) and ``dest/s0.index``; returns (tree, commit). Raises SnapshotError."""
+    src_git = trusted_git_dir(src)
+    objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
+    store = dest / "git"
+    init_store(store, [(src_git / objects.decode().strip()).resolve()])
+    snap = Snapshotter(src, base="HEAD", objects_from=src, store=store, ignore=ignore)
+    try:
+        tree = snap.snapshot()
+        run_git(store, ["update-index", "-q", "--refresh"], work_tree=src,
+                index_file=snap.index_file, check=False)
+        shutil.copyfile(snap.index_file, dest / "s0.index")
+    finally:
+        snap.close()
+    commit = _commit_tree(store, tree)
+    run_git(store, ["update-ref", S0_REF, commit])
+    run_git(store, ["symbolic-ref", "HEAD", S0_REF])
+    # -a without -l packs the objects borrowed from the image too: a real copy
+    # (no new delta search: deltas of the image's packs are reused as they are)
+    run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
+    (store / "objects" / "info" / "alternates").unlink()
+    # the agent's container borrows these objects: none beyond what S_0 reaches
+    run_git(store, ["prune", "--expire=now"])
+    run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
+    return tree, commit
 
 
 def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
@@ -191,7 +238,8 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
     """
     ignore = check_patterns(ignore)
     iid = image_id(image)
-    ident = [iid, workdir, list(ignore)] + ([checkout] if checkout is not None else [])
+    ident = [iid, workdir, list(ignore), BASE_CACHE_VERSION] + (
+        [checkout] if checkout is not None else [])
     key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     dest = Path(cache_dir) / key
     if (dest / "meta.json").is_file():
@@ -213,31 +261,18 @@ def base_cache(image: str, workdir: str, cache_dir: str | Path, *,
             raise ImageTreeError(f"workdir {workdir} of image {image!r} is not a git working "
                                  "tree (no .git): image tasks need the repository there")
         try:
-            src_git = trusted_git_dir(src)
-            objects = run_git(src_git, ["rev-parse", "--git-path", "objects"]).stdout
-            store = tmp / "git"
-            init_store(store, [(src_git / objects.decode().strip()).resolve()])
-            snap = Snapshotter(src, base="HEAD", objects_from=src, store=store, ignore=ignore)
-            try:
-                tree = snap.snapshot()
-                run_git(store, ["update-index", "-q", "--refresh"], work_tree=src,
-                        index_file=snap.index_file, check=False)
-                shutil.copyfile(snap.index_file, tmp / "s0.index")
-            finally:
-                snap.close()
-            commit = _commit_tree(store, tree)
-            run_git(store, ["update-ref", S0_REF, commit])
-            run_git(store, ["symbolic-ref", "HEAD", S0_REF])
-            # -a without -l packs the objects borrowed from the image too: a real copy
-            # (no new delta search: deltas of the image's packs are reused as they are)
-            run_git(store, ["repack", "-a", "-d", "-q", "--window=0"])
-            (store / "objects" / "info" / "alternates").unlink()
-            run_git(store, ["fsck", "--connectivity-only", "--no-dangling"])
+            where = survey(root, workdir)
+        except ValueError as exc:
+            raise ImageTreeError(f"image {image!r}: {exc}") from None
+        try:
+            tree, commit = _s0_store(src, tmp, ignore)
         except SnapshotError as exc:
             raise ImageTreeError(f"base of image {image!r} at {workdir}: {exc}") from None
         (tmp / "meta.json").write_text(json.dumps(
             {"image": image, "image_id": iid, "workdir": workdir, "commit": commit,
-             "tree": tree, "ignore": list(ignore), "checkout": checkout}))
+             "tree": tree, "ignore": list(ignore), "checkout": checkout,
+             "branch": where.branch, "nested_git": list(where.nested),
+             "outside_git": list(where.outside)}))
         try:
             tmp.rename(dest)
         except OSError:  # another process made it first
@@ -343,6 +378,53 @@ class ImageTree:
                         found.append(path)
         return found
 
+    def show_only_s0(self, base: BaseCache, exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """Give the tree the agent's ``.git`` (S_0 only, :mod:`sandbox.imagegit`) in place of
+        the image's, and hide the image's nested ``.git`` entries; before any agent runs.
+
+        The tree is unmounted (``podman umount``), its upper layer edited
+        (:func:`sandbox.imagegit.write_upper`: an opaque ``.git`` written by
+        :func:`sandbox.agent_repo.write_git_dir` on ``base.commit`` and ``base.branch``,
+        alternates :data:`~sandbox.agent_repo.CONTAINER_OBJECTS`, index ``base.index``,
+        ``info/exclude`` = ``exclude``) and mounted again: two podman calls, no walk of the
+        image's history. Without an upper layer the image's ``.git`` is removed through the
+        mount instead (slow on a big history, still correct).
+
+        Returns: ``[(host dir, container path)]`` to mount read-only in the agent's
+        container: ``base.store``'s objects at the alternates path, and an empty directory
+        over each of ``base.outside_git`` (a bind mount: a tmpfs would get the image's
+        content copied up into it, podman's ``tmpcopyup`` default).
+        Raises: ImageTreeError when the tree stays mounted elsewhere (an offline edit would
+        be unsafe) or podman / the file system fails.
+        """
+        workdir = base.workdir
+
+        def write_git(git: Path, owner: tuple[int, int] | None) -> None:
+            write_git_dir(git, base.commit, branch=base.branch, alternates=CONTAINER_OBJECTS,
+                          index=base.index, exclude=exclude, owner=owner)
+
+        what = f"agent git of tree container {self.name}"
+        try:
+            if self.upper is None:
+                for rel in (*base.nested_git, ".git"):
+                    remove_entry(self.path / rel)
+                write_git(self.path / ".git", None)
+            else:
+                plan = plan_upper(self.mountpoint, workdir, base.nested_git)
+                _podman(["umount", self.name], what)
+                if is_mounted(self.mountpoint):
+                    raise ImageTreeError(f"{what}: {self.mountpoint} is still mounted "
+                                         "(another `podman mount`?); not editing it")
+                write_upper(self.upper, workdir, plan, base.nested_git, write_git)
+                self.mountpoint = Path(_podman(["mount", self.name], what))
+                self.path = _in_root(self.mountpoint, workdir)
+        except OSError as exc:
+            raise ImageTreeError(f"{what}: {exc}") from None
+        empty = base.store.parent / "empty"
+        empty.mkdir(mode=0o555, exist_ok=True)
+        return [(str((base.store / "objects").resolve()), CONTAINER_OBJECTS),
+                *((str(empty.resolve()), path) for path in base.outside_git)]
+
     def close(self) -> None:
         """Unmount and remove the tree container with its upper layer (idempotent;
         never raises)."""
@@ -390,5 +472,17 @@ def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] |
     return tree
 
 
+def prepare_tree(tree: ImageTree, image: str, base: BaseCache,
+                 exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """A fresh rollout tree as S_0 was taken: ``base.checkout`` checked out first
+    (:func:`checkout_branch`, with the image's git), then :meth:`ImageTree.show_only_s0`.
+
+    Returns / Raises: as :meth:`ImageTree.show_only_s0` and :func:`checkout_branch`.
+    """
+    if base.checkout is not None:
+        checkout_branch(image, tree.path, base.workdir, base.checkout)
+    return tree.show_only_s0(base, exclude)
+
+
 __all__ = ["BaseCache", "ImageTree", "ImageTreeError", "S0_REF", "TREE_ROLE", "base_cache",
-           "checkout_branch", "image_id", "open_tree"]
+           "checkout_branch", "image_id", "open_tree", "prepare_tree"]

@@ -142,12 +142,15 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
                            check=True).stdout.split()
     assert files == [".gitignore", "NOTES.txt", "calc.py", "docs/guide.txt", "docs/more/a.txt",
                      "pkg/__init__.py", "pkg/sub/deep.py", "pkg/util.py", "test_calc.py"]
-    # the image's environment in a login shell; history as in the image
+    # the image's environment in a login shell; its history is not the agent's (issue 21
+    # §1): one commit, S_0, on the image's branch, and a clean status (the untracked file
+    # is part of S_0, the ignored build output stays ignored)
     assert env.bash("which python").strip() == "/opt/testenv/bin/python"
     assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"
     assert env.bash("echo $ECREDIT_ACTIVE_ENV $HOME").split() == ["testbed", "/root"]
-    assert env.bash("git log --format=%s").split() == ["base", "pristine"]
-    assert env.trees == [env.base_tree] * 4  # nothing changed the tree
+    assert env.bash("git log --all --format=%s").splitlines() == ["S_0: the tree at reset"]
+    assert env.bash("git status --porcelain; git branch --show-current").split() == ["main"]
+    assert env.trees == [env.base_tree] * 5  # nothing changed the tree
     out = env.str_replace("calc.py", "a - b", "a + b")
     assert "ERROR" not in out
     assert env.bash("python -m pytest -q -p no:cacheprovider test_calc.py").count("passed")

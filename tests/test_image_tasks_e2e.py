@@ -81,7 +81,11 @@ def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
         assert f"BASE_COMMIT = '{t.base_commit}'" in env.bash(f"cat {bo}")
         # ... with the image's environment active in the agent's login shell
         assert env.bash("which python").strip() == "/opt/testbed-env/bin/python"
-        assert env.bash("git rev-parse HEAD").strip() == t.base_commit
+        # the agent's repository is S_0 alone (issue 21 §1): not the image's base commit,
+        # whose parent is the sdist import; that history stays the verifier's
+        (base,) = [v for k, v in ctx._image_bases.items() if k[0] != "lock"]
+        assert env.bash("git rev-list --all").split() == [base.commit]
+        assert base.commit != t.base_commit
         # the listed tests run in the agent's container (the generated module imported)
         f2p = t.FAIL_TO_PASS[0]
         out = env.bash(f"PYTHONPATH=src python -m pytest -q -p no:cacheprovider '{f2p}' 2>&1 "

@@ -223,12 +223,13 @@ class SWEAgentEnv(EpisodeFailures):
         """Reset on an image-held task (no ``repo_dir``): the tree is the image's ``workdir``,
         copy-on-write (:mod:`sandbox.imagetree`), S_0 = that tree at reset (tracked + untracked
         non-ignored files, from a per-image cache; a ``checkout_base`` task's branch checked out
-        first, S_0 per branch), commands run as ``bash -lc`` in the task image's environment.
+        first, S_0 per branch), its ``.git`` replaced by one holding S_0 only (issue 21 §1),
+        commands run as ``bash -lc`` in the task image's environment.
 
         Raises: ValueError naming ``runtime`` (not Podman on local endpoints) or ``image`` (none);
         ImageTreeError: no such image, or no git repository / ``checkout_base`` branch there.
         """
-        from sandbox.imagetree import base_cache, checkout_branch
+        from sandbox.imagetree import base_cache, prepare_tree
 
         runtime, image = self.ctx.runtime, getattr(self.task, "image", None)
         workdir = getattr(self.task, "workdir", None) or "/testbed"
@@ -252,8 +253,8 @@ class SWEAgentEnv(EpisodeFailures):
         try:
             self.image_tree = open_image_tree(runtime, image, workdir,
                                               labels={"ecredit.task": iid[:60]})
-            if branch is not None:  # the tree S_0 was taken from (base_cache did the same)
-                checkout_branch(image, self.image_tree.path, workdir, branch)
+            # the tree S_0 was taken from (base_cache did the same); its .git: S_0 only
+            mounts = prepare_tree(self.image_tree, image, base, self.ctx.snapshot_ignore)
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.setup_error = f"{type(exc).__name__}: {exc}"
             self.failure = ("sandbox_setup", self.setup_error)
@@ -269,7 +270,7 @@ class SWEAgentEnv(EpisodeFailures):
             self.session = open_session(runtime, image, self.workdir, workdir=workdir,
                                         labels={"ecredit.task": iid[:60]}, login_shell=True,
                                         max_file_bytes=self.ctx.max_file_bytes,
-                                        limits=self.ctx.limits)
+                                        limits=self.ctx.limits, ro_mounts=mounts)
         except Exception as exc:  # an infra failure of this rollout, not the policy's
             self.session = None
             self.setup_error = f"{type(exc).__name__}: {exc}"
@@ -426,8 +427,6 @@ def release_sandbox(env: SWEAgentEnv) -> None:
 
 
 def _is_local(runtime) -> bool:
-    from sandbox.local_runtime import LocalRuntime
-
     return isinstance(runtime, LocalRuntime)
 
 
