@@ -323,8 +323,9 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`).
 
     Raises: ValueError (no training tasks; image-held tasks without ``--model`` and without
-    a bundled twin), FileNotFoundError (a local ``--model`` path
-    that is no directory).
+    a bundled twin), FileNotFoundError (a local ``--model`` path that is no directory, a hub
+    id not in the local hub cache), TemplateRefused (a chat template TRL has no tool-call
+    parser for, issue 23 §3).
     """
     from eval.splits import load_tasks
 
@@ -344,12 +345,38 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
         kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
         model_path = ensure_default_policy(default_policy_tasks(cfg.tasks, all_tasks), **kw)
     else:
-        model_path = margs.model
-        looks_local = model_path.startswith(("/", ".", "~")) or Path(model_path).exists()
-        if looks_local and not Path(model_path).expanduser().is_dir():
-            raise FileNotFoundError(f"--model: no such model directory {model_path}")
+        model_path = _model_location(margs.model)
+    _check_template(cfg, model_path, margs.model or "the embedded policy")
     tasks = all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks
     return tasks, model_path
+
+
+def _model_location(model: str) -> str:
+    """``--model`` as a directory: a local one as given, a hub id as its snapshot in the local
+    hub cache (:func:`eval.modelref.hub_snapshot`; nothing is downloaded).
+
+    Raises: FileNotFoundError, one line: a path that is no directory, a hub id not cached.
+    """
+    from eval.modelref import hub_snapshot, looks_like_hub_id
+
+    if Path(model).expanduser().is_dir():
+        return model
+    if looks_like_hub_id(model):
+        return str(hub_snapshot(model))
+    raise FileNotFoundError(f"--model: no such model directory {model}")
+
+
+def _check_template(cfg, model_path, given: str) -> str:
+    """Issue 23 §3: refuse, before any receipt or rollout, a policy whose chat template TRL
+    has no tool-call parser for (``--chat_template NAME`` replaces it with TRL's copy).
+    Reads the saved template text (no tokenizer load). Returns the TRL template name.
+
+    Raises: TemplateRefused (one line), ValueError naming ``--chat_template``.
+    """
+    from eval.templatecheck import model_template_text, resolve_template_option
+
+    text = None if cfg.chat_template else model_template_text(model_path)
+    return resolve_template_option(cfg.chat_template, text, str(given))[0]
 
 
 def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_name, tasks,
@@ -380,11 +407,18 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
 
 
 def _load_policy(cfg, margs, model_path):
-    """(tokenizer, model, LoRA config or None) of the policy to train."""
+    """(tokenizer, model, LoRA config or None) of the policy to train; the tokenizer carries
+    TRL's template ``cfg.chat_template`` when given (saved with every checkpoint, so
+    ``eval.run`` on the run needs no flag)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from eval.templatecheck import resolve_template_option
+
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    # the loaded text is checked again: what the trainer parses with is what counts
+    _, tokenizer.chat_template = resolve_template_option(
+        cfg.chat_template, tokenizer.chat_template, str(margs.model or model_path))
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
     peft_config = None
@@ -445,10 +479,11 @@ def cli(argv: list[str] | None = None) -> int:
     """``main`` for people: a bad argument, file or config value is one line on stderr
     (exit 2), not a traceback. Errors after training started keep their traceback."""
     from ecredit_trl.runs.receipts import CheckpointError
+    from eval.templatecheck import TemplateRefused
 
     try:
         return main(argv)
-    except (RunRefused, CheckpointError, FileNotFoundError) as exc:
+    except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused) as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
