@@ -107,7 +107,7 @@ def _lfm(template: str) -> Family:
 
 def _gemma(template: str) -> Family:
     return Family(template, "Gemma4ForCausalLM", _GEMMA_SPECIAL, (),
-                  ("<turn|>", "<|tool_response>", "<eos>"), "<pad>", "<bos>", _GEMMA4)
+                  ("<eos>", "<turn|>", "<|tool_response>"), "<pad>", "<bos>", _GEMMA4)
 
 
 #: Every template of :data:`eval.templatecheck.TOOL_TEMPLATES`, by name. Qwen3-VL and the
