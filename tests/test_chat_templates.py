@@ -125,3 +125,19 @@ def test_eval_run_refuses_before_tasks_and_output(qwen_dir, tmp_path, capsys):
     assert err == [f"error: model {model}: no tool-call parser for its chat template (it is "
                    f"TRL's deepseek_r1_distill template, which renders no tool calls); {FIX}"]
     assert not out.exists()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None,
+                    reason="vLLM is installed here: training may use it")
+def test_training_use_vllm_without_vllm_is_one_line(tmp_path):
+    """Issue 23: TRL's ``use_vllm`` is refused at parse time where vLLM is missing (the
+    code path stays; ``eval.run --use-vllm`` has its own check, tests/test_vllm_engine.py)."""
+    proc = subprocess.run([sys.executable, "ecredit_trl/train.py", "--arm", "M", "--use_vllm",
+                           "true", "--vllm_mode", "server", "--runs_dir", str(tmp_path)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
+        "train.py: error: use_vllm: vllm is not installed in this environment (vllm_mode="
+        "server); install a vLLM release TRL supports (0.22-0.31) on a CUDA host, or drop "
+        "--use_vllm"]
+    assert list(tmp_path.iterdir()) == []
