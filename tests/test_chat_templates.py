@@ -141,3 +141,23 @@ def test_training_use_vllm_without_vllm_is_one_line(tmp_path):
         "server); install a vLLM release TRL supports (0.22-0.31) on a CUDA host, or drop "
         "--use_vllm"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_run_passes_the_option_to_its_rollout_subprocess(qwen_dir, tmp_path, capsys):
+    from ecredit_trl.agent.rollouts import main as rollouts_main
+    from eval.evaluation.generation import rollouts_command
+    from eval.run import _policy_ref
+
+    model = _copy_with_template(qwen_dir, tmp_path / "m", "{{ messages }}")
+    assert _policy_ref(str(model), None, "qwen2_5").given == str(model)  # not refused
+    cmd = rollouts_command(python="py", model=str(model), split="s", n=1,
+                           rpath=tmp_path / "r.jsonl", seed=0, runtime="local", binding="b",
+                           overrides={"chat_template": "qwen2_5"}, device=None,
+                           todo_tasks=["a"], n_tasks=1)
+    assert cmd[cmd.index("--chat-template") + 1] == "qwen2_5"
+    rc = rollouts_main(["--model", str(model), "--tasks", "bundled:train", "--n", "1",
+                        "--out", str(tmp_path / "o.jsonl"), "--runtime", "local",
+                        "--chat-template", "nope"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --chat_template: unknown template 'nope'; expected one of {NAMES}")
