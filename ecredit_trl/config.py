@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from eval.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
@@ -25,7 +26,8 @@ class ECreditConfig(GRPOConfig):
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
-    ``max_turns`` < 1, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
+    ``max_turns`` < 1, a ``chat_template`` TRL has no tool-call parser for (names:
+    :data:`eval.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
     disk limit below 1 MiB or a remote (non-``unix://``) ``agent_endpoints`` entry.
     """
@@ -92,6 +94,7 @@ class ECreditConfig(GRPOConfig):
                 "tool calls after another, all trials after the last episode (issue 15)"})
     agent_concurrency: int = field(default=8, metadata={
         "help": "rollouts whose tool calls run at once (overlapped pipeline)"})
+    chat_template: str | None = field(default=None, metadata={"help": CHAT_TEMPLATE_HELP})
     run_name_prefix: str = field(default="ecredit", metadata={"help": "runs/<prefix>-<arm>-..."})
     runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
 
@@ -123,6 +126,11 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
                              f"got {self.snapshot_ignore!r}")
         self._resolve_endpoints()
+        if self.chat_template is not None and self.chat_template not in TOOL_TEMPLATES:
+            raise ValueError(f"chat_template: expected one of {', '.join(TOOL_TEMPLATES)}, "
+                             f"got {self.chat_template!r}")
+        if self.use_vllm:
+            self._require_vllm()
         if self.pipeline not in ("sequential", "overlapped"):
             raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
         if self.agent_concurrency < 1:
@@ -133,6 +141,17 @@ class ECreditConfig(GRPOConfig):
         if self.max_tool_calling_iterations is None:
             self.max_tool_calling_iterations = self.max_turns - 1
         super().__post_init__()
+
+    def _require_vllm(self) -> None:
+        """Issue 23: ``use_vllm`` (TRL's own generation path, colocate or server mode, kept
+        as is) refused at parse time, in one line, where vLLM is not installed - not after the
+        tasks, the sandbox service and the start receipt."""
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError(f"use_vllm: vllm is not installed in this environment (vllm_mode="
+                             f"{self.vllm_mode}); install a vLLM release TRL supports (0.22-0.31)"
+                             " on a CUDA host, or drop --use_vllm")
 
     def _resolve_endpoints(self) -> None:
         """Issue 13 §5: the deprecated ``podman_endpoints`` fills ``verifier_endpoints`` (all

@@ -69,10 +69,11 @@ class ModelArguments:
     model: str | None = field(default=None, metadata={
         "help": "causal LM path or hub id; default: the embedded tiny policy (built locally)"})
     lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights"})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
+    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default 2 x r)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout"})
-    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata={
-        "help": "modules LoRA adapts (peft names, or all-linear)"})
+    lora_target_modules: list[str] = field(default_factory=lambda: ["auto"], metadata={
+        "help": "modules LoRA adapts: auto (the architecture's default, "
+                "ecredit_trl.policy.lora_defaults), all-linear, or peft module names"})
     warmstart_steps: int | None = field(default=None, metadata={
         "help": "SFT steps of the embedded policy's warm start (default: its recipe)"})
     config: str | None = field(default=None, metadata={"help": "YAML file of config fields"})
@@ -323,9 +324,11 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`).
 
     Raises: ValueError (no training tasks; image-held tasks without ``--model`` and without
-    a bundled twin), FileNotFoundError (a local ``--model`` path
-    that is no directory).
+    a bundled twin), FileNotFoundError (a local ``--model`` path that is no directory, a hub
+    id not in the local hub cache), TemplateRefused (a chat template TRL has no tool-call
+    parser for, issue 23 §3).
     """
+    from ecredit_trl.policy.preflight import check_template, model_location
     from eval.splits import load_tasks
 
     all_tasks = load_tasks(cfg.tasks, purpose="train")
@@ -344,10 +347,8 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
         kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
         model_path = ensure_default_policy(default_policy_tasks(cfg.tasks, all_tasks), **kw)
     else:
-        model_path = margs.model
-        looks_local = model_path.startswith(("/", ".", "~")) or Path(model_path).exists()
-        if looks_local and not Path(model_path).expanduser().is_dir():
-            raise FileNotFoundError(f"--model: no such model directory {model_path}")
+        model_path = model_location(margs.model)
+    check_template(cfg, model_path, margs.model or "the embedded policy")
     tasks = all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks
     return tasks, model_path
 
@@ -356,11 +357,14 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
                   model_path, ck_receipt, detected, schedule=None) -> int:
     """Build the manifest and write the start receipt (new run) or bind the resume and
     write its receipt (main process, agreed on every rank). Returns the session index."""
+    from ecredit_trl.policy.lora_defaults import resolve_lora
     from ecredit_trl.runs.manifest import build_manifest
     from ecredit_trl.runs.session import model_identity, on_main, resume_run, start_new_run
 
     task_ids = [t.instance_id for t in tasks]
-    config = {"ecredit": cfg.to_dict(), "model": vars(margs) | {"path": str(model_path)}}
+    lora = resolve_lora(model_path, margs.lora_r, margs.lora_alpha, margs.lora_target_modules)
+    config = {"ecredit": cfg.to_dict(),
+              "model": vars(margs) | {"path": str(model_path), "lora": lora}}
 
     def open_session():
         manifest = build_manifest(
@@ -380,23 +384,23 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
 
 
 def _load_policy(cfg, margs, model_path):
-    """(tokenizer, model, LoRA config or None) of the policy to train."""
+    """(tokenizer, model, LoRA config or None) of the policy to train; the tokenizer carries
+    TRL's template ``cfg.chat_template`` when given (saved with every checkpoint, so
+    ``eval.run`` on the run needs no flag)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from eval.templatecheck import resolve_template_option
+
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    # the loaded text is checked again: what the trainer parses with is what counts
+    _, tokenizer.chat_template = resolve_template_option(
+        cfg.chat_template, tokenizer.chat_template, str(margs.model or model_path))
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
-    peft_config = None
-    if margs.lora_r > 0:
-        from peft import LoraConfig
+    from ecredit_trl.policy.preflight import lora_config
 
-        targets = margs.lora_target_modules
-        peft_config = LoraConfig(r=margs.lora_r, lora_alpha=margs.lora_alpha,
-                                 lora_dropout=margs.lora_dropout, task_type="CAUSAL_LM",
-                                 target_modules=targets[0] if targets == ["all-linear"]
-                                 else targets)
-    return tokenizer, model, peft_config
+    return tokenizer, model, lora_config(margs, model_path)
 
 
 def _make_runtime(cfg, run_name: str):
@@ -445,10 +449,11 @@ def cli(argv: list[str] | None = None) -> int:
     """``main`` for people: a bad argument, file or config value is one line on stderr
     (exit 2), not a traceback. Errors after training started keep their traceback."""
     from ecredit_trl.runs.receipts import CheckpointError
+    from eval.templatecheck import TemplateRefused
 
     try:
         return main(argv)
-    except (RunRefused, CheckpointError, FileNotFoundError) as exc:
+    except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused) as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

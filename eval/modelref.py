@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ModelRef", "dir_fingerprint", "resolve_model"]
+__all__ = ["ModelRef", "dir_fingerprint", "hub_cache_dir", "hub_snapshot", "looks_like_hub_id",
+           "resolve_model"]
 
 #: Files never part of a model's identity (editor/OS litter, lock files).
 _SKIP_SUFFIXES = (".lock", ".tmp")
@@ -105,6 +108,52 @@ def dir_fingerprint(path: str | Path) -> str:
     return h.hexdigest()
 
 
+#: A hub repository id: ``name`` or ``org/name`` (letters, digits, ``-_.``), as huggingface_hub
+#: validates them (``validate_repo_id``), and not a path that starts like one.
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
+
+
+def looks_like_hub_id(model: str) -> bool:
+    """True when ``model`` reads as a hub id (``org/name``), not as a path (``/``, ``.``,
+    ``~`` first, or more than one ``/``)."""
+    return bool(_HUB_ID.match(model)) and not model.startswith((".", "~")) and ".." not in model
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache huggingface_hub reads: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub`` (huggingface_hub's ``constants.HF_HUB_CACHE`` rule)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def hub_snapshot(repo_id: str, revision: str = "main") -> Path:
+    """The local snapshot of hub model ``repo_id`` in the hub cache layout
+    (``models--org--name/refs/<revision>`` holds a commit hash; the files are under
+    ``models--org--name/snapshots/<hash>/``), without any network access.
+
+    Returns: the snapshot directory (it holds ``config.json`` or ``adapter_config.json``).
+
+    Raises: FileNotFoundError, one line naming the model and the directory looked in, when
+        the snapshot is absent or incomplete.
+    """
+    repo = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    ref = repo / "refs" / revision
+    rev = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
+    snap = repo / "snapshots" / rev
+    if not ((snap / "config.json").is_file() or (snap / "adapter_config.json").is_file()):
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        raise FileNotFoundError(
+            f"--model {repo_id}: not in the local hub cache (looked for "
+            f"{repo}/refs/{revision} -> snapshots/<commit>/config.json"
+            f"{'; HF_HUB_OFFLINE=1, so nothing is downloaded' if offline else ''}); fetch it "
+            f"with `hf download {repo_id}` (set HF_HOME or HF_HUB_CACHE to the cache it went "
+            "to) or pass a model directory")
+    return snap
+
+
 def _read_json(path: Path, what: str) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -116,16 +165,19 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def resolve_model(path: str | Path) -> ModelRef:
-    """Resolve ``path`` (model dir or run dir, see the module doc) and fingerprint it.
+    """Resolve ``path`` (model dir or run dir, see the module doc, or a hub id whose snapshot
+    is in the local hub cache: :func:`hub_snapshot`) and fingerprint it.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist, or a run dir without
+        FileNotFoundError: ``path`` does not exist (a hub id: not in the hub cache), or a run dir without
             ``checkpoint-final/``, or a directory with neither ``config.json`` nor
             ``adapter_config.json``.
         ValueError: an unreadable ``config.json`` / ``adapter_config.json``.
     """
     given = str(path)
     p = Path(path).expanduser()
+    if not p.exists() and looks_like_hub_id(given):
+        p = hub_snapshot(given)
     if not p.exists():
         raise FileNotFoundError(f"model: no such path {p}")
     run_dir: Path | None = None

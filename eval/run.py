@@ -75,6 +75,7 @@ from eval.files import atomic_write_text, write_json
 from eval.flaky import flaky_slot_counts
 from eval.modelref import ModelRef, resolve_model
 from eval.presence import require_task_images
+from eval.templatecheck import CHAT_TEMPLATE_HELP, check_policy_template
 
 __all__ = [
     "FIXED_DENOMINATORS",
@@ -247,6 +248,16 @@ def _settings(seen_rollouts: dict, rpath: Path):
 # ---------------------------------------------------------------------------
 
 
+def _policy_ref(model: str | None, rollouts, chat_template: str | None) -> ModelRef | None:
+    """The resolved policy (None without ``model``). Issue 23 §3: a policy to generate with
+    whose chat template TRL has no tool-call parser for is refused here, in one line, before
+    any task is loaded, output written or rollout started (TemplateRefused)."""
+    ref = resolve_model(model) if model is not None else None
+    if ref is not None and rollouts is None:
+        check_policy_template(ref, chat_template)
+    return ref
+
+
 def _admitted(admission, tasks: list, runtime) -> tuple[dict | None, list]:
     """The admission record (None without a manifest) and the tasks with the PASS_TO_PASS
     tests it found flaky dropped (issue 12 §3)."""
@@ -280,8 +291,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         rollouts: read rollouts from this JSONL file instead of generating them.
         admission: admission manifest (:mod:`eval.controls`) to run under; refused when
             the task list or an image digest changed.
-        overrides: generation settings for the rollout subprocess (``max_turns``,
-            ``max_new_tokens``, ``temperature``); None values mean "run default".
+        overrides: rollout settings (``max_turns``, ``max_new_tokens``, ``temperature``,
+            ``chat_template``: a TRL template name); None values mean "run default".
         timeout_s: limit of one verifier trial, seconds (None: eval.trialspec.trial_limits).
         max_retries: infra retries per trial (counted).
         device, python: torch device and interpreter (default ``sys.executable``) of the
@@ -293,7 +304,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     Raises:
         EvalInputError: a count < 1 (``n``, a concurrency, ``batch_size``), ``out`` bound to
             another evaluation, rollout rows of another model, a changed admission manifest.
-        FileNotFoundError: a missing model, rollouts file or manifest.
+        FileNotFoundError: a missing model, rollouts file or manifest. (+ :func:`_policy_ref`)
     """
     from eval.splits import load_tasks
 
@@ -302,7 +313,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     t_start = time.time()
     out = Path(out)
-    ref: ModelRef | None = resolve_model(model) if model is not None else None
+    ref = _policy_ref(model, rollouts, overrides.get("chat_template"))
     tasks = load_tasks(split, purpose="eval")
     images = require_task_images(tasks, split, runtime)  # issue 13 §2: digests recorded
     denominator = split_denominator(split, len(tasks))
@@ -467,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="threads running the episodes' tool calls")
     ap.add_argument("--use-vllm", action="store_true",
                     help="generate through vLLM (colocated; needs vllm installed)")
+    ap.add_argument("--chat-template", "--chat_template", dest="chat_template", default=None,
+                    metavar="NAME", help=CHAT_TEMPLATE_HELP)
     ap.add_argument("--reuse-verdicts", metavar="DIR", default=None,
                     help="opt-in verdict store shared across evaluations: a slot repeating a "
                          "clean (task, artifact) trial stored there is graded from it "
@@ -488,7 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        rollouts=args.rollouts, admission=args.admission,
                        overrides={"max_turns": args.max_turns,
                                   "max_new_tokens": args.max_new_tokens,
-                                  "temperature": args.temperature},
+                                  "temperature": args.temperature,
+                                  "chat_template": args.chat_template},
                        timeout_s=args.timeout_s, max_retries=args.max_retries,
                        device=args.device, batch_size=args.batch_size,
                        agent_concurrency=args.agent_concurrency, use_vllm=args.use_vllm,

@@ -339,7 +339,7 @@ def cpu_threads() -> int:
 
 
 def load_rollout_policy(model: str | Path, *, device: str | None = None,
-                        dtype: str = "auto") -> Policy:
+                        dtype: str = "auto", chat_template: str | None = None) -> Policy:
     """Load a model dir or run dir (see :func:`eval.modelref.resolve_model`) for rollouts.
 
     A peft adapter (``adapter_config.json``) is loaded on its base model with
@@ -350,14 +350,18 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
         device: ``"cpu"``, ``"cuda"``, ... (default: cuda when available).
         dtype: ``"auto"`` (float32 on CPU, bfloat16 on CUDA), ``"float32"``, ``"bfloat16"``,
             ``"float16"``.
+        chat_template: TRL's template of that name replaces the tokenizer's
+            (:data:`eval.templatecheck.TOOL_TEMPLATES`); None keeps the tokenizer's own.
 
     Raises: FileNotFoundError / ValueError naming the path (see ``resolve_model``), ValueError
-        for an unknown ``dtype``.
+        for an unknown ``dtype`` or ``chat_template``, TemplateRefused (one line) for a
+        template TRL has no tool-call parser for (before the weights are loaded).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.modelref import resolve_model
+    from eval.templatecheck import resolve_template_option
 
     ref = resolve_model(model)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -373,6 +377,8 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
     if ref.adapter and not (Path(ref.model_dir) / "tokenizer_config.json").is_file():
         tok_dir = ref.base_model
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    _, tokenizer.chat_template = resolve_template_option(chat_template, tokenizer.chat_template,
+                                                         ref.given)
     if ref.adapter:
         from peft import PeftModel
 

@@ -80,6 +80,7 @@ from ecredit_trl.agent.generation import (
     rollout_seed,
 )
 from ecredit_trl.credit.trajectory import turn_writes
+from eval.templatecheck import CHAT_TEMPLATE_HELP
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -245,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(1: one episode at a time)")
     ap.add_argument("--agent-concurrency", dest="agent_concurrency", type=int, default=4,
                     help="threads running the episodes' tool calls (batched path)")
+    ap.add_argument("--chat-template", "--chat_template", dest="chat_template", default=None,
+                    metavar="NAME", help=CHAT_TEMPLATE_HELP)
     ap.add_argument("--use-vllm", dest="use_vllm", action="store_true",
                     help="generate through vllm.LLM (colocated, from the model path)")
     args = ap.parse_args(argv)
@@ -270,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             require_vllm()
         policy = load_rollout_policy(args.model, device="cpu" if args.use_vllm else args.device,
-                                     dtype=args.dtype)
+                                     dtype=args.dtype, chat_template=args.chat_template)
         settings = settings_for(policy.ref, args)
         if args.use_vllm:
             from ecredit_trl.agent.vllm_engine import VLLMEngine

@@ -176,6 +176,8 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
         "packages": package_versions(),
         "images": image_digests(images) if runtime == "podman" else {i: None for i in set(images)},
         "sealed_holdouts": sealed_holdouts(), "world_size": int(world_size), "model": model,
+        # issue 23: the LoRA actually applied (architecture defaults resolved), None = full
+        "lora": (config.get("model") or {}).get("lora"),
     }
 
 

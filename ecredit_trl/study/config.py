@@ -134,7 +134,7 @@ def _train_field_types() -> dict[str, object]:
     from ecredit_trl.config import ECreditConfig
 
     types = {f.name: f.type for f in dataclasses.fields(ECreditConfig)}
-    types.update({"lora_r": "int", "lora_alpha": "int", "lora_dropout": "float",
+    types.update({"lora_r": "int", "lora_alpha": "int | None", "lora_dropout": "float",
                   "lora_target_modules": "list[str]", "warmstart_steps": "int | None"})
     return types
 

@@ -67,7 +67,7 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
                "local" if type(runtime).__name__ == "LocalRuntime" else "podman"),
            "--binding", binding]
     for k, flag in (("max_turns", "--max-turns"), ("max_new_tokens", "--max-new-tokens"),
-                    ("temperature", "--temperature")):
+                    ("temperature", "--temperature"), ("chat_template", "--chat-template")):
         if k in overrides:
             cmd += [flag, str(overrides[k])]
     if device:
