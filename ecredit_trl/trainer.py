@@ -45,7 +45,6 @@ from pathlib import Path
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.agent.calls import count_calls
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
@@ -64,7 +63,6 @@ from ecredit_trl.credit.planning import (
 )
 from ecredit_trl.credit.trajectory import turn_writes
 from ecredit_trl.runs.checkpoint_state import (
-    EpochSeededRepeatSampler,
     ExactResumeMixin,
     TrainerHooks,
 )
@@ -177,15 +175,6 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
                          train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
                          **kwargs)
         self.add_callback(TrainerHooks(self))
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        if type(sampler) is RepeatSampler:
-            return EpochSeededRepeatSampler(
-                data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-                batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
-                shuffle=sampler.shuffle, seed=sampler.seed)
-        return sampler
 
     # -- turn bookkeeping ------------------------------------------------------
     def _generate(self, prompts):
