@@ -173,6 +173,7 @@ class SlotVerifier:
     def _count(self, res, kind: str) -> Path:
         self.stats[kind] += 1
         self.stats["retries"] += res.attempts - 1
+        self.stats["failure_retries"] += len(getattr(res, "failed_attempts", None) or [])
         self.stats["service_s"] += res.service_s
         lp = self.out / "logs" / f"{res.trial_id}.log"
         atomic_write_text(lp, res.log)
