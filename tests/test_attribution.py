@@ -300,3 +300,35 @@ def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(h
     r = rec()
     pipe._take_counterfactual(r, results["hang"])
     assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (None, None, "timeout")
+
+
+@pytest.mark.podman
+def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
+    """``eval.run`` on a bundled task: the hanging rollout's slot is a failure (resolved False,
+    the failure value, ``artifact_timeout``), not an unknown slot; its retry is counted."""
+    import json
+
+    from test_attribution_step import _artifacts
+
+    from eval.run import evaluate
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    task = load_tasks("bundled:holdout")[0]
+    save_tasks([task], tmp_path / "one.jsonl")
+    arts = _artifacts(task)
+    rows = [{"task_id": task.instance_id, "rollout_index": i, "artifact": arts[k],
+             "model_sha256": "f" * 64, "turns": 1} for i, k in enumerate(("hang", "honest"))]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = evaluate(model=None, split=str(tmp_path / "one.jsonl"), n=2, out=tmp_path / "ev",
+                   runtime=podman_runtime, rollouts=tmp_path / "rollouts.jsonl",
+                   log=lambda *_: None, timeout_s=8)
+    slots = {r["rollout_index"]: r for r in res["slots"]}
+    hang, honest = slots[0], slots[1]
+    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout"
+    assert hang["resolved"] is False and hang["classification"]["unknown"] is False
+    assert hang["utility"] == failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    assert hang["failure_evidence"]["controls"][0]["exit_class"] == "ok"
+    assert honest["failure_class"] is None and honest["resolved"] is False
+    assert honest["classification"]["unknown"] is False
+    assert res["cost"]["failure_retries"] == 1

@@ -86,7 +86,10 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
            "classification": dict(rep.classification),
            "unknown_reason": "incomplete_report" if rep.classification["unknown"] else None,
            "f2p": dict(rep.f2p), "p2p": dict(rep.p2p), "missing": list(rep.missing),
-           "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status}
+           "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status,
+           "failure_class": None,
+           "failure_evidence": ({"not_reproduced": res.failed_attempts[0]}
+                                if getattr(res, "failed_attempts", None) else None)}
     out.update(verdict_fields(task, res, rep))
     return out
 
