@@ -319,7 +319,7 @@ def study_report(out_dir: str | Path) -> dict:
 def _integrity(study: dict, runs: list[dict]) -> dict:
     """Per arm: :func:`~ecredit_trl.study.report_tables.arm_integrity` of its started runs."""
     return {arm: arm_integrity([integrity_counts(r["ledger"]) for r in runs
-                                if r["arm"] == arm and r["status"]["status"] != "pending"])
+                                if r["arm"] == arm and r["status"] != "pending"])
             for arm in study["arms"]}
 
 
