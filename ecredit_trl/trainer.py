@@ -16,7 +16,9 @@ Per generation batch (DESIGN.md §2):
    calls after another, every trial after the last episode. The reward function
    :meth:`ECreditGRPOTrainer.verifier_reward` returns the terminal rewards from the
    factual reports; an unavailable utility gives ``None`` (TRL turns that advantage
-   into 0) and is counted.
+   into 0) and is counted. A trial the artifact broke (hang, OOM, pids, output flood,
+   apply failure while the control was healthy and the retry broke too:
+   :mod:`eval.attribution`) is not unavailable: it gets the failure value.
 3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the (B,) advantages
    by ``(A[:, None] + C) * completion_mask * tool_mask`` with C from
    :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes the ledger
