@@ -16,7 +16,9 @@ Per generation batch (DESIGN.md §2):
    calls after another, every trial after the last episode. The reward function
    :meth:`ECreditGRPOTrainer.verifier_reward` returns the terminal rewards from the
    factual reports; an unavailable utility gives ``None`` (TRL turns that advantage
-   into 0) and is counted.
+   into 0) and is counted. A trial the artifact broke (hang, OOM, pids, output flood,
+   apply failure while the control was healthy and the retry broke too:
+   :mod:`eval.attribution`) is not unavailable: it gets the failure value.
 3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the (B,) advantages
    by ``(A[:, None] + C) * completion_mask * tool_mask`` with C from
    :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes the ledger
@@ -45,7 +47,6 @@ from pathlib import Path
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.agent.calls import count_calls
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
@@ -64,7 +65,6 @@ from ecredit_trl.credit.planning import (
 )
 from ecredit_trl.credit.trajectory import turn_writes
 from ecredit_trl.runs.checkpoint_state import (
-    EpochSeededRepeatSampler,
     ExactResumeMixin,
     TrainerHooks,
 )
@@ -177,15 +177,6 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
                          train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
                          **kwargs)
         self.add_callback(TrainerHooks(self))
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        if type(sampler) is RepeatSampler:
-            return EpochSeededRepeatSampler(
-                data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-                batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
-                shuffle=sampler.shuffle, seed=sampler.seed)
-        return sampler
 
     # -- turn bookkeeping ------------------------------------------------------
     def _generate(self, prompts):

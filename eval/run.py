@@ -225,7 +225,7 @@ def _cost(out: Path, binding: str, stats, generated_tokens: int) -> dict:
     cost_prev = prev.get("cost") if prev.get("binding") == binding else None
     cost = dict(cost_prev or {})
     for k in ("trials_factual", "trials_control", "slots_from_empty_control", "retries",
-              "slots_from_reused_verdict", "controls_from_reused_verdict"):
+              "failure_retries", "slots_from_reused_verdict", "controls_from_reused_verdict"):
         cost[k] = int(cost.get(k, 0)) + int(stats[k])
     cost["service_s"] = float(cost.get("service_s", 0.0)) + float(stats["service_s"])
     cost["generated_tokens"] = generated_tokens

@@ -36,6 +36,7 @@ from sandbox.trial import (
     control_files,
     finish,
 )
+from sandbox.trial_watch import TrialWatch, file_size, log_cap, log_file, read_logs
 
 CONTAINERS_CONF = Path(__file__).resolve().parent / "containers.conf"
 RUN_LABEL = "ecredit.run"
@@ -357,7 +358,7 @@ class PodmanRuntime:
         name = f"ecredit-{self.run_id}-{spec.trial_id}-{uuid.uuid4().hex[:6]}"
         res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint=endpoint)
         t0 = time.monotonic()
-        timed_out = oom = False
+        timed_out = oom = flooded = False
         exit_code: int | None = None
         log = ""
         try:
@@ -373,32 +374,25 @@ class PodmanRuntime:
                 if spec.repo_archive is not None:
                     container.put_archive(spec.workdir, spec.repo_archive)
                 container.put_archive("/", control_files(spec))
+                log_path = log_file(container) if is_local_endpoint(endpoint) else None
+                cap = log_cap(spec.max_output_bytes)
                 container.start()
                 t_started = time.monotonic()
                 res.setup_s = t_started - t0
-                fired = threading.Event()
-
-                def _on_deadline() -> None:
-                    fired.set()
-                    try:
-                        container.kill(signal.SIGKILL)
-                    except Exception:
-                        pass
-
-                # The deadline is enforced here, not by the HTTP timeout of the
-                # wait call, so a slow API answer is never mistaken for a timeout.
-                timer = threading.Timer(spec.timeout_s, _on_deadline)
-                timer.start()
+                # deadline and host-side log size (sandbox.trial_watch: a flood that
+                # bypasses the script's own output cap is killed, never read whole)
+                watch = TrialWatch(container, spec.timeout_s, log_path, cap)
                 try:
                     exit_code = container.wait(condition=["exited", "stopped"])
                     if isinstance(exit_code, dict):  # error payload
                         exit_code = exit_code.get("StatusCode")
                 finally:
-                    timer.cancel()
-                timed_out = fired.is_set()
+                    watch.stop()
+                timed_out = watch.timed_out.is_set()
+                flooded = watch.flooded.is_set() or file_size(log_path) > cap
                 t_done = time.monotonic()
                 try:
-                    log = _read_logs(container)
+                    log = read_logs(container, cap if flooded else None)
                 except Exception:
                     log = ""
                 container.reload()
@@ -410,7 +404,7 @@ class PodmanRuntime:
                 if exit_code is None and not timed_out:
                     exit_code = state.get("ExitCode")
                 finish(res, log, run_s=t_done - t_started, exit_code=exit_code,
-                       timed_out=timed_out, oom=oom)
+                       timed_out=timed_out, oom=oom, output_over=flooded)
                 if spec.swebench_pass and res.protected_touched and res.exit_class == "ok":
                     res.log_swebench = _read_file(container, f"/ecredit/{SWEBENCH_LOG}")
         except Exception as exc:
@@ -421,13 +415,6 @@ class PodmanRuntime:
             self._force_remove(endpoint, name)
             res.cleanup_s = time.monotonic() - t_clean
         return res
-
-
-def _read_logs(container) -> str:
-    data = container.logs(stdout=True, stderr=True, stream=False)
-    if not isinstance(data, (bytes, bytearray)):
-        data = b"".join(data)
-    return bytes(data).decode("utf-8", errors="replace")
 
 
 def _read_file(container, path: str) -> str | None:

@@ -35,10 +35,23 @@ _APPLY_START = ">>>>> ecredit apply-start"
 _TEST_START = ">>>>> ecredit test-start"
 _TEST_END = ">>>>> ecredit test-end"
 
-EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom")
+EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom", "pids", "output_limit")
+RESOURCE_CLASSES = ("timeout", "oom", "pids", "output_limit")
+"""Exit classes of a trial that ran out of one of its limits (wall clock, memory, process
+count, output bytes): code that runs in the trial can cause each of them."""
+ATTRIBUTABLE_CLASSES = (*RESOURCE_CLASSES, "apply_failed")
+"""Exit classes the attribution rule may charge to the artifact: the resource classes and an
+apply failure (the artifact is the policy's bytes; see :mod:`eval.attribution`)."""
+DEFAULT_OUTPUT_BYTES = 64 * 2**20
+"""Default limit (bytes) on the eval script's output (stdout + stderr) kept in a trial log;
+SWE-bench test logs are a few MB at most."""
 
 _SWEBENCH_PASS = ">>>>> ecredit swebench-pass"
 _OOM_START = ">>>>> ecredit oom-kills-start"
+_PIDS_START = ">>>>> ecredit pids-max-start"
+_PIDS_HIT = ">>>>> ecredit pids-max-hit"
+_PIDS_END = ">>>>> ecredit pids-max-end"
+_OUTPUT_OVER = ">>>>> ecredit output-over"
 _OOM_END = ">>>>> ecredit oom-kills-end"
 _TOUCHED = ">>>>> ecredit protected-touched"
 _CHECKOUT_FAILED = ">>>>> ecredit checkout-failed"
@@ -94,6 +107,8 @@ class TrialSpec:
             image's tree as it is. A branch the image lacks ends the trial as
             ``infra_error`` with a ``checkout:`` error (exit 94), never a grade of another
             tree.
+        max_output_bytes: limit (bytes) on the eval script's output kept in the log; past it
+            the rest is drained unread and the trial is ``output_limit`` (issue 21 §2).
     """
 
     trial_id: str
@@ -109,10 +124,13 @@ class TrialSpec:
     swebench_pass: bool = False
     limits_source: str = ""
     checkout: str | None = None
+    max_output_bytes: int = DEFAULT_OUTPUT_BYTES
 
     def limits_record(self) -> dict:
-        """``{"timeout_s", "memory", "pids", "cpus", "source"}``: what the trial ran under."""
-        return {"timeout_s": self.timeout_s, **asdict(self.limits), "source": self.limits_source}
+        """``{"timeout_s", "memory", "pids", "cpus", "output_bytes", "source"}``: what the
+        trial ran under."""
+        return {"timeout_s": self.timeout_s, **asdict(self.limits),
+                "output_bytes": self.max_output_bytes, "source": self.limits_source}
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.trial_id or ""):
@@ -121,6 +139,8 @@ class TrialSpec:
             raise ValueError("image: empty")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+        if not isinstance(self.max_output_bytes, int) or self.max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes: must be an int >= 1, got {self.max_output_bytes!r}")
         if isinstance(self.protected, str):
             raise ValueError("protected: expected a sequence of patterns, got a string")
         for i, pat in enumerate(self.protected):
@@ -157,9 +177,12 @@ class TrialResult:
 
     Attributes:
         trial_id: from the spec.
-        exit_class: ``ok`` (eval script ran to its end), ``apply_failed``,
-            ``timeout``, ``infra_error`` (sandbox died or could not be made; no
-            result is invented) or ``oom`` (killed by the memory limit).
+        exit_class: one of :data:`EXIT_CLASSES`: ``ok`` (eval script ran to its end),
+            ``apply_failed``, ``timeout``, ``infra_error`` (sandbox died or could not be
+            made; no result is invented), ``oom`` (killed by the memory limit), ``pids`` (a
+            fork was refused at the pids limit and the trial did not end ``ok``) or
+            ``output_limit`` (the eval script printed more than the spec's
+            ``max_output_bytes``).
         log: full combined stdout/stderr of the trial script ("" if none).
         log_path: where the log was written, when the caller asked for it.
         applied_with: the apply command that succeeded, ``"empty artifact"``, or None.
@@ -180,6 +203,14 @@ class TrialResult:
             ``oom_kill`` counter difference), None where the counter was not readable.
         limits: :meth:`TrialSpec.limits_record` of the spec (timeout, memory, pids, CPUs
             and their source), filled by :class:`sandbox.pool.VerifierPool`.
+        pids_max_hits: forks refused at the pids limit during the tests (cgroup ``max``
+            event counter difference, or 1 when only the watcher's line was seen), None
+            where the counter was not readable.
+        output_over: the eval script's output passed ``max_output_bytes``.
+        failed_attempts: earlier attempts of this trial that ended in an
+            :data:`ATTRIBUTABLE_CLASSES` class and were retried once
+            (:class:`sandbox.pool.VerifierPool`), each ``{"exit_class", "test_s",
+            "service_s", "oom_kills", "pids_max_hits", "error"}``; this result is the retry.
     """
 
     trial_id: str
@@ -202,6 +233,9 @@ class TrialResult:
     log_swebench: str | None = None
     oom_kills: int | None = None
     limits: dict | None = None
+    pids_max_hits: int | None = None
+    output_over: bool = False
+    failed_attempts: list[dict] = field(default_factory=list)
 
     @property
     def service_s(self) -> float:
@@ -210,7 +244,14 @@ class TrialResult:
 
     @property
     def retries(self) -> int:
+        """Infra retries (``attempts - 1``); failure retries are ``failed_attempts``."""
         return self.attempts - 1
+
+    def attempt_summary(self) -> dict:
+        """This attempt's fate, as :attr:`failed_attempts` entries hold it."""
+        return {"exit_class": self.exit_class, "test_s": round(self.test_s, 3),
+                "service_s": round(self.service_s, 3), "oom_kills": self.oom_kills,
+                "pids_max_hits": self.pids_max_hits, "error": self.error}
 
     def to_json(self, with_log: bool = False) -> dict:
         d = asdict(self)
@@ -225,7 +266,7 @@ def control_files(spec: TrialSpec) -> bytes:
     """Tar (bytes) holding ``ecredit/``: ``trial.sh``, ``eval.sh``, ``artifact.patch``,
     ``paths.list`` (every path the artifact names) and ``protected.list`` (those in the
     protected set), both NUL-separated, ``swebench.pass`` when asked for, and ``checkout``
-    (the branch name) when the spec has one."""
+    (the branch name) when the spec has one, and ``output_limit`` (bytes)."""
     buf = io.BytesIO()
     named = spec.artifact_paths()
     protected = [p for p in named if matches(p, spec.protected)]
@@ -242,6 +283,7 @@ def control_files(spec: TrialSpec) -> bytes:
             _add(tar, "ecredit/swebench.pass", b"", mode=0o644)
         if spec.checkout is not None:
             _add(tar, "ecredit/checkout", spec.checkout.encode(), mode=0o644)
+        _add(tar, "ecredit/output_limit", str(spec.max_output_bytes).encode(), mode=0o644)
     return buf.getvalue()
 
 
@@ -267,12 +309,16 @@ def parse_script_log(log: str) -> dict:
     Returns a dict with ``apply_start``, ``test_start``, ``test_end`` (epoch seconds or
     None), ``test_exit_code`` (int or None), ``applied_with`` (str or None),
     ``apply_failed`` (bool), ``protected_touched`` (list of paths), ``oom_start`` /
-    ``oom_end`` (int counters or None) and ``swebench_pass`` (bool).
+    ``oom_end`` (int counters or None), ``swebench_pass`` (bool), ``pids_start`` (int or
+    None), ``pids_end`` (the highest counter any ``pids-max-hit`` / ``pids-max-end`` line
+    claims, or None) and ``output_over`` (bool). The last two are read after
+    ``test-start`` too: a test that prints them can only claim a failure.
     """
     out: dict = {"apply_start": None, "test_start": None, "test_end": None,
                  "test_exit_code": None, "applied_with": None, "apply_failed": False,
                  "protected_touched": [], "oom_start": None, "oom_end": None,
-                 "swebench_pass": False}
+                 "swebench_pass": False, "pids_start": None, "pids_end": None,
+                 "output_over": False}
     before_tests = True
     for line in log.splitlines():
         if before_tests:
@@ -283,6 +329,8 @@ def parse_script_log(log: str) -> dict:
                 out["apply_start"] = _float(line[len(_APPLY_START):])
             elif line.startswith(_OOM_START):
                 out["oom_start"] = _int(line[len(_OOM_START):])
+            elif line.startswith(_PIDS_START):
+                out["pids_start"] = _int(line[len(_PIDS_START):])
             elif line.startswith(_TOUCHED):
                 out["protected_touched"].append(_b64(line[len(_TOUCHED):]))
             elif line.startswith(APPLY_PATCH_FAIL):
@@ -302,12 +350,18 @@ def parse_script_log(log: str) -> dict:
                 out["oom_end"] = max(end, out["oom_end"] or 0)
         elif line.rstrip() == _SWEBENCH_PASS:
             out["swebench_pass"] = True
+        elif line.startswith((_PIDS_HIT, _PIDS_END)):
+            n = _int(line.split(" ", 3)[-1])
+            if n is not None:
+                out["pids_end"] = max(n, out["pids_end"] or 0)
+        elif line.startswith(_OUTPUT_OVER):
+            out["output_over"] = True
     out["protected_touched"] = sorted(set(out["protected_touched"]))
     return out
 
 
 def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
-           timed_out: bool, oom: bool) -> None:
+           timed_out: bool, oom: bool, output_over: bool = False) -> None:
     """Fill ``res`` from the trial log and the sandbox's fate (in place).
 
     ``run_s``: seconds from sandbox start to its end. The script's own markers
@@ -315,14 +369,21 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     added to ``setup_s``. ``oom``: the runtime saw the sandbox's main process
     OOM-killed; an OOM kill of any other process is read from the cgroup counter
     the script reports (``oom_kills``), and either makes the trial ``oom``.
+    ``output_over``: the runtime killed the sandbox because its log passed the host-side cap
+    (:mod:`sandbox.trial_watch`); the trial is ``output_limit``, as when the script's own
+    ``output-over`` line is in the log.
     """
     markers = parse_script_log(log)
+    markers["output_over"] = markers["output_over"] or output_over
     res.log = log
     res.applied_with = markers["applied_with"]
     res.test_exit_code = markers["test_exit_code"]
     res.protected_touched = markers["protected_touched"]
     if markers["oom_start"] is not None and markers["oom_end"] is not None:
         res.oom_kills = max(0, markers["oom_end"] - markers["oom_start"])
+    if markers["pids_start"] is not None:
+        res.pids_max_hits = max(0, (markers["pids_end"] or 0) - markers["pids_start"])
+    res.output_over = markers["output_over"]
     if markers["apply_start"] and markers["test_start"]:
         res.apply_s = max(0.0, markers["test_start"] - markers["apply_start"])
         res.test_s = max(0.0, (markers["test_end"] or time.time()) - markers["test_start"])
@@ -330,7 +391,8 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     else:
         res.test_s = run_s
     res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out,
-                              oom=oom or bool(res.oom_kills))
+                              oom=oom or bool(res.oom_kills),
+                              pids=bool(res.pids_max_hits))
     if res.exit_class == "infra_error" and res.error is None:
         failed = [ln for ln in log.splitlines() if ln.startswith(_CHECKOUT_FAILED)]
         res.error = (f"the trial's protected set could not be stashed or restored (exit "
@@ -360,19 +422,31 @@ def _float(text: str) -> float | None:
 
 
 def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool,
-             error: str | None = None) -> str:
+             error: str | None = None, pids: bool = False) -> str:
     """Exit class of a trial from its script markers and the sandbox's fate.
 
     A trial is ``ok`` only when the eval script's end marker is in the log: a
     sandbox that died before that (killed, crashed, service lost) is an
     ``infra_error`` and nothing about the tests is inferred from it.
+
+    Resource classes, first match wins (issue 21 §2): ``output_limit`` (the output passed
+    its limit: the log is cut, whatever happened next), ``pids`` (``pids``: a fork was
+    refused at the limit, and the trial did not otherwise end ``ok``: tests that met the
+    limit and still finished are graded from their log), ``timeout``, then ``oom`` (any OOM
+    kill).
     """
+    completed = (error is None and markers["test_end"] is not None and exit_code == 0
+                 and not timed_out)
+    if markers.get("output_over"):
+        return "output_limit"
+    if pids and not (completed and not oom):
+        return "pids"
     if timed_out:
         return "timeout"
     if oom:
         return "oom"
     if markers["apply_failed"] and exit_code in (APPLY_FAILED_EXIT, APPLY_UNEXPECTED_EXIT):
         return "apply_failed"
-    if error is None and markers["test_end"] is not None and exit_code == 0:
+    if completed:
         return "ok"
     return "infra_error"

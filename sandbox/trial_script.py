@@ -32,6 +32,18 @@ Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
    nothing of this unprotected run can reach the verdict.
 8. ``oom-kills-end`` with the counter again.
 
+Failures the artifact's code can cause are made visible (issue 21 §2): ``pids-max-start``
+/ ``pids-max-end`` carry the pids cgroup's ``max`` event counter (v2 ``pids.events``, v1
+``pids/pids.events``: how often a fork was refused at the pids limit) and a watcher forked
+before the tests prints ``pids-max-hit N`` the moment it rises (so a fork flood that holds
+every pid until the deadline still shows); the eval script's output (stdout and stderr
+together) passes through ``head -c`` of the limit in ``output_limit`` and, past it, one
+``output-over N`` line is printed and the rest is drained unread. Markers and timestamps
+after ``test-start`` use shell builtins only (``$EPOCHREALTIME``, ``read``): they still print
+when no process can be forked. A test can print such lines itself, but they only ever claim a
+failure, never a pass. The whole script is one function, parsed before it runs, so code of
+the artifact that rewrites ``trial.sh`` cannot change what the script does next.
+
 Exit codes: 0 (eval script ran to its end), 94 (the base branch could not be checked out),
 95 / 97 (apply failed), 96 (protection could not be applied: infra), 98 (no workdir).
 """
@@ -50,6 +62,7 @@ could not be checked out."""
 
 TRIAL_SCRIPT = r"""#!/bin/bash
 set -u
+main() {
 ED="${ECREDIT_DIR:-/ecredit}"
 WD="${ECREDIT_WORKDIR:-/testbed}"
 P="$ED/artifact.patch"
@@ -75,6 +88,19 @@ same() {  # same file state (absent / symlink target / bytes + mode) at $1 and $
   if [ -d "$1" ] || [ -d "$2" ]; then [ -d "$1" ] && [ -d "$2" ]; return; fi
   cmp -s -- "$1" "$2" && [ "$(stat -c %a -- "$1")" = "$(stat -c %a -- "$2")" ]
 }
+pids_max() {  # PM = the pids cgroup's "max" counter, without forking (works at the limit)
+  local f k v
+  PM=na
+  [ "${ECREDIT_OOM_COUNTER:-on}" = off ] && return  # no cgroup of its own (local runtime)
+  for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do
+    if [ -r "$f" ]; then
+      while read -r k v; do
+        if [ "$k" = max ]; then PM="$v"; return; fi
+      done < "$f"
+    fi
+  done
+}
+now() { T="${EPOCHREALTIME:-}"; [ -n "$T" ] || T="$(date +%s.%N)"; }
 echo ">>>>> ecredit oom-kills-start $(oom_kills)"
 if [ -e "$ED/checkout" ]; then
   b="$(cat "$ED/checkout")"
@@ -128,20 +154,40 @@ while IFS= read -r -d '' p; do
   rm -rf -- "$p" || exit 96
   if exists "$ED/base/$p"; then (cd "$ED/base" && cp -a --parents -- "$p" "$WD/") || exit 96; fi
 done < "$ED/protected.list"
-echo ">>>>> ecredit test-start $(date +%s.%N)"
-bash "$ED/eval.sh"
-rc=$?
-echo ">>>>> ecredit test-end $(date +%s.%N) $rc"
+LIM="$(cat "$ED/output_limit" 2>/dev/null)"
+case "$LIM" in ''|*[!0-9]*) LIM=67108864;; esac
+pids_max; P0="$PM"
+echo ">>>>> ecredit pids-max-start $P0"
+W=""
+if [ "$P0" != na ]; then
+  mkfifo "$ED/tick" 2>/dev/null
+  (exec 8<>"$ED/tick" || exit 0
+   while :; do read -r -t 0.5 -u 8 _; pids_max
+     if [ "$PM" != "$P0" ]; then echo ">>>>> ecredit pids-max-hit $PM"; exit 0; fi; done) &
+  W=$!
+fi
+now; echo ">>>>> ecredit test-start $T"
+bash "$ED/eval.sh" 2>&1 | {
+  head -c "$LIM"
+  if IFS= read -r -d '' -n 1 _; then echo; echo ">>>>> ecredit output-over $LIM"; cat > /dev/null; fi
+}
+rc=${PIPESTATUS[0]}
+[ -n "$W" ] && kill "$W" 2>/dev/null
+now; echo ">>>>> ecredit test-end $T $rc"
+pids_max; echo ">>>>> ecredit pids-max-end $PM"
 if [ -e "$ED/swebench.pass" ] && [ "$touched" = 1 ]; then
   while IFS= read -r -d '' p; do
     rm -rf -- "$p"
     if exists "$ED/art/$p"; then (cd "$ED/art" && cp -a --parents -- "$p" "$WD/"); fi
   done < "$ED/protected.list"
   echo ">>>>> ecredit swebench-pass"
-  bash "$ED/eval.sh" > "$ED/swebench.log" 2>&1
+  bash "$ED/eval.sh" 2>&1 | head -c "$LIM" > "$ED/swebench.log"
 fi
 echo ">>>>> ecredit oom-kills-end $(oom_kills)"
 exit 0
+}
+main "$@"
+exit
 """
 
 __all__ = ["APPLY_FAILED_EXIT", "APPLY_UNEXPECTED_EXIT", "CHECKOUT_FAILED_EXIT", "PROTECT_FAILED_EXIT", "TRIAL_SCRIPT"]

@@ -171,7 +171,8 @@ def test_container_killed_mid_trial_is_infra_error_and_retried(podman_runtime):
     killer.join()
     assert r3.exit_class == "infra_error"
     assert r3.attempts == 3 and len(r3.retried_errors) == 2
-    assert pool.stats == {"submitted": 1, "completed": 1, "retries": 2, "infra_errors": 1}
+    assert pool.stats == {"submitted": 1, "completed": 1, "retries": 2, "infra_errors": 1,
+                          "failure_retries": 0}
     assert outcome(r3) == (None, None, "infra_error")
 
 

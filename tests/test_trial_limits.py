@@ -61,7 +61,8 @@ def test_the_spec_carries_the_limits_and_their_source(bundled_task):
     spec = task_trial_spec(image_task, "", "t1")
     assert (spec.timeout_s, spec.limits.memory, spec.limits.cpus) == (1800.0, "8g", 2.0)
     assert spec.limits_record() == {"timeout_s": 1800.0, "memory": "8g", "pids": 4096,
-                                    "cpus": 2.0, "source": "harness"}
+                                    "cpus": 2.0, "output_bytes": 64 * 2**20,
+                                    "source": "harness"}
     spec = task_trial_spec(bundled_task, "", "t2", timeout_s=30)
     assert spec.limits_record()["source"] == "bundled+timeout_s" and spec.timeout_s == 30
 
@@ -83,7 +84,8 @@ def test_every_trial_records_its_limits(bundled_task, podman_runtime):
     with VerifierPool(podman_runtime, max_concurrency=1) as pool:
         (res,) = pool.map([spec])
     assert res.exit_class == "ok", res.error
-    want = {"timeout_s": 45.0, "memory": "2g", "pids": 1024, "cpus": 1.0, "source": "bundled"}
+    want = {"timeout_s": 45.0, "memory": "2g", "pids": 1024, "cpus": 1.0,
+            "output_bytes": 64 * 2**20, "source": "bundled"}
     assert res.limits == want
     assert res.to_json()["limits"] == want  # the trainer's trajectory rows hold to_json()
     assert trial_row(res)["limits"] == want  # eval slot rows

@@ -7,7 +7,11 @@ The method's query rules (DESIGN.md §3) in one place for both orders:
   by the plan (``exclusion is None``: format error / no eligible block excluded, and with
   ``mask_truncated_completions`` a truncated row, known when its episode ends);
 * a counterfactual result is *used* only when the factual utility exists; otherwise the
-  rollout is excluded as ``no_original_utility`` (admission order unchanged).
+  rollout is excluded as ``no_original_utility`` (admission order unchanged);
+* a trial that broke its own limits (timeout, OOM, pids, output) or did not apply is scored
+  with the failure value when the task's control is healthy and the pool's one retry broke
+  too (:mod:`eval.attribution`, issue 21 §2): factual and counterfactual alike, the record
+  carrying ``failure_class`` / ``failure_evidence``; else it is unavailable.
 
 ``pipeline: sequential`` (the order before issue 15) runs, after every episode has ended,
 the missing empty-patch controls, then all factual trials, then the counterfactual
@@ -39,7 +43,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ecredit_trl.credit.planning import contrast
-from ecredit_trl.runs.outcomes import trial_outcome
+from ecredit_trl.runs.outcomes import trial_verdict
+from eval.attribution import ControlFacts
 
 COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
@@ -76,9 +81,17 @@ class TrialPipelineMixin:
                                bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
                                labels={"ecredit.arm": self.ecfg.arm})
 
-    def _utility_of(self, task, res) -> tuple[float | None, bool | None, str]:
+    def _control_facts(self) -> dict:
+        """Task id → :class:`~eval.attribution.ControlFacts` of its latest control, failed
+        ones included (the ``ok`` ones are saved in checkpoints with the logs)."""
+        return self.__dict__.setdefault("_control_facts_by_task", {})
+
+    def _verdict_of(self, task, res):
+        """:func:`~ecredit_trl.runs.outcomes.trial_verdict` of ``res`` with the task's control."""
         control = self._control.get(task.instance_id)
-        return trial_outcome(task, res, control[1] if control else None)
+        facts = self._control_facts().get(task.instance_id)
+        return trial_verdict(task, res, control[1] if control else None,
+                             [facts] if facts is not None else [])
 
     # -- submission --------------------------------------------------------------------------
     def _submit_trial(self, spec) -> Future:
@@ -103,10 +116,12 @@ class TrialPipelineMixin:
 
     def _take_controls(self, pairs) -> None:
         """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
-        for the attribution rule (DESIGN.md §3)."""
+        for the attribution rules (DESIGN.md §3; a failed one is run again next round, and
+        until then no failure of the task's trials is attributed)."""
         for tid, res in pairs:
             self._batch_trials.append(("control", res))
             self.verified_trial_ids.append(res.trial_id)
+            self._control_facts()[tid] = ControlFacts.of(res)
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
 
@@ -141,8 +156,9 @@ class TrialPipelineMixin:
         self._batch_trials.append(("factual", res))
         self.verified_trial_ids.append(res.trial_id)
         rec.factual = res.to_json()
-        rec.utility, rec.resolved, rec.factual_outcome = self._utility_of(
-            self.tasks[rec.task_id], res)
+        v = self._verdict_of(self.tasks[rec.task_id], res)
+        rec.utility, rec.resolved, rec.factual_outcome = v.utility, v.resolved, v.outcome
+        rec.failure_class, rec.failure_evidence = v.failure_class, v.failure_evidence
         if rec.utility is None:
             rec.reward = None
         elif self.ecfg.terminal_reward == "utility":
@@ -159,8 +175,8 @@ class TrialPipelineMixin:
             return
         self._batch_trials.append(("counterfactual", res))
         rec.counterfactual = res.to_json()
-        rec.utility_ablated, _, rec.counterfactual_outcome = self._utility_of(
-            self.tasks[rec.task_id], res)
+        v = self._verdict_of(self.tasks[rec.task_id], res)
+        rec.utility_ablated, rec.counterfactual_outcome = v.utility, v.outcome
         rec.contrast = contrast(rec.utility, rec.utility_ablated)
 
     def _verify(self, records: list, plans: list) -> None:

@@ -8,7 +8,8 @@ from transformers import TrainerCallback
 
 
 class ProgressLines(TrainerCallback):
-    """Prints one line per logged step: reward, resolved rate, contrasts, trials, seconds."""
+    """Prints one line per logged step: reward, resolved rate, contrasts, trials, the masked
+    share (rollouts whose reward was None), seconds."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
@@ -27,4 +28,5 @@ class ProgressLines(TrainerCallback):
               f"{g('ecredit/nonzero_contrasts', '{:.0f}')} nonzero  "
               f"trials/rollout {g('ecredit/trials_per_rollout', '{:.2f}')}  "
               f"format-errors {g('ecredit/format_error_rate')}  "
+              f"masked {g('ecredit/masked_share')}  "
               f"service {g('ecredit/service_s', '{:.1f}')} s", flush=True)

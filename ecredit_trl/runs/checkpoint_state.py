@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from transformers import TrainerCallback
 from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.runs.receipts import ECREDIT_STATE
+from eval.attribution import ControlFacts
 from ecredit_trl.runs.records import write_json
 
 
@@ -71,6 +73,18 @@ class ExactResumeMixin:
     """Checkpoint state of :class:`~ecredit_trl.trainer.ECreditGRPOTrainer` (see the module
     docstring); every method overrides or extends ``GRPOTrainer``'s through ``super()``."""
 
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, as an :class:`EpochSeededRepeatSampler` when it is TRL's plain
+        ``RepeatSampler`` (so a resumed run draws the same batches; moved here from the
+        trainer)."""
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is RepeatSampler:
+            return EpochSeededRepeatSampler(
+                data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
+                shuffle=sampler.shuffle, seed=sampler.seed)
+        return sampler
+
     def _state_file(self) -> str:
         if self.accelerator.num_processes <= 1:
             return ECREDIT_STATE
@@ -87,6 +101,8 @@ class ExactResumeMixin:
                 "ledger_rows_total": self.ledger_rows_total,
                 "trajectory_rows_total": self.trajectory_rows_total,
                 "controls": {tid: log for tid, (_, log) in sorted(self._control.items())},
+                "control_facts": {tid: asdict(f) for tid, f in
+                                  sorted(self._control_facts().items()) if tid in self._control},
                 "verified_trial_ids": list(self.verified_trial_ids),
                 "rank": self.accelerator.process_index,
                 "world_size": self.accelerator.num_processes}
@@ -199,6 +215,8 @@ class ExactResumeMixin:
         for tid, log in state.get("controls", {}).items():
             if tid in self.tasks:
                 self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
+                facts = state.get("control_facts", {}).get(tid)  # absent: older checkpoints
+                self._control_facts()[tid] = ControlFacts(**facts) if facts else ControlFacts("ok")
         if state.get("buffered_inputs"):
             buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
             self._buffered_inputs = torch.load(buf, weights_only=False)

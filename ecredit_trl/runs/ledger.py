@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ecredit_trl.credit.planning import EXCLUSION_ORDER
 from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
+from eval.agent_failures import AGENT_FAILURE_CLASSES
+from eval.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
 
 GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
                     "record_error")
@@ -19,6 +21,11 @@ EXCLUSIONS = GUARD_EXCLUSIONS + EXCLUSION_ORDER
 """Every exclusion reason; the ledger lists those of :data:`EXCLUSION_ORDER` (the method's:
 ``format_error``, ``no_eligible_block``, ``truncated``, ``no_original_utility``) always,
 zeros included, and the guard ones when they occurred."""
+POLICY_FAILURE_CLASSES = (*FAILURE_CLASSES, *AGENT_FAILURE_CLASSES)
+"""``failure_class`` values of a rollout whose failure is charged to the policy (issue 21 §2):
+its factual trial broke its limits or did not apply while the control was healthy
+(``artifact_*``, :mod:`eval.attribution`), or its agent exhausted its own container's disk
+budget, pids or memory (``agent_*``). Any other value is counted as ``other``."""
 
 
 def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[float, float]:
@@ -94,7 +101,12 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
             counterfactual_discarded (overlapped pipeline: a counterfactual trial that ran
             before its rollout's factual utility turned out unavailable; not used).
 
-    Returns: counts and seconds by name, plus ``outcome_<o>`` for every trial outcome.
+    Returns: counts and seconds by name, plus ``outcome_<o>`` for every trial outcome,
+    ``failed_<c>`` for every policy failure class (rollouts by ``failure_class``, factual
+    trial or agent; ``failed_other`` for any other value), ``unattributed_<reason>`` (factual
+    trials whose attributable failure stayed unavailable, by :data:`UNATTRIBUTED_REASONS`),
+    ``failure_retries`` (attribution retries, all trials: apart from infra ``retries``) and
+    ``failure_not_reproduced`` (trials whose first failure the retry did not repeat).
     ``protected_paths_touched`` counts the rollouts whose factual trial found the artifact
     changing a path of the verifier's protected set (issue 12 §1: test infrastructure put
     back to base before the tests ran), so a policy drifting toward test tampering shows.
@@ -109,6 +121,9 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "trials_control": sum(1 for k, _ in trials if k == "control"),
         "counterfactual_discarded": sum(1 for k, _ in trials if k == "counterfactual_discarded"),
         "retries": sum(r.retries for _, r in trials),
+        "failure_retries": sum(len(getattr(r, "failed_attempts", None) or []) for _, r in trials),
+        "failure_not_reproduced": sum(1 for _, r in trials if getattr(r, "failed_attempts", None)
+                                      and r.exit_class == "ok"),
         "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
         "protected_paths_touched": sum(1 for k, r in trials if k == "factual"
                                        and getattr(r, "protected_touched", None)),
@@ -131,6 +146,13 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
     }
     for x in EXCLUSIONS:  # rollouts by exclusion reason (fixed keys: summed over ranks)
         local[f"excluded_{x}"] = sum(1 for r in records if r.exclusion == x)
+    classes = [getattr(r, "failure_class", None) for r in records]
+    for c in POLICY_FAILURE_CLASSES:
+        local[f"failed_{c}"] = classes.count(c)
+    local["failed_other"] = sum(1 for c in classes if c and c not in POLICY_FAILURE_CLASSES)
+    why = [(getattr(r, "failure_evidence", None) or {}).get("unattributed") for r in records]
+    for u in UNATTRIBUTED_REASONS:
+        local[f"unattributed_{u}"] = why.count(u)
     for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
         local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
                                                                  r.counterfactual_outcome)
@@ -145,6 +167,12 @@ def round_metrics(tot: dict[str, float]) -> dict[str, float]:
     return {
         "ecredit/resolved_rate": tot["resolved"] / n,
         "ecredit/reward_unavailable": tot["reward_unavailable"],
+        # masked share: rows whose reward is None (TRL gives them advantage 0): a policy
+        # drifting toward breaking its sandbox would show here (issue 21 §2)
+        "ecredit/masked_share": tot["reward_unavailable"] / n,
+        "ecredit/failure_attributed_share": sum(
+            tot.get(f"failed_{c}", 0) for c in (*POLICY_FAILURE_CLASSES, "other")) / n,
+        "ecredit/failure_retries": tot.get("failure_retries", 0),
         "ecredit/usable_contrasts": tot["usable_contrasts"],
         "ecredit/nonzero_contrasts": tot["nonzero_contrasts"],
         "ecredit/cap_active_rate": tot["cap_active"] / n,
@@ -175,7 +203,13 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     ``credited_tokens`` the tokens in TRL's loss (``completion_mask * tool_mask``),
     ``credit_applied`` whether any nonzero C entered the advantages of a loss token this
     round, ``credit_rollouts`` on how many rollouts; ``rollouts_excluded`` always names the
-    method's reasons (:data:`EXCLUSIONS`)."""
+    method's reasons (:data:`EXCLUSIONS`).
+
+    Attribution (issue 21 §2): ``masked_share`` = ``reward_unavailable / rollouts`` (rows TRL
+    masks); ``failures_attributed`` the rollouts whose failure was charged to the policy, by
+    class (non-zero classes only); ``failures_unattributed`` the factual trials whose
+    attributable failure stayed unavailable, by reason; ``failure_retries`` the attribution
+    retries (infra ``retries`` apart) and ``failure_not_reproduced``."""
     return {"step": step, "arm": arm,
             "generated_tokens": int(tot["generated_tokens"]),
             "credited_tokens": int(tot.get("credited_tokens", 0)),
@@ -185,12 +219,21 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "trials_counterfactual": int(tot["trials_counterfactual"]),
             "trials_control": int(tot["trials_control"]),
             "retries": int(tot["retries"]), "infra_errors": int(tot["infra_errors"]),
+            "failure_retries": int(tot.get("failure_retries", 0)),
+            "failure_not_reproduced": int(tot.get("failure_not_reproduced", 0)),
             "queue_wait_s": round(tot["queue_wait_s"], 4), "setup_s": round(tot["setup_s"], 4),
             "verify_s": round(tot["verify_s"], 4), "cleanup_s": round(tot["cleanup_s"], 4),
             "wall_s": round(wall_s, 4),
             "gpu_hours": gpu_hours,
             "rollouts": int(tot["rollouts"]), "resolved": int(tot["resolved"]),
             "reward_unavailable": int(tot["reward_unavailable"]),
+            "masked_share": round(tot["reward_unavailable"] / max(1.0, tot["rollouts"]), 4),
+            "failures_attributed": {c: int(tot[f"failed_{c}"])
+                                    for c in (*POLICY_FAILURE_CLASSES, "other")
+                                    if tot.get(f"failed_{c}")},
+            "failures_unattributed": {u: int(tot[f"unattributed_{u}"])
+                                      for u in UNATTRIBUTED_REASONS
+                                      if tot.get(f"unattributed_{u}")},
             "usable_contrasts": int(tot["usable_contrasts"]),
             "nonzero_contrasts": int(tot["nonzero_contrasts"]),
             "cap_active": int(tot["cap_active"]),

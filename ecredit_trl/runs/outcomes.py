@@ -1,47 +1,86 @@
 """How a verifier trial's result becomes (or does not become) a utility.
 
 Kept apart from the trainer so the rule can be checked against real trials
-without importing TRL.
+without importing TRL. Failures the artifact caused follow the attribution rule of
+:mod:`eval.attribution` (issue 21 §2), the same function ``eval.run`` calls.
 """
 
 from __future__ import annotations
 
-TRIAL_OUTCOMES = ("graded", "attributed", "incomplete", "truncated_log", "timeout",
-                  "apply_failed", "infra_error", "oom")
+from dataclasses import dataclass
+
+from eval.attribution import FAILURE_CLASSES, ControlFacts, attribute_failure, failure_utility
+
+TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete", "truncated_log",
+                  "timeout", "apply_failed", "infra_error", "oom", "pids", "output_limit")
 """How a verifier trial's result was used. ``graded``/``attributed`` give a utility
 (``attributed``: missing tests counted as failures because the empty-patch control
-observed them, DESIGN.md §3); every other outcome leaves the utility unavailable
+observed them, DESIGN.md §3); ``artifact_<class>`` (:data:`eval.attribution.FAILURE_CLASSES`)
+give the contract's failure value (the artifact broke its own trial while the control was
+healthy, and the retry broke too); every other outcome leaves the utility unavailable
 (None), never 0."""
 
 
-def trial_outcome(task, res, control_log: str | None):
-    """Utility, resolved flag and outcome class of one verifier trial.
+@dataclass(frozen=True)
+class TrialVerdict:
+    """One trial's use: ``utility`` (float or None), ``resolved`` (bool or None), ``outcome``
+    (in :data:`TRIAL_OUTCOMES`), ``failure_class`` (``artifact_*`` or None) and
+    ``failure_evidence`` (dict or None: the attribution's evidence, with ``unattributed``
+    naming why an attributable failure stayed unavailable, or ``not_reproduced`` holding a
+    first attempt whose failure the retry did not repeat)."""
+
+    utility: float | None
+    resolved: bool | None
+    outcome: str
+    failure_class: str | None = None
+    failure_evidence: dict | None = None
+
+
+def trial_verdict(task, res, control_log: str | None,
+                  controls: list[ControlFacts] | None = None) -> TrialVerdict:
+    """Utility, resolved flag, outcome class and failure attribution of one verifier trial.
 
     Args:
         task: ``eval.tasks.Task`` (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
         res: :class:`sandbox.TrialResult` or None (not run).
-        control_log: the task's empty-patch control log (for attribution) or None.
+        control_log: the task's empty-patch control log (for missing tests) or None.
+        controls: the task's control facts for :func:`eval.attribution.attribute_failure`;
+            None or [] = no control known (no failure can be attributed).
 
-    Returns: ``(utility: float | None, resolved: bool | None, outcome: str)`` with
-    ``outcome`` in :data:`TRIAL_OUTCOMES`. A trial that did not end ``ok`` (timeout,
-    artifact that does not apply, sandbox killed, an OOM kill of any process in the
-    sandbox) and a test log cut off between SWE-bench's start and end markers
-    (``truncated_log``) give
-    ``(None, None, outcome)``: the reward is unavailable, not 0.
+    A trial that ended in an attributable class (timeout, OOM kill, pids, output limit,
+    apply failure) with healthy controls under the same limits and a retry that failed too
+    is ``artifact_<class>``: resolved False, utility :func:`eval.attribution.failure_utility`.
+    Any other non-``ok`` trial and a test log cut off between SWE-bench's start and end
+    markers (``truncated_log``) give utility None: the reward is unavailable, not 0.
     """
     from eval.grading import grade
 
     if res is None:
-        return None, None, "infra_error"
+        return TrialVerdict(None, None, "infra_error")
     if res.exit_class != "ok":
-        return None, None, res.exit_class
+        att = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
+                                limits=res.limits, test_s=res.test_s, controls=controls or [])
+        if att.failure_class is not None:
+            return TrialVerdict(failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS), False,
+                                att.failure_class, att.failure_class, att.evidence)
+        ev = {**att.evidence, "unattributed": att.unattributed} if att.unattributed else None
+        return TrialVerdict(None, None, res.exit_class, None, ev)
+    ev = {"not_reproduced": res.failed_attempts[0]} if res.failed_attempts else None
     rep = grade(res.log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
                 control_log=control_log)
     if rep.log_rejected == "truncated":
-        return None, None, "truncated_log"
+        return TrialVerdict(None, None, "truncated_log", None, ev)
     if rep.utility is None:
-        return None, None, "incomplete"
-    return rep.utility, rep.resolved, "attributed" if rep.attributed else "graded"
+        return TrialVerdict(None, None, "incomplete", None, ev)
+    return TrialVerdict(rep.utility, rep.resolved, "attributed" if rep.attributed else "graded",
+                        None, ev)
 
 
-__all__ = ["TRIAL_OUTCOMES", "trial_outcome"]
+def trial_outcome(task, res, control_log: str | None,
+                  controls: list[ControlFacts] | None = None):
+    """``(utility, resolved, outcome)`` of :func:`trial_verdict` (same arguments)."""
+    v = trial_verdict(task, res, control_log, controls)
+    return v.utility, v.resolved, v.outcome
+
+
+__all__ = ["TRIAL_OUTCOMES", "TrialVerdict", "trial_outcome", "trial_verdict"]

@@ -51,6 +51,8 @@ from ecredit_trl.study.report_tables import (
     CREDIT_ARMS,
     STANDARD_PAIRS,
     arm_costs,
+    arm_integrity,
+    integrity_counts,
     learning_curve,
     mean_band,
     run_costs,
@@ -308,9 +310,17 @@ def study_report(out_dir: str | Path) -> dict:
                                       "started_at", "command", "pooled_seeds")}
     return {"schema": SCHEMA, "study": meta, "units": unit_rows, "curves": curves,
             "signal": signal, "evaluation": evaluation, "differences": differences,
-            "costs": _costs(study, runs), "answer": _answer(differences),
+            "costs": _costs(study, runs), "integrity": _integrity(study, runs),
+            "answer": _answer(differences),
             "model": model_parameters(out, [r["dir"] for r in runs], baseline),
             "inputs": report_inputs(out, cfg, units[:-1])}
+
+
+def _integrity(study: dict, runs: list[dict]) -> dict:
+    """Per arm: :func:`~ecredit_trl.study.report_tables.arm_integrity` of its started runs."""
+    return {arm: arm_integrity([integrity_counts(r["ledger"]) for r in runs
+                                if r["arm"] == arm and r["status"] != "pending"])
+            for arm in study["arms"]}
 
 
 def _costs(study: dict, runs: list[dict]) -> dict:

@@ -325,6 +325,34 @@ def _caveat(report: dict) -> list[str]:
             f"{_params(m)}. Its results say nothing about real models.", ""]
 
 
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items()) if v) or "none"
+
+
+def _integrity(report: dict) -> list[str]:
+    lines = ["## (g) Reward integrity per arm", "",
+             "From `ledger.jsonl` (issue 21 §2). Masked = rollouts whose reward was None "
+             "(TRL gives them advantage 0: infrastructure failures and excluded rollouts); "
+             "attributed = failures charged to the policy (its trial broke its limits or did "
+             "not apply while the control was healthy and a retry broke too, or its agent "
+             "exhausted its own container), scored with the failure value; unattributed = "
+             "such failures left unavailable (control failed, no retry, ...). Retries: infra "
+             "retries / attribution retries.", "",
+             "| arm | runs | rollouts | masked share | excluded by reason | attributed by "
+             "class | unattributed | retries (infra / attribution) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arm, c in (report.get("integrity") or {}).items():
+        if not c["runs"]:
+            lines.append(f"| {arm} | 0 | {PENDING} | {PENDING} | {PENDING} | {PENDING} | "
+                         f"{PENDING} | {PENDING} |")
+            continue
+        lines.append(f"| {arm} | {c['runs']} | {c['rollouts']} | {_f(c['masked_share'])} | "
+                     f"{_counts(c['excluded'])} | {_counts(c['attributed'])} | "
+                     f"{_counts(c['unattributed'])} | {c['retries']} / "
+                     f"{c['failure_retries']} |")
+    return lines + [""]
+
+
 def render_markdown(report: dict) -> str:
     """``report.md`` from the :func:`ecredit_trl.study.report.study_report` dict (pure)."""
     name = report["study"].get("name") or "study"
@@ -332,6 +360,7 @@ def render_markdown(report: dict) -> str:
              "A CI that contains 0 means no difference was detected at this size, not that the "
              "arms are equal. **Pending** = not run or not recorded (never a number).", ""]
     lines += _caveat(report)
-    for part in (_design, _curves, _signal, _evaluation, _differences, _costs):
+    for part in (_design, _curves, _signal, _evaluation, _differences, _costs,
+                 _integrity):
         lines += part(report)
     return "\n".join(lines)

@@ -238,3 +238,42 @@ def pair_row(name: str, per_a: Mapping[str, float] | None, per_b: Mapping[str, f
                    mdd=pw.mdd, mdd_se=pw.se, mdd_reason=pw.reason)
     row["verdict"] = verdict(row["ci"])
     return row
+
+
+def integrity_counts(ledger: Sequence[dict]) -> dict:
+    """Reward integrity of one run from its ``ledger.jsonl`` rows (pure; issue 21 §2).
+
+    Returns: ``rollouts``, ``masked`` (rollouts whose reward was None: TRL gives them
+    advantage 0), ``masked_share`` (masked / rollouts, None without rollouts), ``excluded``
+    (reason → rollouts), ``attributed`` (policy failure class → rollouts scored with the
+    failure value), ``unattributed`` (reason → factual trials whose failure stayed
+    unavailable), ``retries`` (infra), ``failure_retries`` (attribution retries) and
+    ``failure_not_reproduced``. Rows of older ledgers lack the attribution keys (counted 0).
+    """
+    out: dict = {"rollouts": 0, "masked": 0, "excluded": {}, "attributed": {},
+                 "unattributed": {}, "retries": 0, "failure_retries": 0,
+                 "failure_not_reproduced": 0}
+    for r in ledger:
+        out["rollouts"] += int(r.get("rollouts", 0))
+        out["masked"] += int(r.get("reward_unavailable", 0))
+        for k in ("retries", "failure_retries", "failure_not_reproduced"):
+            out[k] += int(r.get(k, 0))
+        for key, src in (("excluded", "rollouts_excluded"), ("attributed", "failures_attributed"),
+                         ("unattributed", "failures_unattributed")):
+            for name, n in (r.get(src) or {}).items():
+                out[key][name] = out[key].get(name, 0) + int(n)
+    out["masked_share"] = out["masked"] / out["rollouts"] if out["rollouts"] else None
+    return out
+
+
+def arm_integrity(per_run: Sequence[dict]) -> dict:
+    """:func:`integrity_counts` summed over an arm's runs (``runs`` = how many)."""
+    total = integrity_counts([])
+    for c in per_run:
+        for k in ("rollouts", "masked", "retries", "failure_retries", "failure_not_reproduced"):
+            total[k] += c[k]
+        for k in ("excluded", "attributed", "unattributed"):
+            for name, n in c[k].items():
+                total[k][name] = total[k].get(name, 0) + n
+    total["masked_share"] = total["masked"] / total["rollouts"] if total["rollouts"] else None
+    return {"runs": len(per_run), **total}

@@ -34,7 +34,8 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "classification": {key: {"count", "rate"}},
         "unknown_reasons", "unknown_slots": [...], "per_task": {id: {...}},
         "per_repo": {repo: {...}}, "task_success_distribution": {"k/n": tasks},
-        "format_error_slots", "stop_reasons", "generated_tokens": {"total", "mean"},
+        "format_error_slots", "failures_attributed" (failure class → slots), "stop_reasons",
+        "generated_tokens": {"total", "mean"},
         "ignored_rows"}``. ``success = resolved / slots``; ``failed = slots - resolved -
         unknown``; the bounds take every unknown slot as failed / as resolved.
         ``resolved_swebench`` counts known slots whose ``resolved_swebench`` (the harness's
@@ -73,6 +74,9 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "per_repo": dict(sorted(per_repo.items())),
         "task_success_distribution": m["task_success_distribution"],
         "format_error_slots": sum(1 for r in rows if r.get("format_error")),
+        # issue 21 §2: slots whose trial broke its limits and was charged to the artifact
+        "failures_attributed": dict(sorted(Counter(r["failure_class"] for r in rows
+                                                   if r.get("failure_class")).items())),
         "stop_reasons": dict(sorted(Counter(r["stop_reason"] for r in rows
                                             if r.get("stop_reason")).items())),
         "generated_tokens": {"total": sum(gen), "mean": (sum(gen) / len(gen)) if gen else None},
@@ -240,19 +244,7 @@ def render_report(results: dict) -> str:
                   for u in s["unknown_slots"]]
     else:
         lines.append("None.")
-    cost = results.get("cost") or {}
-    gt = s["generated_tokens"]
-    lines += ["", "## Rollouts and trials", "",
-              f"- format-error rollouts: {s['format_error_slots']}",
-              f"- stop reasons: {s['stop_reasons']}",
-              f"- generated tokens: {gt['total']} (mean {gt['mean']:.1f} per rollout)"
-              if gt["mean"] is not None else "- generated tokens: –",
-              f"- trials: {cost.get('trials_factual', 0)} factual, "
-              f"{cost.get('trials_control', 0)} empty-patch controls, "
-              f"{cost.get('slots_from_empty_control', 0)} slots answered by the control, "
-              f"{cost.get('retries', 0)} infra retries",
-              f"- trial service time: {cost.get('service_s', 0.0):.1f} s",
-              ]
+    lines += _trial_lines(s, results.get("cost") or {})
     vs = results.get("verdict_store")
     if vs:
         lines.append(f"- verdict store `{vs['path']}` used (opt-in): {vs['slots_reused']} slots "
@@ -271,6 +263,24 @@ def render_report(results: dict) -> str:
                   "its missing slots are unknown (`no_rollout`)."]
     lines.append("")
     return "\n".join(lines)
+
+
+def _trial_lines(s: dict, cost: dict) -> list[str]:
+    """The "Rollouts and trials" section of :func:`render_report`."""
+    gt = s["generated_tokens"]
+    return ["", "## Rollouts and trials", "",
+            f"- format-error rollouts: {s['format_error_slots']}",
+            f"- stop reasons: {s['stop_reasons']}",
+            f"- generated tokens: {gt['total']} (mean {gt['mean']:.1f} per rollout)"
+            if gt["mean"] is not None else "- generated tokens: –",
+            f"- trials: {cost.get('trials_factual', 0)} factual, "
+            f"{cost.get('trials_control', 0)} empty-patch controls, "
+            f"{cost.get('slots_from_empty_control', 0)} slots answered by the control, "
+            f"{cost.get('retries', 0)} infra retries, "
+            f"{cost.get('failure_retries', 0)} attribution retries",
+            f"- failures charged to the artifact (failure value; eval.attribution): "
+            f"{s.get('failures_attributed') or 'none'}",
+            f"- trial service time: {cost.get('service_s', 0.0):.1f} s"]
 
 
 def _swebench_lines(s: dict, slots: int) -> list[str]:

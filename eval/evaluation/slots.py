@@ -12,7 +12,9 @@ from eval.files import read_jsonl
 SCHEMA = 1
 
 #: Unknown reasons after which a rerun tries the slot again (the rollout is kept).
-RETRY_REASONS = ("trial_infra_error", "control_infra_error")
+#: ``trial_unattributed``: the trial broke its limits or did not apply, but the attribution
+#: rule (:mod:`eval.attribution`) could not charge it to the artifact (control failed, ...).
+RETRY_REASONS = ("trial_infra_error", "control_infra_error", "trial_unattributed")
 UNKNOWN_REASONS = ("no_rollout", "agent_sandbox_error", "incomplete_report", *RETRY_REASONS)
 
 #: Classification keys of a slot (DESIGN.md §4), in report order.

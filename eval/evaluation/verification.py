@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from eval.agent_failures import agent_failure_slot
+from eval.attribution import ControlFacts, attribute_failure, failure_utility
 from eval.evaluation.slots import (
     RETRY_REASONS,
     EvalInputError,
@@ -25,6 +26,7 @@ from eval.evaluation.slots import (
 )
 from eval.files import append_jsonl, atomic_write_text, write_json
 from eval.trialspec import task_trial_spec
+from sandbox.trial import ATTRIBUTABLE_CLASSES
 
 
 def control_key(task) -> str:
@@ -35,15 +37,38 @@ def control_key(task) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def grade_trial(task, res, control_log: str | None) -> dict:
+def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
+    """Slot fields of a trial in an attributable class (:mod:`eval.attribution`, the rule
+    training uses): the contract's failure value, or unknown ``trial_unattributed``."""
+    controls = ([ControlFacts.of({**(control.get("trial") or {}),
+                                  "exit_class": control["exit_class"]})] if control else [])
+    att = attribute_failure(res.exit_class, failed_attempts=getattr(res, "failed_attempts", []),
+                            limits=getattr(res, "limits", None),
+                            test_s=getattr(res, "test_s", None), controls=controls)
+    if att.failure_class is None:
+        return {**unknown_slot("", 0, "trial_unattributed"), **base, "failure_class": None,
+                "failure_evidence": {**att.evidence, "unattributed": att.unattributed}}
+    return {**base, "resolved": False,
+            "utility": failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS),
+            "complete": False, "attributed": True,
+            "classification": {"raw": False, "report_binary": False, "strict": False,
+                               "unknown": False},
+            "unknown_reason": None, "failure_class": att.failure_class,
+            "failure_evidence": att.evidence, "resolved_swebench": False}
+
+
+def grade_trial(task, res, control_log: str | None, control: dict | None = None) -> dict:
     """Grade one trial result of ``task`` into slot fields (no task/rollout ids).
 
-    ``infra_error`` → unknown (``trial_infra_error``). Any other exit class is graded from
-    its log (``harness_exit`` = the exit class unless ``ok``, where the test exit code in
-    the log decides), with ``control_log`` for attribution. ``resolved`` is the verdict with
-    the protected set; ``resolved_swebench`` the harness's own (swebench's parser, no
-    protection) and ``protected_touched`` the protected paths the artifact changed
-    (:func:`eval.protection.verdict_fields`).
+    ``infra_error`` → unknown (``trial_infra_error``). An attributable class (timeout, OOM,
+    pids, output limit, apply failure: :data:`sandbox.trial.ATTRIBUTABLE_CLASSES`) follows
+    :func:`eval.attribution.attribute_failure` with ``control`` (the task's control record:
+    ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
+    False with the failure value and ``failure_class``, or unknown ``trial_unattributed``.
+    An ``ok`` trial is graded from its log, with ``control_log`` for missing tests.
+    ``resolved`` is the verdict with the protected set; ``resolved_swebench`` the harness's
+    own (swebench's parser, no protection) and ``protected_touched`` the protected paths the
+    artifact changed (:func:`eval.protection.verdict_fields`).
     """
     from eval.grading import grade
     from eval.protection import verdict_fields
@@ -51,6 +76,8 @@ def grade_trial(task, res, control_log: str | None) -> dict:
     base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
     if res.exit_class == "infra_error":
         return {**unknown_slot("", 0, "trial_infra_error"), **base, "error": res.error}
+    if res.exit_class in ATTRIBUTABLE_CLASSES:
+        return _attributed_failure(task, res, control, base)
     rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
                 parser=task.log_parser, control_log=control_log,
                 harness_exit=None if res.exit_class == "ok" else res.exit_class)
@@ -59,7 +86,10 @@ def grade_trial(task, res, control_log: str | None) -> dict:
            "classification": dict(rep.classification),
            "unknown_reason": "incomplete_report" if rep.classification["unknown"] else None,
            "f2p": dict(rep.f2p), "p2p": dict(rep.p2p), "missing": list(rep.missing),
-           "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status}
+           "log_rejected": rep.log_rejected, "resolution_status": rep.resolution_status,
+           "failure_class": None,
+           "failure_evidence": ({"not_reproduced": res.failed_attempts[0]}
+                                if getattr(res, "failed_attempts", None) else None)}
     out.update(verdict_fields(task, res, rep))
     return out
 
@@ -78,7 +108,8 @@ def trial_row(res) -> dict:
     """The timing / attempt fields of a trial result recorded in a slot row (seconds)."""
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
-                                         "test_exit_code", "limits")} | {"service_s": res.service_s}
+                                         "test_exit_code", "limits", "failed_attempts")} | {
+        "service_s": res.service_s}
 
 
 def rollout_fields(r: dict) -> dict:
@@ -145,6 +176,7 @@ class SlotVerifier:
     def _count(self, res, kind: str) -> Path:
         self.stats[kind] += 1
         self.stats["retries"] += res.attempts - 1
+        self.stats["failure_retries"] += len(getattr(res, "failed_attempts", None) or [])
         self.stats["service_s"] += res.service_s
         lp = self.out / "logs" / f"{res.trial_id}.log"
         atomic_write_text(lp, res.log)
@@ -321,7 +353,7 @@ class SlotVerifier:
             lp = self._count(res, "trials_factual")
             c = self.control_of(key[0], block=True)
             ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
-            g = grade_trial(self.by_id[key[0]], res, ctrl_log)
+            g = grade_trial(self.by_id[key[0]], res, ctrl_log, c)
             trial = trial_row(res)
             self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
                               "trial": trial, "log_path": str(lp.relative_to(self.out))})
@@ -340,7 +372,7 @@ class SlotVerifier:
         """Grade slot ``key`` from store entry ``e`` (with its task's control ``c``)."""
         self.stats["slots_from_reused_verdict"] += 1
         ctrl_log = c["log"] if c and c["exit_class"] == "ok" else None
-        g = grade_trial(self.by_id[key[0]], self.store.trial(e), ctrl_log)
+        g = grade_trial(self.by_id[key[0]], self.store.trial(e), ctrl_log, c)
         self.finish(key, {**g, **rollout_fields(r), "trial_source": "factual",
                           "trial": e.get("trial"), "log_path": self._copy_log(e),
                           "verdict_reused_from": self.store.origin(e)})

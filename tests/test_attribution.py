@@ -1,0 +1,334 @@
+"""A failing rollout cannot escape its negative reward by breaking its own trial (issue 21 §2).
+
+The attribution rule (:mod:`eval.attribution`): a trial that hangs, is OOM-killed, exhausts
+its pids, floods its log or does not apply is the artifact's failure (the contract's failure
+value, an ``artifact_*`` class with evidence) when the task's control completed under the
+same limits and the retry failed too; otherwise it stays unavailable. The artifacts below are
+the attacks of the issue, run in real Podman trials (marker ``podman``); every verdict comes
+from the trainer's rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`) and the one
+``eval.run`` uses (:func:`eval.evaluation.verification.grade_trial`).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import make_tar
+
+from eval.attribution import ControlFacts, attribute_failure, failure_utility
+from sandbox import Limits, TrialSpec, VerifierPool
+from sandbox.images import default_image
+from sandbox.trial import classify, parse_script_log
+
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = ("from calc import add\n\n\n"
+         "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+         "def test_zero():\n    assert add(0, 0) == 0\n")
+EVAL = ("export PYTHONDONTWRITEBYTECODE=1\n"
+        "echo '>>>>> Start Test Output'\n"
+        "python3 -m pytest -rA -p no:cacheprovider test_calc.py\n"
+        "echo '>>>>> End Test Output'\n")
+LIMITS = Limits(memory="128m", pids=64, cpus=1.0)
+TIMEOUT_S = 6.0
+OUTPUT_BYTES = 64 * 1024
+
+
+class _Task:
+    instance_id = "attr-1"
+    FAIL_TO_PASS = ["test_calc.py::test_add"]
+    PASS_TO_PASS = ["test_calc.py::test_zero"]
+    log_parser = "parse_log_pytest"
+
+
+def calc_patch(head: str, new_body: str = CALC) -> str:
+    """A ``git diff`` of calc.py: ``head`` (lines of Python) above ``new_body``."""
+    import difflib
+
+    new = head + new_body
+    body = "".join(difflib.unified_diff(CALC.splitlines(keepends=True),
+                                        new.splitlines(keepends=True), "a/calc.py", "b/calc.py"))
+    return f"diff --git a/calc.py b/calc.py\n{body}"
+
+
+HONEST = ("diff --git a/NOTES.md b/NOTES.md\nnew file mode 100644\n--- /dev/null\n"
+          "+++ b/NOTES.md\n@@ -0,0 +1 @@\n+looked at calc\n")
+HANG = calc_patch("import time\ntime.sleep(10**6)\n")
+MEMORY = calc_patch("BLOB = bytearray(512 * 2**20)\n")
+FORK_FLOOD = calc_patch(
+    "import os, time\n"
+    "def _flood():\n"
+    "    while True:\n"
+    "        try:\n"
+    "            pid = os.fork()\n"
+    "        except OSError:\n"
+    "            return\n"
+    "        if pid == 0:\n"
+    "            time.sleep(10**6)\n"
+    "            os._exit(0)\n"
+    "_flood()\n")
+# a huge exception message: pytest prints it whole in its report (through the script's cap)
+LOG_FLOOD = calc_patch("def _boom():\n    raise ValueError('x' * (4 * 2**20))\n",
+                       CALC.replace("return a - b", "return _boom()"))
+# writes straight to the container's stdout, past the script's cap (the host-side guard)
+LOG_BYPASS = calc_patch("with open('/proc/1/fd/1', 'w') as _f:\n"
+                        "    for _ in range(64):\n"
+                        "        _f.write('y' * 2**20)\n")
+
+
+def spec(trial_id: str, artifact: str = "", **kw) -> TrialSpec:
+    kw.setdefault("image", default_image())
+    kw.setdefault("eval_script", EVAL)
+    kw.setdefault("repo_archive", make_tar({"calc.py": CALC, "test_calc.py": TESTS}))
+    kw.setdefault("timeout_s", TIMEOUT_S)
+    kw.setdefault("limits", LIMITS)
+    kw.setdefault("max_output_bytes", OUTPUT_BYTES)
+    return TrialSpec(trial_id=trial_id, artifact=artifact, **kw)
+
+
+def verdict(res, control):
+    from ecredit_trl.runs.outcomes import trial_verdict
+
+    return trial_verdict(_Task, res, control.log if control.exit_class == "ok" else None,
+                         [ControlFacts.of(control)])
+
+
+# ---------------------------------------------------------------------------
+# the rule, pure
+# ---------------------------------------------------------------------------
+LIM = {"timeout_s": 6.0, "memory": "128m", "pids": 64, "cpus": 1.0, "output_bytes": 65536,
+       "source": "a"}
+OK_CONTROL = ControlFacts("ok", 0.8, {**LIM, "source": "b"})
+FIRST = [{"exit_class": "timeout", "test_s": 6.0}]
+
+
+def test_the_rule_needs_a_healthy_control_under_the_same_limits_and_a_recurring_failure():
+    a = attribute_failure("timeout", failed_attempts=FIRST, limits=LIM, test_s=6.0,
+                          controls=[OK_CONTROL])
+    assert a.failure_class == "artifact_timeout" and a.unattributed is None
+    ev = a.evidence
+    assert ev["exit_class"] == ev["retry_exit_class"] == "timeout"
+    assert ev["limit"] == {"timeout_s": 6.0} and ev["controls"][0]["test_s"] == 0.8
+    # a different resource failure on the retry is still the artifact's (first class named)
+    b = attribute_failure("oom", failed_attempts=FIRST, limits=LIM, test_s=1.0,
+                          controls=[OK_CONTROL])
+    assert b.failure_class == "artifact_timeout" and b.evidence["retry_exit_class"] == "oom"
+
+    def why(exit_class="timeout", failed=FIRST, limits=LIM, controls=(OK_CONTROL,)):
+        return attribute_failure(exit_class, failed_attempts=failed, limits=limits, test_s=1.0,
+                                 controls=list(controls))
+
+    assert why(controls=()).unattributed == "no_control"
+    assert why(controls=(OK_CONTROL, ControlFacts("timeout", 6.0, LIM, "gold"))
+               ).unattributed == "control_failed"
+    assert why(controls=(ControlFacts("ok", 1.0, {**LIM, "timeout_s": 60.0}),)
+               ).unattributed == "limits_differ"
+    assert why(controls=(ControlFacts("ok"),)).unattributed == "limits_differ"  # unknown limits
+    assert why(failed=[]).unattributed == "not_retried"
+    assert why(exit_class="infra_error").unattributed == "retry_infra_error"
+    for cls in ("ok", "infra_error"):  # never the artifact's without a first failure
+        assert why(exit_class=cls, failed=[]).failure_class is None
+    assert why(exit_class="apply_failed", failed=[{"exit_class": "apply_failed", "test_s": 0}]
+               ).failure_class == "artifact_apply_failed"
+
+
+def test_the_failure_value_is_no_listed_test_passing():
+    assert failure_utility(["a"], ["b"]) == -1.0
+    assert failure_utility(["a"], []) == 0.0
+
+
+def test_a_retry_that_passes_is_graded_and_the_first_failure_kept():
+    from ecredit_trl.runs.outcomes import trial_verdict
+
+    log = (">>>>> ecredit test-start 1\n>>>>> Start Test Output\n"
+           "PASSED test_calc.py::test_add\nPASSED test_calc.py::test_zero\n"
+           ">>>>> End Test Output\n>>>>> ecredit test-end 2 0\n")
+    res = SimpleNamespace(exit_class="ok", log=log, failed_attempts=[FIRST[0]], limits=LIM,
+                          test_s=1.0)
+    v = trial_verdict(_Task, res, None, [OK_CONTROL])
+    assert (v.utility, v.resolved, v.outcome) == (1.0, True, "graded")
+    assert v.failure_class is None and v.failure_evidence == {"not_reproduced": FIRST[0]}
+
+
+def test_pids_and_output_markers_only_ever_claim_a_failure():
+    base = (">>>>> ecredit oom-kills-start 0\n>>>>> ecredit apply-start 1\n"
+            ">>>>> Applied Patch (empty artifact)\n>>>>> ecredit pids-max-start 2\n"
+            ">>>>> ecredit test-start 1\n")
+    m = parse_script_log(base + ">>>>> ecredit pids-max-hit 5\n>>>>> ecredit test-end 2 0\n")
+    assert (m["pids_start"], m["pids_end"]) == (2, 5)
+    done = dict(exit_code=0, timed_out=False, oom=False)
+    assert classify(m, **done, pids=True) == "ok"  # met the limit and still finished: graded
+    assert classify(m, exit_code=None, timed_out=True, oom=False, pids=True) == "pids"
+    m = parse_script_log(base + ">>>>> ecredit output-over 10\n>>>>> ecredit test-end 2 0\n")
+    assert m["output_over"] and classify(m, **done) == "output_limit"
+    with pytest.raises(ValueError, match="max_output_bytes"):
+        spec("bad", max_output_bytes=0)
+
+
+def test_ledger_and_report_count_masking_attribution_and_retries():
+    from ecredit_trl.runs.ledger import ledger_row, round_counts, round_metrics
+    from ecredit_trl.study.report_tables import arm_integrity, integrity_counts
+
+    def rec(reward, exclusion=None, failure_class=None, evidence=None):
+        return SimpleNamespace(reward=reward, exclusion=exclusion, failure_class=failure_class,
+                               failure_evidence=evidence, resolved=reward == 1.0, contrast=None,
+                               format_error=False, format_errors=0, calls_not_run=0,
+                               calls_after_submit=0, factual_outcome=failure_class,
+                               counterfactual_outcome=None)
+
+    records = [rec(1.0), rec(0.0, failure_class="artifact_timeout"),
+               rec(None, "no_original_utility", evidence={"unattributed": "control_failed"}),
+               rec(None, "sandbox_setup"), rec(0.0, failure_class="agent_disk_budget")]
+    stats = [{"L": 1, "applied": False, "cap_active": False, "sel_mean": 0.0,
+              "other_mean": 0.0}] * len(records)
+    trial = SimpleNamespace(retries=1, exit_class="timeout", protected_touched=[],
+                            queue_wait_s=0.0, setup_s=0.0, apply_s=0.0, test_s=6.0,
+                            cleanup_s=0.0, failed_attempts=[FIRST[0]])
+    tot = round_counts(records, stats, [("factual", trial)])
+    row = ledger_row(tot, step=1, arm="O", wall_s=1.0, gpu_hours=0.0)
+    assert row["masked_share"] == 0.4 and row["reward_unavailable"] == 2
+    assert row["failures_attributed"] == {"artifact_timeout": 1, "agent_disk_budget": 1}
+    assert row["failures_unattributed"] == {"control_failed": 1}
+    assert (row["retries"], row["failure_retries"]) == (1, 1)
+    assert row["rollouts_excluded"]["no_original_utility"] == 1
+    assert row["trial_outcomes"]["artifact_timeout"] == 1
+    met = round_metrics(tot)
+    assert met["ecredit/masked_share"] == 0.4
+    assert met["ecredit/failure_attributed_share"] == 0.4
+    c = arm_integrity([integrity_counts([row, row])])
+    assert (c["runs"], c["rollouts"], c["masked"], c["masked_share"]) == (1, 10, 4, 0.4)
+    assert c["attributed"] == {"artifact_timeout": 2, "agent_disk_budget": 2}
+    assert c["excluded"]["sandbox_setup"] == 2 and c["failure_retries"] == 2
+
+
+# ---------------------------------------------------------------------------
+# real trials
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def healthy(podman_runtime):
+    """The task's empty-patch control (healthy: about a second) and the attacks' results."""
+    attacks = {"hang": HANG, "memory": MEMORY, "fork_flood": FORK_FLOOD,
+               "log_flood": LOG_FLOOD, "log_bypass": LOG_BYPASS, "honest": HONEST}
+    with VerifierPool(podman_runtime, max_concurrency=2, max_retries=0) as pool:
+        futs = {k: pool.submit(spec(f"attr-{k}", art)) for k, art in attacks.items()}
+        control = pool.submit(spec("attr-control")).result()
+        return control, {k: f.result() for k, f in futs.items()}
+
+
+WANT = {"hang": ("timeout", {"timeout_s": TIMEOUT_S}),
+        "memory": ("oom", {"memory": "128m"}),
+        "fork_flood": ("pids", {"pids": 64}),
+        "log_flood": ("output_limit", {"output_bytes": OUTPUT_BYTES}),
+        "log_bypass": ("output_limit", {"output_bytes": OUTPUT_BYTES})}
+
+
+@pytest.mark.podman
+@pytest.mark.parametrize("attack", sorted(WANT))
+def test_an_artifact_that_breaks_its_trial_gets_the_failure_value(healthy, attack):
+    from eval.evaluation.verification import grade_trial, trial_row
+
+    control, results = healthy
+    assert control.exit_class == "ok" and control.test_s < TIMEOUT_S / 2, control.log[-2000:]
+    res = results[attack]
+    cls, limit = WANT[attack]
+    assert res.exit_class == cls, (res.error, res.log[-3000:])
+    assert [a["exit_class"] for a in res.failed_attempts] == [cls]  # the retry broke too
+    v = verdict(res, control)
+    assert (v.utility, v.resolved, v.outcome) == (-1.0, False, f"artifact_{cls}")
+    assert v.failure_class == f"artifact_{cls}"
+    ev = v.failure_evidence
+    assert ev["limit"] == limit and ev["retry_exit_class"] == cls
+    assert ev["controls"][0]["test_s"] == round(control.test_s, 3)
+    # the honest failure of the same task: graded, U = 0 (its hang is not better than this)
+    h = verdict(results["honest"], control)
+    assert (h.utility, h.outcome) == (0.0, "graded")
+    # eval.run's grading follows the same rule
+    g = grade_trial(_Task, res, control.log, {"exit_class": "ok", "trial": trial_row(control)})
+    assert (g["resolved"], g["utility"], g["failure_class"]) == (False, -1.0, f"artifact_{cls}")
+    assert g["classification"]["unknown"] is False
+    if cls == "pids":
+        assert res.pids_max_hits and res.pids_max_hits > 0
+    if cls == "output_limit":
+        assert len(res.log) < 4 * OUTPUT_BYTES + 2**21  # never read whole
+
+
+@pytest.mark.podman
+def test_with_a_control_that_times_out_nothing_is_attributed(podman_runtime):
+    from eval.evaluation.verification import grade_trial, trial_row
+
+    slow = "sleep 30\n" + EVAL  # the task itself hangs: the infrastructure's (or task's) fault
+    with VerifierPool(podman_runtime, max_concurrency=2, max_retries=0) as pool:
+        hang = pool.submit(spec("attr-slow-hang", HANG, eval_script=slow, timeout_s=3.0))
+        control = pool.submit(spec("attr-slow-control", eval_script=slow, timeout_s=3.0))
+        control, hang = control.result(), hang.result()
+    assert control.exit_class == "timeout" and hang.exit_class == "timeout"
+    v = verdict(hang, control)
+    assert (v.utility, v.resolved, v.outcome, v.failure_class) == (None, None, "timeout", None)
+    assert v.failure_evidence["unattributed"] == "control_failed"
+    g = grade_trial(_Task, hang, None, {"exit_class": control.exit_class,
+                                        "trial": trial_row(control)})
+    assert g["unknown_reason"] == "trial_unattributed" and g["utility"] is None
+
+
+@pytest.mark.podman
+def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(healthy):
+    """The trainer's counterfactual path (:class:`TrialPipelineMixin`) on real trial results:
+    P resolves nothing but keeps P2P (U = 0), P\\b hangs while the control is healthy, so
+    U(P\\b) = -1 and D = 1; with a failed control the same hang leaves D unavailable."""
+    from ecredit_trl.credit.pipeline import TrialPipelineMixin
+    from ecredit_trl.trainer import RolloutRecord
+
+    control, results = healthy
+
+    class Pipe(TrialPipelineMixin):
+        def __init__(self):
+            self.tasks, self._control = {_Task.instance_id: _Task}, {}
+            self._batch_trials, self.verified_trial_ids = [], []
+
+    def rec():
+        return RolloutRecord(task_id=_Task.instance_id, rollout_index=0, format_error=False,
+                             num_turns=1, snapshots=[], utility=0.0)
+
+    pipe = Pipe()
+    pipe._take_controls([(_Task.instance_id, control)])
+    r = rec()
+    pipe._take_counterfactual(r, results["hang"])
+    assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (-1.0, 1.0,
+                                                                          "artifact_timeout")
+    failed = SimpleNamespace(**{**vars(control), "exit_class": "timeout"})
+    pipe._take_controls([(_Task.instance_id, failed)])  # the task's control failed this round
+    r = rec()
+    pipe._take_counterfactual(r, results["hang"])
+    assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (None, None, "timeout")
+
+
+@pytest.mark.podman
+def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
+    """``eval.run`` on a bundled task: the hanging rollout's slot is a failure (resolved False,
+    the failure value, ``artifact_timeout``), not an unknown slot; its retry is counted."""
+    import json
+
+    from test_attribution_step import _artifacts
+
+    from eval.run import evaluate
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    task = load_tasks("bundled:holdout")[0]
+    save_tasks([task], tmp_path / "one.jsonl")
+    arts = _artifacts(task)
+    rows = [{"task_id": task.instance_id, "rollout_index": i, "artifact": arts[k],
+             "model_sha256": "f" * 64, "turns": 1} for i, k in enumerate(("hang", "honest"))]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = evaluate(model=None, split=str(tmp_path / "one.jsonl"), n=2, out=tmp_path / "ev",
+                   runtime=podman_runtime, rollouts=tmp_path / "rollouts.jsonl",
+                   log=lambda *_: None, timeout_s=8)
+    slots = {r["rollout_index"]: r for r in res["slots"]}
+    hang, honest = slots[0], slots[1]
+    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout"
+    assert hang["resolved"] is False and hang["classification"]["unknown"] is False
+    assert hang["utility"] == failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    assert hang["failure_evidence"]["controls"][0]["exit_class"] == "ok"
+    assert honest["failure_class"] is None and honest["resolved"] is False
+    assert honest["classification"]["unknown"] is False
+    assert res["cost"]["failure_retries"] == 1
