@@ -167,7 +167,9 @@ class TrialResult:
         endpoint: which runtime endpoint ran it.
         error: infra error message, if any.
         queue_wait_s, setup_s, apply_s, test_s, cleanup_s: seconds. ``queue_wait_s``
-            is filled by :class:`sandbox.pool.VerifierPool`; the rest are service time.
+            is filled by :class:`sandbox.pool.VerifierPool` (plus, under the ``ray`` backend,
+            the wait for a cluster slot and for Ray to start the task); the rest are
+            service time.
         attempts: number of tries (1 + infra retries).
         retried_errors: the error messages of the retried attempts.
         protected: the protected set the trial used (patterns; issue 12 §1).
@@ -180,6 +182,10 @@ class TrialResult:
             ``oom_kill`` counter difference), None where the counter was not readable.
         limits: :meth:`TrialSpec.limits_record` of the spec (timeout, memory, pids, CPUs
             and their source), filled by :class:`sandbox.pool.VerifierPool`.
+        node: the Ray node id (hex) that served the trial's last attempt under the ``ray``
+            sandbox backend (:mod:`sandbox.ray_dispatch`); "" for local runtimes.
+        image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
+            ``"present"`` when it held it; "" for local runtimes.
     """
 
     trial_id: str
@@ -202,6 +208,8 @@ class TrialResult:
     log_swebench: str | None = None
     oom_kills: int | None = None
     limits: dict | None = None
+    node: str = ""
+    image_pull: str = ""
 
     @property
     def service_s(self) -> float:
