@@ -3,21 +3,61 @@
 Knows nothing of training or grading (DESIGN.md §1).
 """
 
+import uuid
+
 from sandbox.pool import VerifierPool
 from sandbox.trial import Limits, TrialResult, TrialSpec
 
-__all__ = ["Limits", "TrialResult", "TrialSpec", "VerifierPool", "make_runtime"]
+__all__ = ["BACKENDS", "Limits", "TrialResult", "TrialSpec", "VerifierPool", "check_backend",
+           "make_runtime"]
+
+BACKENDS = ("local", "ray")
+"""Where verifier trials are dispatched: this machine's runtime, or a Ray cluster."""
+
+
+def check_backend(backend: str, kind: str = "podman", endpoints=None,
+                  field: str = "sandbox_backend") -> str:
+    """``backend`` when it is one of :data:`BACKENDS` and fits ``kind`` / ``endpoints``.
+
+    Raises: ValueError naming ``field``: an unknown backend; ``ray`` with the ``local``
+    runtime (nodes run trials in Podman); ``ray`` with verifier endpoints (Ray schedules the
+    trials, the endpoint rotation would be a second scheduler).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"{field}: expected one of {BACKENDS}, got {backend!r}")
+    if backend == "ray" and kind != "podman":
+        raise ValueError(f"{field}: ray runs every trial in Podman on a cluster node; it "
+                         f"needs runtime 'podman', got {kind!r}")
+    if backend == "ray" and [e for e in (endpoints or []) if e]:
+        raise ValueError(f"{field}: ray schedules trials itself; drop verifier_endpoints "
+                         "(give sandbox nodes to the Ray cluster instead)")
+    return backend
+
 
 
 def make_runtime(kind: str = "podman", *, endpoints: list[str] | None = None,
-                 run_id: str | None = None, agent_endpoints: list[str] | None = None):
+                 run_id: str | None = None, agent_endpoints: list[str] | None = None,
+                 backend: str = "local", ray=None):
     """Build a runtime by name: ``"podman"`` or ``"local"`` (never chosen implicitly).
     ``endpoints`` serve verifier trials, ``agent_endpoints`` (local only) agent sessions
     (:class:`sandbox.podman_runtime.PodmanRuntime`).
 
-    Raises: ValueError for any other name or a remote agent endpoint; PodmanUnavailable
-    when Podman cannot start.
+    ``backend``: ``"local"`` (the default: trials on this machine or ``endpoints``) or
+    ``"ray"`` (trials as Ray tasks on an existing cluster, ``ray`` a
+    :class:`sandbox.ray_dispatch.RayOptions`; :class:`sandbox.ray_dispatch.RayRoutedRuntime`).
+    The ray backend runs trials in Podman on each node, so it needs ``kind="podman"`` and no
+    ``endpoints`` (one scheduler, not two).
+
+    Raises: ValueError for any other name, a remote agent endpoint or a refused
+    combination; PodmanUnavailable when Podman cannot start; RayUnavailable when the
+    cluster cannot be reached.
     """
+    check_backend(backend, kind, endpoints)
+    if backend == "ray":
+        from sandbox.ray_dispatch import RayOptions, RayRoutedRuntime
+
+        return RayRoutedRuntime(run_id=run_id or f"ray-{uuid.uuid4().hex[:8]}",
+                                options=ray or RayOptions(), agent_endpoints=agent_endpoints)
     if kind == "podman":
         from sandbox.podman_runtime import PodmanRuntime
 
