@@ -215,6 +215,15 @@ def sandbox_nodes() -> list[str]:
                   if n.get("Alive") and n.get("Resources", {}).get(SANDBOX_RESOURCE, 0) > 0)
 
 
+def head_node() -> str | None:
+    """Id (hex) of the cluster's live head node (resource ``node:__internal_head__``), or None."""
+    ray = _import_ray()
+    for n in ray.nodes():
+        if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {}):
+            return n["NodeID"]
+    return None
+
+
 def on_each_node(fn, *args, nodes: list[str] | None = None, timeout_s: float = 120.0) -> list:
     """Run ``fn(*args)`` once on each of ``nodes`` (default: every sandbox node), pinned
     there (hard node affinity, ``num_cpus=0``). Returns the results of the nodes that

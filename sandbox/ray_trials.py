@@ -23,6 +23,7 @@ from sandbox.ray_dispatch import (
     connect,
     dispatcher_class,
     dispatcher_name,
+    head_node,
     on_each_node,
     sandbox_nodes,
 )
@@ -59,12 +60,14 @@ class RayTrials:
                 f"--resources '{{\"{SANDBOX_RESOURCE}\": 24}}'`")
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        # on the trainer's own node, so that losing a sandbox node never takes the cap with it
-        here = self.ray.get_runtime_context().get_node_id()
+        # pinned (hard) to the head node, where Ray's own singletons live, never on a
+        # sandbox node that may be lost: a soft preference was seen spilled to a sandbox node
+        # here, and the driver's "own" node is ambiguous when nodes share an IP
+        head = head_node()
         self.dispatcher = dispatcher_class().options(
             name=dispatcher_name(run_id), namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                here, soft=True)).remote(self.options.max_in_flight)
+                head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
         cap = self.ray.get(self.dispatcher.attach.remote())
         self._attached = True
         if cap != self.options.max_in_flight:

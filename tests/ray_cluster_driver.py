@@ -212,9 +212,32 @@ def main(out_path: str) -> None:
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
+def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
+    """``python -m eval.run`` (2 bundled holdout tasks × 1 rollout) with ``--sandbox-backend
+    ray`` on the trained run's final checkpoint; its rc, output tail and slot rows."""
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    (run,) = list(Path(runs).iterdir())
+    split = Path(runs).parent / "two.jsonl"
+    save_tasks(load_tasks("bundled:holdout")[:2], split)
+    out = Path(runs).parent / "eval"
+    cmd = [sys.executable, "-m", "eval.run", "--model", str(run / "checkpoint-final"),
+           "--split", str(split), "--n", "1", "--out", str(out), "--max-new-tokens", "48",
+           "--sandbox-backend", "ray", "--ray-address", address, "--sandbox-max-in-flight",
+           "2"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    slots = out / "slots.jsonl"
+    rows = [json.loads(x) for x in slots.read_text().splitlines() if x.strip()] \
+        if slots.exists() else []
+    return {"rc": proc.returncode, "tail": proc.stdout[-1500:] + proc.stderr[-3000:],
+            "slots": rows}
+
+
 def train(out_path: str, runs: str) -> None:
     """The main job (arm M, 2 steps, ``accelerate launch``) with ``--sandbox_backend ray``
-    against a head node (the trainer's, no sandbox resource) and two sandbox nodes."""
+    against a head node (the trainer's, no sandbox resource) and two sandbox nodes, then
+    ``eval.run`` of its final checkpoint on the same cluster (:func:`evaluate_on_ray`)."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -233,6 +256,8 @@ def train(out_path: str, runs: str) -> None:
         report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
                   "nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
                             "b": b.node_id}}
+        if proc.returncode == 0:  # then eval.run of the trained policy, same backend
+            report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
     finally:
         cluster.shutdown()
     Path(out_path).write_text(json.dumps(report, indent=1))

@@ -183,7 +183,7 @@ def _jsonl(path: Path) -> list[dict]:
 
 @pytest.mark.podman
 @pytest.mark.slow
-def test_main_job_arm_m_two_steps_on_the_ray_backend(tmp_path):
+def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     from ecredit_trl.policy.warmstart import ensure_default_policy
     from eval.splits import load_tasks
 
@@ -204,3 +204,10 @@ def test_main_job_arm_m_two_steps_on_the_ray_backend(tmp_path):
     assert {t["node"] for t in trials} <= sandbox_nodes
     assert all(t["image_pull"] == "present" for t in trials)
     assert sum(r["trials_counterfactual"] for r in ledger) >= 1
+    # eval.run of the trained policy on the same cluster: every slot graded or explained,
+    # each graded slot's trial served by a sandbox node
+    ev = rep["eval"]
+    assert ev["rc"] == 0, ev["tail"]
+    assert len(ev["slots"]) == 2
+    trial_nodes = [r["trial"]["node"] for r in ev["slots"] if r.get("trial")]
+    assert trial_nodes and set(trial_nodes) <= sandbox_nodes

@@ -64,10 +64,12 @@ def grade_trial(task, res, control_log: str | None) -> dict:
 
 
 def trial_row(res) -> dict:
-    """The timing / attempt fields of a trial result recorded in a slot row (seconds)."""
+    """The timing / attempt fields of a trial result recorded in a slot row (seconds), and
+    the Ray node that served it (``node``, "" on the local backend; issue 25)."""
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
-                                         "test_exit_code", "limits")} | {"service_s": res.service_s}
+                                         "test_exit_code", "limits")} | {
+        "service_s": res.service_s, "node": getattr(res, "node", "")}
 
 
 def rollout_fields(r: dict) -> dict:
