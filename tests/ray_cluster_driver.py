@@ -163,6 +163,37 @@ def locality(cluster, address: str, image: str, a, store: Path, mirror: Path) ->
             "c": c.node_id}
 
 
+def gc_cli(address: str, image: str) -> dict:
+    """A run left behind (as by a killed trainer: a container running, the dispatcher
+    alive): ``python -m sandbox gc --ray-address`` from another process cleans it."""
+    import ray
+
+    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+
+    run_id = f"rt-gc-{os.getpid()}"
+    rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=2))
+    pool = VerifierPool(rt, max_concurrency=1, max_retries=0)
+    fut = pool.submit(spec("orphan", image, sleep=60))
+    deadline = time.monotonic() + 90
+    while not containers(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = containers(run_id)
+    proc = subprocess.run([sys.executable, "-m", "sandbox", "gc", "--ray-address", address,
+                           "--run-id", run_id, "--no-temp"], capture_output=True, text=True,
+                          timeout=120)
+    res = fut.result(timeout=120)
+    try:
+        ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+        dispatcher_left = True
+    except ValueError:
+        dispatcher_left = False
+    pool.close()
+    rt.close()
+    return {"before": before, "rc": proc.returncode, "stdout": proc.stdout,
+            "after": containers(run_id, all_states=True), "class": res.exit_class,
+            "dispatcher_left": dispatcher_left}
+
+
 def storage_for_c(root: Path) -> Path:
     root.mkdir(parents=True)
     (root / "storage.conf").write_text(
@@ -194,6 +225,7 @@ def main(out_path: str) -> None:
         report["cluster_start_s"] = round(time.monotonic() - t0, 2)
         for name, fn in (("spread", lambda: spread(cluster.address, image)),
                          ("cap", lambda: cap(cluster.address, image, __file__)),
+                         ("gc", lambda: gc_cli(cluster.address, image)),
                          ("kill", lambda: kill(cluster, cluster.address, image, a, b)),
                          ("locality", lambda: locality(cluster, cluster.address, image, a,
                                                        store, tmp / "mirror"))):

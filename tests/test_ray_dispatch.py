@@ -154,6 +154,15 @@ def test_cap_holds_across_two_ranks(cluster_report):
 
 
 @pytest.mark.podman
+def test_gc_with_ray_address_cleans_a_left_run_on_the_nodes(cluster_report):
+    r = cluster_report["gc"]
+    assert len(r["before"]) == 1 and r["rc"] == 0
+    assert "removed 1 container(s): " + r["before"][0] in r["stdout"]
+    assert r["after"] == [] and not r["dispatcher_left"]
+    assert r["class"] == "infra_error"  # the trial lost its container: never graded
+
+
+@pytest.mark.podman
 def test_killed_node_mid_trial_retries_on_the_other_node_and_is_graded(cluster_report):
     nodes, r = cluster_report["nodes"], cluster_report["kill"]
     assert len(r["running_before"]) == 1  # the container ran when node B was killed
