@@ -58,7 +58,8 @@ class ECreditConfig(GRPOConfig):
     verifier_endpoints: list[str] = field(
         default_factory=list,
         metadata={"help": "Podman API URLs (unix://, ssh://) verifier trials rotate over; "
-                          "empty: a private local service"})
+                          "empty: a private local service (sandbox_backend=local only; for "
+                          "many hosts prefer sandbox_backend=ray)"})
     sandbox_backend: str = field(default="local", metadata={
         "help": "where verifier trials run: local (this machine's runtime, or "
                 "verifier_endpoints) or ray (Ray tasks on an existing cluster's sandbox nodes, "
