@@ -27,9 +27,12 @@ class ECreditConfig(GRPOConfig):
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
     ``max_turns`` < 1, a ``chat_template`` TRL has no tool-call parser for (names:
-    :data:`eval.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed, ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
+    :data:`eval.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed,
+    ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
-    disk limit below 1 MiB or a remote (non-``unix://``) ``agent_endpoints`` entry.
+    disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, an unknown
+    ``sandbox_backend`` or a refused ray combination (:func:`sandbox.check_backend`,
+    :class:`sandbox.ray_dispatch.RayOptions`).
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -58,7 +61,25 @@ class ECreditConfig(GRPOConfig):
     verifier_endpoints: list[str] = field(
         default_factory=list,
         metadata={"help": "Podman API URLs (unix://, ssh://) verifier trials rotate over; "
-                          "empty: a private local service"})
+                          "empty: a private local service (sandbox_backend=local only; for "
+                          "many hosts prefer sandbox_backend=ray)"})
+    sandbox_backend: str = field(default="local", metadata={
+        "help": "where verifier trials run: local (this machine's runtime, or "
+                "verifier_endpoints) or ray (Ray tasks on an existing cluster's sandbox nodes, "
+                "each with its own Podman; docs/scale-out.md)"})
+    ray_address: str = field(default="auto", metadata={
+        "help": "sandbox_backend=ray: address of the running Ray cluster (auto, HOST:PORT, "
+                "ray://HOST:10001); the trainer never starts a cluster"})
+    sandbox_max_in_flight: int = field(default=24, metadata={
+        "help": "sandbox_backend=ray: cluster-wide cap on verifier trials in flight, shared "
+                "by every rank of the run (a named Ray actor)"})
+    ray_podman_url: str = field(default="", metadata={
+        "help": "sandbox_backend=ray: each node's Podman socket (e.g. unix:///run/podman/"
+                "podman.sock); empty: a private service per Ray worker"})
+    ray_image_registry: str | None = field(default=None, metadata={
+        "help": "sandbox_backend=ray: where a node pulls an image it lacks (a mirror host or "
+                "docker-archive:DIR, as `python -m sandbox.images pull --registry`); "
+                "default: the image's own registry"})
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
     trial_timeout_s: float | None = field(default=None, metadata={
@@ -131,6 +152,7 @@ class ECreditConfig(GRPOConfig):
                              f"got {self.chat_template!r}")
         if self.use_vllm:
             self._require_vllm()
+        self._check_backend()
         if self.pipeline not in ("sequential", "overlapped"):
             raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
         if self.agent_concurrency < 1:
@@ -152,6 +174,22 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"use_vllm: vllm is not installed in this environment (vllm_mode="
                              f"{self.vllm_mode}); install a vLLM release TRL supports (0.22-0.31)"
                              " on a CUDA host, or drop --use_vllm")
+
+    def _check_backend(self) -> None:
+        """Issue 25: ``sandbox_backend`` is local or ray; ray needs runtime podman, no
+        verifier_endpoints, and valid Ray options (ValueError naming the field)."""
+        from sandbox import check_backend
+
+        check_backend(self.sandbox_backend, self.runtime, self.verifier_endpoints)
+        if self.sandbox_backend == "ray":
+            self.ray_options()
+
+    def ray_options(self):
+        """The :class:`sandbox.ray_dispatch.RayOptions` of these fields."""
+        from sandbox.ray_dispatch import RayOptions
+
+        return RayOptions(address=self.ray_address, max_in_flight=self.sandbox_max_in_flight,
+                          podman_url=self.ray_podman_url, registry=self.ray_image_registry)
 
     def _resolve_endpoints(self) -> None:
         """Issue 13 §5: the deprecated ``podman_endpoints`` fills ``verifier_endpoints`` (all

@@ -404,11 +404,15 @@ def _load_policy(cfg, margs, model_path):
 
 
 def _make_runtime(cfg, run_name: str):
-    """The sandbox runtime of this session (its run id is the run name)."""
+    """The sandbox runtime of this session (its run id is the run name). With
+    ``sandbox_backend=ray`` its verifier trials go to the Ray cluster (every rank attaches to
+    the run's one dispatcher, named by the run name); agent sessions stay local."""
     from sandbox import make_runtime
 
     return make_runtime(cfg.runtime, endpoints=cfg.verifier_endpoints or None, run_id=run_name,
-                        agent_endpoints=cfg.agent_endpoints or None)
+                        agent_endpoints=cfg.agent_endpoints or None,
+                        backend=cfg.sandbox_backend,
+                        ray=cfg.ray_options() if cfg.sandbox_backend == "ray" else None)
 
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):

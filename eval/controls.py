@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.flaky import FLAKY_RULE, find_flaky, flaky_rule
+from sandbox import add_runtime_args, runtime_from_args
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
            "control_counts", "main", "run_controls"]
@@ -485,12 +486,11 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI. Exit 0 when every task is admitted, 1 when some are not, 2 on bad input."""
-    ap = argparse.ArgumentParser(prog="python -m eval.controls",
-                                 description="Gold and empty-patch controls per task; "
-                                             "admission manifest.")
+    ap = argparse.ArgumentParser(prog="python -m eval.controls", description="Gold and "
+                                 "empty-patch controls per task; admission manifest.")
     ap.add_argument("--split", required=True, help="task source (eval.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"
@@ -504,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="admit tasks with flaky FAIL_TO_PASS tests, keep flaky PASS_TO_PASS")
     args = ap.parse_args(argv)
     try:
-        res = run_controls(args.split, args.out, runtime=args.runtime,
+        res = run_controls(args.split, args.out, runtime=runtime_from_args(args, "controls"),
                            concurrency=args.concurrency, timeout_s=args.timeout_s,
                            max_retries=args.max_retries, task_ids=args.task_ids,
                            repeats=args.repeats, keep_flaky=args.keep_flaky)

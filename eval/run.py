@@ -451,6 +451,8 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point. Exit 0 when done, 1 when the rollout subprocess failed (the report is
     still written), 2 on bad input (the message names the flag, field or path)."""
+    from sandbox import add_runtime_args, runtime_from_args
+
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
     ap.add_argument("--split", help="official500 | holdout100 | bundled[:train|:holdout] | "
@@ -459,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(eval.splits.load_tasks)")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
-    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
     ap.add_argument("--seed", type=int, default=0, help="eval sampling seed")
     ap.add_argument("--rollouts", help="read rollouts from this JSONL instead of generating")
@@ -489,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.replay:
-            replay(args.replay, args.out, runtime=args.runtime, concurrency=args.concurrency,
+            replay(args.replay, args.out, runtime=runtime_from_args(args, "eval"), concurrency=args.concurrency,
                    sample=args.sample, seed=args.seed, timeout_s=args.timeout_s,
                    max_retries=args.max_retries)
             return 0
@@ -497,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if missing:
             raise EvalInputError(f"missing {', '.join(missing)} (or use --replay RESULTS)")
         res = evaluate(model=args.model, split=args.split, n=args.n, out=args.out,
-                       runtime=args.runtime, concurrency=args.concurrency, seed=args.seed,
+                       runtime=runtime_from_args(args, "eval"), concurrency=args.concurrency, seed=args.seed,
                        rollouts=args.rollouts, admission=args.admission,
                        overrides={"max_turns": args.max_turns,
                                   "max_new_tokens": args.max_new_tokens,

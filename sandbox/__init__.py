@@ -3,21 +3,62 @@
 Knows nothing of training or grading (DESIGN.md §1).
 """
 
+import uuid
+
 from sandbox.pool import VerifierPool
 from sandbox.trial import Limits, TrialResult, TrialSpec
 
-__all__ = ["Limits", "TrialResult", "TrialSpec", "VerifierPool", "make_runtime"]
+__all__ = ["BACKENDS", "Limits", "TrialResult", "TrialSpec", "VerifierPool", "check_backend",
+           "make_runtime"]
+
+BACKENDS = ("local", "ray")
+"""Where verifier trials are dispatched: this machine's runtime, or a Ray cluster."""
+
+
+def check_backend(backend: str, kind: str = "podman", endpoints=None,
+                  field: str = "sandbox_backend") -> str:
+    """``backend`` when it is one of :data:`BACKENDS` and fits ``kind`` / ``endpoints``.
+
+    Raises: ValueError naming ``field``: an unknown backend; ``ray`` with the ``local``
+    runtime (nodes run trials in Podman); ``ray`` with verifier endpoints (Ray schedules the
+    trials, the endpoint rotation would be a second scheduler).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"{field}: expected one of {BACKENDS}, got {backend!r}")
+    if backend == "ray" and kind != "podman":
+        raise ValueError(f"{field}: ray runs every trial in Podman on a cluster node; it "
+                         f"needs runtime 'podman', got {kind!r}")
+    if backend == "ray" and [e for e in (endpoints or []) if e]:
+        raise ValueError(f"{field}: ray schedules trials itself; drop verifier_endpoints "
+                         "(give sandbox nodes to the Ray cluster instead)")
+    return backend
+
 
 
 def make_runtime(kind: str = "podman", *, endpoints: list[str] | None = None,
-                 run_id: str | None = None, agent_endpoints: list[str] | None = None):
+                 run_id: str | None = None, agent_endpoints: list[str] | None = None,
+                 backend: str = "local", ray=None):
     """Build a runtime by name: ``"podman"`` or ``"local"`` (never chosen implicitly).
     ``endpoints`` serve verifier trials, ``agent_endpoints`` (local only) agent sessions
     (:class:`sandbox.podman_runtime.PodmanRuntime`).
 
-    Raises: ValueError for any other name or a remote agent endpoint; PodmanUnavailable
-    when Podman cannot start.
+    ``backend``: ``"local"`` (the default: trials on this machine or ``endpoints``) or
+    ``"ray"`` (trials as Ray tasks on an existing cluster, ``ray`` a
+    :class:`sandbox.ray_dispatch.RayOptions`; :class:`sandbox.ray_trials.RayRoutedRuntime`).
+    The ray backend runs trials in Podman on each node, so it needs ``kind="podman"`` and no
+    ``endpoints`` (one scheduler, not two).
+
+    Raises: ValueError for any other name, a remote agent endpoint or a refused
+    combination; PodmanUnavailable when Podman cannot start; RayUnavailable when the
+    cluster cannot be reached.
     """
+    check_backend(backend, kind, endpoints)
+    if backend == "ray":
+        from sandbox.ray_dispatch import RayOptions
+        from sandbox.ray_trials import RayRoutedRuntime
+
+        return RayRoutedRuntime(run_id=run_id or f"ray-{uuid.uuid4().hex[:8]}",
+                                options=ray or RayOptions(), agent_endpoints=agent_endpoints)
     if kind == "podman":
         from sandbox.podman_runtime import PodmanRuntime
 
@@ -28,3 +69,42 @@ def make_runtime(kind: str = "podman", *, endpoints: list[str] | None = None,
 
         return LocalRuntime(run_id=run_id or "local")
     raise ValueError(f"runtime: expected 'podman' or 'local', got {kind!r}")
+
+
+def add_runtime_args(ap) -> None:
+    """Add ``--runtime`` and the backend flags of :func:`runtime_from_args` to an argparse
+    parser (the same names as the trainer's fields, with dashes)."""
+    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    ap.add_argument("--sandbox-backend", choices=BACKENDS, default="local",
+                    help="where verifier trials run: local (this machine) or ray (tasks on "
+                         "an existing Ray cluster's sandbox nodes; docs/scale-out.md)")
+    ap.add_argument("--ray-address", default="auto",
+                    help="ray: address of the running cluster (auto, HOST:PORT)")
+    ap.add_argument("--sandbox-max-in-flight", type=int, default=24,
+                    help="ray: cluster-wide cap on trials in flight")
+    ap.add_argument("--ray-podman-url", default="",
+                    help="ray: each node's Podman socket (default: a private service per worker)")
+    ap.add_argument("--ray-image-registry", default=None,
+                    help="ray: where a node pulls an image it lacks (mirror or docker-archive:DIR)")
+
+
+def runtime_from_args(args, run_prefix: str):
+    """The ``runtime`` argument for ``eval.run`` / ``eval.controls`` / the pilot from
+    :func:`add_runtime_args` flags: ``args.runtime`` (a name: the callee makes and closes the
+    runtime, today's behaviour) for the local backend; for ray a
+    :class:`sandbox.ray_trials.RayRoutedRuntime` (run id ``<run_prefix>-<pid>``), closed when
+    the process exits (its ``atexit`` hook).
+
+    Raises: ValueError naming the flag's field; RayUnavailable when no cluster answers.
+    """
+    import os
+
+    check_backend(args.sandbox_backend, args.runtime)
+    if args.sandbox_backend == "local":
+        return args.runtime
+    from sandbox.ray_dispatch import RayOptions
+
+    opts = RayOptions(address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
+                      podman_url=args.ray_podman_url, registry=args.ray_image_registry)
+    return make_runtime(args.runtime, backend="ray", ray=opts,
+                        run_id=f"{run_prefix}-{os.getpid()}")

@@ -1,6 +1,7 @@
 """``python -m sandbox gc [--run-id ID]``: remove leftover ecredit containers and temp trees.
 
-Containers are removed by run label (all runs, or one). Temp directories
+Containers are removed by run label (all runs, or one); ``--ray-address`` does the same on
+every sandbox node of a Ray cluster (:func:`sandbox.ray_dispatch.gc_cluster`). Temp directories
 (``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` snapshot indexes,
 ``ecredit-podman-*`` service sockets) are removed when the process that made them is
 gone (:func:`sandbox.disk.gc_temp_dirs`); a live run's directories are kept.
@@ -25,7 +26,16 @@ def main(argv=None) -> int:
                    help="where to look for ecredit-rollouts-* / ecredit-snap-* / "
                         "ecredit-podman-* (default: the system temp directory)")
     g.add_argument("--no-temp", action="store_true", help="leave temp directories alone")
+    g.add_argument("--ray-address", default=None,
+                   help="also remove the containers on every sandbox node of this running Ray "
+                        "cluster (auto, HOST:PORT): one pinned task per node (issue 25)")
     args = ap.parse_args(argv)
+    if args.cmd == "gc" and args.ray_address:
+        from sandbox.ray_dispatch import gc_cluster
+
+        for node, names in gc_cluster(args.ray_address, args.run_id):
+            print(f"node {node[:12]}: removed {len(names)} container(s)"
+                  + (": " + " ".join(names) if names else ""))
     if args.cmd == "gc":
         names = gc(args.run_id)
         print(f"removed {len(names)} container(s)" + (": " + " ".join(names) if names else ""))

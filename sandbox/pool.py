@@ -94,7 +94,8 @@ class VerifierPool:
             with self._lock:
                 self.stats["retries"] += 1
             time.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
-        res.queue_wait_s = wait
+        # a runtime may report its own queueing (the ray backend's cluster-wide cap)
+        res.queue_wait_s = wait + res.queue_wait_s
         res.limits = spec.limits_record()
         res.attempts = attempt
         res.retried_errors = errors

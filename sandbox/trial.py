@@ -190,7 +190,9 @@ class TrialResult:
         endpoint: which runtime endpoint ran it.
         error: infra error message, if any.
         queue_wait_s, setup_s, apply_s, test_s, cleanup_s: seconds. ``queue_wait_s``
-            is filled by :class:`sandbox.pool.VerifierPool`; the rest are service time.
+            is filled by :class:`sandbox.pool.VerifierPool` (plus, under the ``ray`` backend,
+            the wait for a cluster slot and for Ray to start the task); the rest are
+            service time.
         attempts: number of tries (1 + infra retries).
         retried_errors: the error messages of the retried attempts.
         protected: the protected set the trial used (patterns; issue 12 §1).
@@ -211,6 +213,10 @@ class TrialResult:
             :data:`ATTRIBUTABLE_CLASSES` class and were retried once
             (:class:`sandbox.pool.VerifierPool`), each ``{"exit_class", "test_s",
             "service_s", "oom_kills", "pids_max_hits", "error"}``; this result is the retry.
+        node: the Ray node id (hex) that served the trial's last attempt under the ``ray``
+            sandbox backend (:mod:`sandbox.ray_dispatch`); "" for local runtimes.
+        image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
+            ``"present"`` when it held it; "" for local runtimes.
     """
 
     trial_id: str
@@ -236,6 +242,8 @@ class TrialResult:
     pids_max_hits: int | None = None
     output_over: bool = False
     failed_attempts: list[dict] = field(default_factory=list)
+    node: str = ""
+    image_pull: str = ""
 
     @property
     def service_s(self) -> float:

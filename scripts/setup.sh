@@ -32,7 +32,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing packages into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "$TORCH_SPEC"
-  .venv/bin/pip install -q -e ".[dev,docs]"
+  .venv/bin/pip install -q -e ".[dev,docs,ray]"
   echo "$want" > "$stamp"
 fi
 

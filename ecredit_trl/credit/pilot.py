@@ -360,6 +360,8 @@ def _run_credit_config(trajectories: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
+    from sandbox import add_runtime_args, runtime_from_args
+
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D (DESIGN.md §3).")
@@ -371,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--credit-lambda", type=float, default=DEFAULT_CREDIT_LAMBDA)
     ap.add_argument("--credit-cap", type=float, default=DEFAULT_CREDIT_CAP)
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
-    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"
@@ -399,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     table = run_pilot(tasks, trajs, args.out, seed=args.seed, credit_lambda=args.credit_lambda,
                       credit_cap=args.credit_cap, concurrency=args.concurrency,
-                      runtime=args.runtime, max_retries=args.max_retries,
+                      runtime=runtime_from_args(args, "pilot"), max_retries=args.max_retries,
                       timeout_s=args.timeout_s,
                       test_patterns=tuple(args.test_pattern or DEFAULT_TEST_PATTERNS))
     print(render_markdown(table, table["meta"]))

@@ -125,6 +125,8 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "failure_not_reproduced": sum(1 for _, r in trials if getattr(r, "failed_attempts", None)
                                       and r.exit_class == "ok"),
         "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
+        # ray backend (issue 25): images a node had to pull for one of the round's trials
+        "image_pulls": sum(1 for _, r in trials if getattr(r, "image_pull", "") == "pulled"),
         "protected_paths_touched": sum(1 for k, r in trials if k == "factual"
                                        and getattr(r, "protected_touched", None)),
         "queue_wait_s": sum(r.queue_wait_s for _, r in trials),
@@ -246,4 +248,5 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
                                if tot[f"outcome_{o}"]},
             "counterfactual_discarded": int(tot.get("counterfactual_discarded", 0)),
+            "image_pulls": int(tot.get("image_pulls", 0)),
             **(timings or {})}

@@ -35,6 +35,9 @@ UNBOUND_CONFIG_FIELDS = frozenset({
     "output_dir", "logging_dir", "run_name", "runs_dir", "disable_tqdm", "report_to",
     # where sandboxes run: results do not depend on which Podman endpoint serves them
     "podman_endpoints", "agent_endpoints", "verifier_endpoints",
+    # ... nor on which backend dispatches them (issue 25: a resume may switch local <-> ray)
+    "sandbox_backend", "ray_address", "sandbox_max_in_flight", "ray_podman_url",
+    "ray_image_registry",
     # secrets never belong in a record
     "hub_token", "push_to_hub_token",
 })

@@ -105,11 +105,12 @@ def agent_failure_class(r: dict) -> str | None:
 
 
 def trial_row(res) -> dict:
-    """The timing / attempt fields of a trial result recorded in a slot row (seconds)."""
+    """The timing / attempt fields of a trial result recorded in a slot row (seconds), and
+    the Ray node that served it (``node``, "" on the local backend; issue 25)."""
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
                                          "test_exit_code", "limits", "failed_attempts")} | {
-        "service_s": res.service_s}
+        "service_s": res.service_s, "node": getattr(res, "node", "")}
 
 
 def rollout_fields(r: dict) -> dict:

@@ -1,0 +1,304 @@
+"""Driver of the Ray backend tests (tests/test_ray_dispatch.py), run *inside* ``unshare -n``.
+
+Started as ``unshare -n bash -c 'ip link set lo up; exec python tests/ray_cluster_driver.py
+OUT.json'`` so every Ray address is 127.0.0.1 (a loopback-only network namespace: nothing
+binds or connects to another address). It starts a local cluster with
+``ray.cluster_utils.Cluster`` — a head node without the sandbox resource (the trainer's
+node) and worker nodes with it plus a ``node_<x>`` label resource — runs real verifier
+trials in Podman through :class:`sandbox.ray_trials.RayTrials` and writes what it saw
+as JSON; the test asserts on it. All nodes share this machine's one Podman, except node C,
+whose Ray workers get their own storage (``CONTAINERS_STORAGE_CONF``) so it truly lacks the
+image. ``python ray_cluster_driver.py rank ADDRESS RUN_ID CAP N`` is a second Accelerate
+rank stand-in (another process and Ray job) attaching to the same run's dispatcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conftest import make_tar  # noqa: E402
+from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
+
+from sandbox import TrialSpec, VerifierPool  # noqa: E402
+from sandbox.images import default_image  # noqa: E402
+from sandbox.podman_runtime import RUN_LABEL, podman_env  # noqa: E402
+from sandbox.ray_dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
+from sandbox.ray_trials import RayTrials  # noqa: E402
+
+
+def spec(trial_id: str, image: str, sleep: float = 0) -> TrialSpec:
+    """The calc trial of tests/test_sandbox_podman.py (graded ``ok``), ``sleep`` s longer."""
+    script = (f"sleep {sleep}\n" if sleep else "") + EVAL
+    return TrialSpec(trial_id=trial_id, image=image, eval_script=script, timeout_s=120,
+                     repo_archive=make_tar({"calc.py": CALC, "test_calc.py": TESTS}))
+
+
+def containers(run_id: str, all_states: bool = False) -> list[str]:
+    """Names of the run's containers in the shared Podman (running only, unless all)."""
+    cmd = ["podman", "ps", *(["-a"] if all_states else []), "--filter",
+           f"label={RUN_LABEL}={run_id}", "--format", "{{.Names}}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=podman_env())
+    return out.stdout.split()
+
+
+def summary(results) -> dict:
+    return {"classes": [r.exit_class for r in results], "nodes": [r.node for r in results],
+            "attempts": [r.attempts for r in results],
+            "errors": [r.retried_errors for r in results],
+            "pulls": [r.image_pull for r in results],
+            "queue_wait_s": [round(r.queue_wait_s, 4) for r in results]}
+
+
+def spread(address: str, image: str) -> dict:
+    """Four concurrent trials with both sandbox nodes holding the image."""
+    rt = RayTrials(f"rt-spread-{os.getpid()}", RayOptions(address=address, max_in_flight=4))
+    try:
+        with VerifierPool(rt, max_concurrency=4) as pool:
+            out = summary(pool.map([spec(f"spread{i}", image) for i in range(4)]))
+        out["index_nodes"] = sorted(n for n, imgs in rt._index.items() if imgs)
+    finally:
+        rt.close()
+    return out
+
+
+def cap(address: str, image: str, driver: str) -> dict:
+    """Two ranks (this process and a child process) × 3 trials of 3 s under a cap of 2,
+    ``podman ps`` sampled every 0.1 s."""
+    run_id = f"rt-cap-{os.getpid()}"
+    rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=2))
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(len(containers(run_id)))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    child = subprocess.Popen([sys.executable, driver, "rank", address, run_id, "2", "3"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        with VerifierPool(rt, max_concurrency=3) as pool:
+            mine = summary(pool.map([spec(f"cap{i}", image, sleep=3) for i in range(3)]))
+        other = json.loads(child.communicate(timeout=240)[0].strip().splitlines()[-1])
+        stats = rt.dispatcher_stats()
+    finally:
+        done.set()
+        sampler.join()
+        rt.close()
+    return {"mine": mine, "other": other, "max_running": max(seen), "samples": len(seen),
+            "dispatcher": stats}
+
+
+def rank(address: str, run_id: str, cap_n: int, n: int) -> None:
+    """A second rank: ``n`` trials through the same run's dispatcher; prints its summary."""
+    rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=cap_n))
+    try:
+        with VerifierPool(rt, max_concurrency=n) as pool:
+            out = summary(pool.map([spec(f"rank{i}", image=default_image(), sleep=3)
+                                    for i in range(n)]))
+    finally:
+        rt.close()
+    print(json.dumps(out))
+
+
+def kill(cluster, address: str, image: str, a, b) -> dict:
+    """A trial placed on node B; node B is killed while its container runs."""
+    run_id = f"rt-kill-{os.getpid()}"
+    rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=4))
+    rt.choose = lambda spec, load: b.node_id  # place the first attempt on B (soft)
+    try:
+        with VerifierPool(rt, max_concurrency=1, max_retries=1) as pool:
+            fut = pool.submit(spec("killed", image, sleep=6))
+            deadline = time.monotonic() + 90
+            while not containers(run_id) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            running_before = containers(run_id)
+            cluster.remove_node(b, allow_graceful=False)
+            res = fut.result(timeout=180)
+        out = summary([res])
+        out.update(running_before=running_before, stats=dict(rt.stats))
+    finally:
+        rt.close()
+    out["left_after_close"] = containers(run_id, all_states=True)
+    return out
+
+
+def locality(cluster, address: str, image: str, a, store: Path, mirror: Path) -> dict:
+    """Node C (own storage, no image) joins next to A (holds it): trials prefer A; with A
+    gone, C pulls the image from a local docker-archive mirror, once."""
+    from sandbox.images.pull import archive_name
+
+    subprocess.run(["podman", "save", "--format", "docker-archive", "-o",
+                    str(mirror / f"{archive_name(image)}.tar"), image], check=True,
+                   capture_output=True, env=podman_env())
+    c = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_c": 1},
+                         env_vars={"CONTAINERS_STORAGE_CONF": str(store / "storage.conf")})
+    cluster.wait_for_nodes()
+    rt = RayTrials(f"rt-loc-{os.getpid()}", RayOptions(
+        address=address, max_in_flight=4, registry=f"docker-archive:{mirror}"))
+    try:
+        index = {n: bool(imgs) for n, imgs in rt._index.items()}
+        with VerifierPool(rt, max_concurrency=3) as pool:
+            near = summary(pool.map([spec(f"near{i}", image) for i in range(3)]))
+        cluster.remove_node(a, allow_graceful=False)
+        rt._nodes = (0.0, [])  # read the live nodes now, not after the TTL
+        with VerifierPool(rt, max_concurrency=1) as pool:
+            far = summary([pool.submit(spec(f"far{i}", image)).result() for i in range(2)])
+        stats = dict(rt.stats)
+    finally:
+        rt.close()
+    return {"index_has_image": index, "near": near, "far": far, "stats": stats,
+            "c": c.node_id}
+
+
+def gc_cli(address: str, image: str) -> dict:
+    """A run left behind (as by a killed trainer: a container running, the dispatcher
+    alive): ``python -m sandbox gc --ray-address`` from another process cleans it."""
+    import ray
+
+    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+
+    run_id = f"rt-gc-{os.getpid()}"
+    rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=2))
+    pool = VerifierPool(rt, max_concurrency=1, max_retries=0)
+    fut = pool.submit(spec("orphan", image, sleep=60))
+    deadline = time.monotonic() + 90
+    while not containers(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = containers(run_id)
+    proc = subprocess.run([sys.executable, "-m", "sandbox", "gc", "--ray-address", address,
+                           "--run-id", run_id, "--no-temp"], capture_output=True, text=True,
+                          timeout=120)
+    res = fut.result(timeout=120)
+    try:
+        ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+        dispatcher_left = True
+    except ValueError:
+        dispatcher_left = False
+    pool.close()
+    rt.close()
+    return {"before": before, "rc": proc.returncode, "stdout": proc.stdout,
+            "after": containers(run_id, all_states=True), "class": res.exit_class,
+            "dispatcher_left": dispatcher_left}
+
+
+def storage_for_c(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
+    return root
+
+
+def main(out_path: str) -> None:
+    from ray.cluster_utils import Cluster
+
+    report: dict = {}
+    if not Path("/tmp/ray/ray_current_cluster").exists():
+        try:
+            connect("auto")
+            report["no_cluster"] = "connected"
+        except RayUnavailable as exc:
+            report["no_cluster"] = str(exc)
+    image = default_image()
+    tmp = Path(tempfile.mkdtemp(prefix="ecredit-raytest-"))
+    store = storage_for_c(tmp / "store")
+    (tmp / "mirror").mkdir()
+    t0 = time.monotonic()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+        report["nodes"] = {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}
+        report["cluster_start_s"] = round(time.monotonic() - t0, 2)
+        for name, fn in (("spread", lambda: spread(cluster.address, image)),
+                         ("cap", lambda: cap(cluster.address, image, __file__)),
+                         ("gc", lambda: gc_cli(cluster.address, image)),
+                         ("kill", lambda: kill(cluster, cluster.address, image, a, b)),
+                         ("locality", lambda: locality(cluster, cluster.address, image, a,
+                                                       store, tmp / "mirror"))):
+            t = time.monotonic()
+            report[name] = fn()
+            report[name]["seconds"] = round(time.monotonic() - t, 2)
+    finally:
+        cluster.shutdown()
+        # node C's private store: unmount what is still mounted under it, then delete it
+        # (never `podman rmi`: a mistaken storage setting would reach the shared store)
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                  if line.split()[1].startswith(str(tmp))]
+        for mnt in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
+def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
+    """``python -m eval.run`` (2 bundled holdout tasks × 1 rollout) with ``--sandbox-backend
+    ray`` on the trained run's final checkpoint; its rc, output tail and slot rows."""
+    from eval.splits import load_tasks
+    from eval.tasks import save_tasks
+
+    (run,) = list(Path(runs).iterdir())
+    split = Path(runs).parent / "two.jsonl"
+    save_tasks(load_tasks("bundled:holdout")[:2], split)
+    out = Path(runs).parent / "eval"
+    cmd = [sys.executable, "-m", "eval.run", "--model", str(run / "checkpoint-final"),
+           "--split", str(split), "--n", "1", "--out", str(out), "--max-new-tokens", "48",
+           "--sandbox-backend", "ray", "--ray-address", address, "--sandbox-max-in-flight",
+           "2"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    slots = out / "slots.jsonl"
+    rows = [json.loads(x) for x in slots.read_text().splitlines() if x.strip()] \
+        if slots.exists() else []
+    return {"rc": proc.returncode, "tail": proc.stdout[-1500:] + proc.stderr[-3000:],
+            "slots": rows}
+
+
+def train(out_path: str, runs: str) -> None:
+    """The main job (arm M, 2 steps, ``accelerate launch``) with ``--sandbox_backend ray``
+    against a head node (the trainer's, no sandbox resource) and two sandbox nodes, then
+    ``eval.run`` of its final checkpoint on the same cluster (:func:`evaluate_on_ray`)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+        root = Path(__file__).resolve().parents[1]
+        cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
+               "1", "ecredit_trl/train.py", "--arm", "M", "--max_steps", "2", "--runs_dir",
+               runs, "--sandbox_backend", "ray", "--ray_address", cluster.address,
+               "--sandbox_max_in_flight", "3"]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env,
+                              timeout=900)
+        report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
+                  "nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
+                            "b": b.node_id}}
+        if proc.returncode == 0:  # then eval.run of the trained policy, same backend
+            report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
+    finally:
+        cluster.shutdown()
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "rank":
+        rank(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif sys.argv[1] == "train":
+        train(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[1])
