@@ -196,10 +196,20 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("%%", "%").replace("|", "\\|")
 
 
+def _type_name(t) -> str:
+    """A field's annotation as written: the string under ``from __future__ import
+    annotations``, or the class's name once transformers' ``HfArgumentParser`` has replaced
+    ``Field.type`` by the resolved type (it does, in place, in any process that parsed a
+    config: the reference must not depend on that)."""
+    if isinstance(t, str):
+        return t
+    return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
+
+
 def _field_table(fields) -> str:
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
     for f in fields:
-        rows.append(f"| `{f.name}` | `{_cell(f.type)}` | {_cell(_default(f))} | "
+        rows.append(f"| `{f.name}` | `{_cell(_type_name(f.type))}` | {_cell(_default(f))} | "
                     f"{_cell(f.metadata.get('help', ''))} |")
     return "\n".join(rows) + "\n"
 
