@@ -123,3 +123,13 @@ def tiny_policy(tmp_path_factory):
     build_model(tok, seed=0).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def warm_policy():
+    """The embedded policy warm-started on ``bundled:train`` (built once, cached under
+    ``$ECREDIT_CACHE``): its model directory."""
+    from ecredit_trl.policy.warmstart import ensure_default_policy
+    from eval.splits import load_tasks
+
+    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))

@@ -25,14 +25,6 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow]
 TRIAL_TIMEOUT_S = 15
 
 
-@pytest.fixture(scope="module")
-def warm_policy():
-    from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-
-    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-
-
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 

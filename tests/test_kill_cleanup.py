@@ -36,14 +36,6 @@ def _containers(run: str, *filters: str) -> list[str]:
     return out.split()
 
 
-@pytest.fixture(scope="module")
-def warm_policy():
-    from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-
-    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-
-
 def _owner(d: Path) -> int | None:
     try:
         return json.loads((d / ".ecredit-owner.json").read_text())["pid"]

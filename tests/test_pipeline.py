@@ -23,14 +23,6 @@ TIMING = {"seconds", "queue_wait_s", "setup_s", "test_s", "apply_s", "cleanup_s"
           "verifier_busy_s", "generation_wait_s", "verifier_idle_s", "rollout_setup_s"}
 
 
-@pytest.fixture(scope="module")
-def warm_policy():
-    from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-
-    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-
-
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 

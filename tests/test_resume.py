@@ -139,14 +139,6 @@ def _same_history(ref: Path, run: Path) -> None:
     assert worst <= 1e-6, f"final parameters differ by {worst}"
 
 
-@pytest.fixture(scope="module")
-def warm_policy():
-    from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-
-    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-
-
 def test_interrupted_runs_resume_exactly(tmp_path, warm_policy):
     from sandbox.images import build_offline
     from sandbox.podman_runtime import PodmanService, gc

@@ -115,14 +115,6 @@ LEDGER_KEYS = ("step", "generated_tokens", "credited_tokens", "rollouts_excluded
                "usable_contrasts", "trials_counterfactual", "trials_factual")
 
 
-@pytest.fixture(scope="module")
-def warm_policy():
-    from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-
-    return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-
-
 def _cut_last_turn_eos(monkeypatch) -> list[int]:
     """Every rollout generating turn 3 (the last of ``max_turns: 3``) loses its final EOS
     token; returns a list that gets the number of rows cut at each such generation."""
