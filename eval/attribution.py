@@ -57,7 +57,8 @@ UNATTRIBUTED_REASONS = ("no_control", "control_failed", "limits_differ", "not_re
 LIMIT_KEYS = ("timeout_s", "memory", "pids", "cpus", "output_bytes")
 """The limits a control must share with the trial (their ``source`` label may differ)."""
 _LIMIT_OF = {"timeout": "timeout_s", "oom": "memory", "pids": "pids",
-             "output_limit": "output_bytes", "apply_failed": None}
+             "output_limit": "output_bytes", "apply_failed": None,
+             "truncated_log": None}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.grading import grade, parser_for_repo, resolve_parser
+from sandbox.trial import EXIT_CLASSES
 
 OUTPUT_KEYS = (
     "resolved",
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", required=True, help="verifier test log (test_output.txt)")
     ap.add_argument("--control-log", default=None, help="the task's empty-patch control log")
     ap.add_argument("--harness-exit", default=None,
-                    choices=("ok", "apply_failed", "timeout", "infra_error", "oom"),
+                    choices=EXIT_CLASSES,
                     help="the trial's exit class (sandbox.trial.EXIT_CLASSES)")
     ap.add_argument("--expected-resolved", choices=("true", "false"), default=None,
                     help="expected outcome of this slot (default: resolved)")

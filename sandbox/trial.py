@@ -35,13 +35,21 @@ _APPLY_START = ">>>>> ecredit apply-start"
 _TEST_START = ">>>>> ecredit test-start"
 _TEST_END = ">>>>> ecredit test-end"
 
-EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom", "pids", "output_limit")
+EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom", "pids", "output_limit",
+                "truncated_log")
 RESOURCE_CLASSES = ("timeout", "oom", "pids", "output_limit")
 """Exit classes of a trial that ran out of one of its limits (wall clock, memory, process
 count, output bytes): code that runs in the trial can cause each of them."""
-ATTRIBUTABLE_CLASSES = (*RESOURCE_CLASSES, "apply_failed")
-"""Exit classes the attribution rule may charge to the artifact: the resource classes and an
-apply failure (the artifact is the policy's bytes; see :mod:`eval.attribution`)."""
+ATTRIBUTABLE_CLASSES = (*RESOURCE_CLASSES, "apply_failed", "truncated_log")
+"""Exit classes the attribution rule may charge to the artifact: the resource classes, an
+apply failure (the artifact is the policy's bytes; see :mod:`eval.attribution`) and a test
+log cut inside a trial that otherwise ran to its end (``truncated_log``: code the tests ran
+killed the eval script, or rewrote it while bash was reading it, before its end marker)."""
+_SWEBENCH_START = ">>>>> Start Test Output"
+_SWEBENCH_END = ">>>>> End Test Output"
+"""swebench.harness.constants START/END_TEST_OUTPUT, kept literal (``sandbox`` must not
+depend on swebench); :func:`eval.log_parsing.parse_log` calls a log *truncated* on the same
+test (START anywhere in the log, END nowhere)."""
 DEFAULT_OUTPUT_BYTES = 64 * 2**20
 """Default limit (bytes) on the eval script's output (stdout + stderr) kept in a trial log;
 SWE-bench test logs are a few MB at most."""
@@ -383,6 +391,7 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     """
     markers = parse_script_log(log)
     markers["output_over"] = markers["output_over"] or output_over
+    markers["log_cut"] = _SWEBENCH_START in log and _SWEBENCH_END not in log
     res.log = log
     res.applied_with = markers["applied_with"]
     res.test_exit_code = markers["test_exit_code"]
@@ -441,7 +450,14 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
     its limit: the log is cut, whatever happened next), ``pids`` (``pids``: a fork was
     refused at the limit, and the trial did not otherwise end ``ok``: tests that met the
     limit and still finished are graded from their log), ``timeout``, then ``oom`` (any OOM
-    kill).
+    kill). A trial that ran to its end (the script's ``test-end`` marker, exit 0) whose log
+    holds SWE-bench's start marker without its end marker (``markers["log_cut"]``, set by
+    :func:`finish`) is ``truncated_log``: the script itself survived, so the eval script was
+    cut from inside the container — by code the tests ran (an artifact that kills its
+    parent shell or truncates ``eval.sh`` while bash reads it) or by the task itself, which
+    its control then shows — never by the infrastructure. Issue 21 §2: before this class
+    such a trial was ``ok`` and its log graded as truncated, i.e. unavailable, whatever the
+    control did: a reward escape.
     """
     completed = (error is None and markers["test_end"] is not None and exit_code == 0
                  and not timed_out)
@@ -456,5 +472,5 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
     if markers["apply_failed"] and exit_code in (APPLY_FAILED_EXIT, APPLY_UNEXPECTED_EXIT):
         return "apply_failed"
     if completed:
-        return "ok"
+        return "truncated_log" if markers.get("log_cut") else "ok"
     return "infra_error"

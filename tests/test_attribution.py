@@ -75,6 +75,20 @@ LOG_BYPASS = calc_patch("with open('/proc/1/fd/1', 'w') as _f:\n"
                         "    for _ in range(64):\n"
                         "        _f.write('y' * 2**20)\n")
 
+# kill the eval script's shells (every ancestor but PID 1) from a test's import, after the
+# start marker and before the end marker: the trial script survives, the log is cut
+KILL_EVAL = calc_patch("import os, signal\n"
+                       "_p = os.getppid()\n"
+                       "while _p > 1:\n"
+                       "    _n = int(open(f'/proc/{_p}/stat').read().split(')')[1].split()[1])\n"
+                       "    os.kill(_p, signal.SIGKILL)\n"
+                       "    _p = _n\n")
+# empty eval.sh while bash is reading it: bash stops before the end marker, exit 0
+CUT_EVAL = calc_patch("import os\n"
+                      "for _r, _, _fs in os.walk('/ecredit'):\n"
+                      "    if 'eval.sh' in _fs:\n"
+                      "        open(os.path.join(_r, 'eval.sh'), 'w').close()\n")
+
 
 def spec(trial_id: str, artifact: str = "", **kw) -> TrialSpec:
     kw.setdefault("image", default_image())
@@ -208,7 +222,8 @@ def test_ledger_and_report_count_masking_attribution_and_retries():
 def healthy(podman_runtime):
     """The task's empty-patch control (healthy: about a second) and the attacks' results."""
     attacks = {"hang": HANG, "memory": MEMORY, "fork_flood": FORK_FLOOD,
-               "log_flood": LOG_FLOOD, "log_bypass": LOG_BYPASS, "honest": HONEST}
+               "log_flood": LOG_FLOOD, "log_bypass": LOG_BYPASS, "kill_eval": KILL_EVAL,
+               "cut_eval": CUT_EVAL, "honest": HONEST}
     with VerifierPool(podman_runtime, max_concurrency=2, max_retries=0) as pool:
         futs = {k: pool.submit(spec(f"attr-{k}", art)) for k, art in attacks.items()}
         control = pool.submit(spec("attr-control")).result()
@@ -219,7 +234,10 @@ WANT = {"hang": ("timeout", {"timeout_s": TIMEOUT_S}),
         "memory": ("oom", {"memory": "128m"}),
         "fork_flood": ("pids", {"pids": 64}),
         "log_flood": ("output_limit", {"output_bytes": OUTPUT_BYTES}),
-        "log_bypass": ("output_limit", {"output_bytes": OUTPUT_BYTES})}
+        "log_bypass": ("output_limit", {"output_bytes": OUTPUT_BYTES}),
+        # a cut log used to be graded as truncated, i.e. unavailable whatever the control did
+        "kill_eval": ("truncated_log", None),
+        "cut_eval": ("truncated_log", None)}
 
 
 @pytest.mark.podman

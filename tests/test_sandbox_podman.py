@@ -96,15 +96,17 @@ def test_timeout_kills_the_container(podman_runtime):
 
 
 def test_truncated_test_log_is_not_a_result(podman_runtime):
-    """The test output stops between SWE-bench's markers (the eval shell died mid-run):
-    no utility, even though the control observed every listed test (no attribution)."""
+    """The test output stops between SWE-bench's markers (the eval shell died mid-run while
+    the trial script survived): exit class ``truncated_log``; without the retry the
+    attribution rule needs (a bare ``run_trial``) no utility, even though the control observed
+    every listed test. The pooled, retried case is ``tests/test_attribution.py``."""
     control = podman_runtime.run_trial(spec("trunc-control"))
     cut = ("echo '>>>>> Start Test Output'\n"
            "python3 -m pytest -rA -p no:cacheprovider test_calc.py -k test_zero\n"
            "kill -9 $$\n"
            "echo '>>>>> End Test Output'\n")
     r = podman_runtime.run_trial(spec("trunc", eval_script=cut, artifact=BUG))
-    assert r.exit_class == "ok" and "End Test Output" not in r.log
+    assert r.exit_class == "truncated_log" and "End Test Output" not in r.log
     assert "PASSED test_calc.py::test_zero" in r.log
     assert outcome(r, control.log) == (None, None, "truncated_log")
 
