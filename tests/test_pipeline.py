@@ -3,10 +3,12 @@
 The real trainer path in this process (``ecredit_trl.train.main``: Podman, the embedded
 policy, bundled tasks, real TRL steps, real verifier trials), run twice with the same
 seed: once with the sequential order, once overlapped (tool calls in parallel, trials
-submitted as episodes end). Rollout 2's factual trial is given an artifact that does not
-apply (a real ``apply_failed`` trial), so its factual utility is unavailable: the
-overlapped run has already submitted its counterfactual trial, which must be discarded
-and counted, never used.
+submitted as episodes end). Rollout 2's factual trial is given an image that does not
+exist (a real ``infra_error`` trial: the container cannot be made), so its factual utility
+is unavailable: the overlapped run has already submitted its counterfactual trial, which
+must be discarded and counted, never used. (An artifact that does not apply no longer
+serves: with a healthy control and a failing retry it is the policy's failure, scored,
+issue 21 §2.)
 """
 
 from __future__ import annotations
@@ -49,13 +51,16 @@ def _run(tmp_path: Path, pipeline: str) -> Path:
 
 
 def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch, warm_policy):
+    import dataclasses
+
     from ecredit_trl.credit.pipeline import TrialPipelineMixin
 
     real_spec = TrialPipelineMixin._spec
-    broken = "--- a/no_such_file.py\n+++ b/no_such_file.py\n@@ -1 +1 @@\n-x\n+y\n"
 
-    def spec(self, task, artifact, trial_id):  # rollout 2's factual artifact cannot apply
-        return real_spec(self, task, broken if trial_id == "f-2" else artifact, trial_id)
+    def spec(self, task, artifact, trial_id):  # rollout 2's factual trial cannot start
+        s = real_spec(self, task, artifact, trial_id)
+        return (dataclasses.replace(s, image="localhost/ecredit-no-such-image:0")
+                if trial_id == "f-2" else s)
 
     monkeypatch.setattr(TrialPipelineMixin, "_spec", spec)
     seq, ovl = _run(tmp_path, "sequential"), _run(tmp_path, "overlapped")
@@ -64,10 +69,10 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     assert len(t_seq) == len(t_ovl) == 8 and [r["step"] for r in l_ovl] == [1, 2]
     assert [_strip(t) for t in t_ovl] == [_strip(t) for t in t_seq]
     assert any(t["contrast"] is not None for t in t_ovl)  # the comparison has substance
-    # rollout 2: admitted by its plan, factual not applied -> no utility, no counterfactual
+    # rollout 2: admitted by its plan, factual infra failure -> no utility, no counterfactual
     t2 = t_ovl[2]
     assert t2["rollout_index"] == 2 and t2["selected_turn"] is not None
-    assert t2["factual_outcome"] == "apply_failed" and t2["exclusion"] == "no_original_utility"
+    assert t2["factual_outcome"] == "infra_error" and t2["exclusion"] == "no_original_utility"
     assert t2["counterfactual"] is None and t2["contrast"] is None
     # ledger: the same counts; the overlapped run paid for one counterfactual it discarded
     assert [r["counterfactual_discarded"] for r in l_seq] == [0, 0]
