@@ -27,13 +27,20 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
      peak usage reached its limit (within :data:`MEMORY_SLACK_BYTES`). The peak rules out a
      host-wide OOM kill (which also counts in ``oom_kill``) of a container below its
      limit. The counters die with the cgroup, so a container that the OOM killer stopped
-     is judged on the last sample taken after a call (:meth:`PodmanSession.sample`).
+     is judged on the last sample taken after a call (:meth:`PodmanSession.sample`), or,
+     when the kill came during the failing call itself (the sample after it found no
+     cgroup left: a race lost under load), on the kernel's own record of it: an
+     ``oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=<the container's cgroup>`` line in
+     the kernel log (:func:`memcg_oom_logged`; ``CONSTRAINT_MEMCG`` = the cgroup's own limit,
+     not host-wide pressure; the agent cannot write the kernel log).
 
 Anything else stays an infra failure (``None``): unavailable, excluded, counted by reason.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 AGENT_EXEC_CLASSES = ("agent_pids", "agent_oom")
@@ -134,6 +141,46 @@ def memory_exhausted(c: dict | None, before: dict | None = None) -> bool:
     return peak >= c["memory_limit_bytes"] - MEMORY_SLACK_BYTES
 
 
+def memcg_oom_logged(cgroup_path: str | None, kmsg: str = "/dev/kmsg") -> str | None:
+    """The kernel log's record of an OOM kill at the memory limit of the cgroup
+    ``cgroup_path`` (the service-reported ``CgroupPath``, e.g. ``/libpod_parent/libpod-<id>``;
+    unique per container), or None (no such record, no path, or the log is unreadable: it
+    needs root). Reads every record in the ring buffer, non-blocking (a few ms).
+
+    Source: the kernel's OOM report, ``oom-kill:constraint=CONSTRAINT_MEMCG,...,
+    oom_memcg=<path>,task_memcg=...`` (mm/oom_kill.c ``dump_oom_summary``; /dev/kmsg format:
+    Documentation/ABI/testing/dev-kmsg).
+    """
+    if not cgroup_path:
+        return None
+    needle = f"oom_memcg={cgroup_path}"
+    try:
+        fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 8192)
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # a record was overwritten while reading
+                    continue
+                return None
+            if not rec:
+                return None
+            # one record per read from /dev/kmsg ("prio,seq,usec,flags;text"); any file of
+            # such lines reads the same
+            for raw in rec.decode("utf-8", errors="replace").splitlines():
+                line = raw.split(";", 1)[-1].strip()
+                if ("oom-kill:" in line and "constraint=CONSTRAINT_MEMCG" in line
+                        and (f"{needle}," in line or line.endswith(needle))):
+                    return line[:500]
+    finally:
+        os.close(fd)
+
+
 def classify_exec_failure(evidence: dict) -> str | None:
     """Apply the module's rule to the evidence of one failed exec (pure).
 
@@ -142,7 +189,8 @@ def classify_exec_failure(evidence: dict) -> str | None:
             (``"running"``, ``"exited"``, ... or ``"missing"``), ``cgroup`` (counters now,
             :func:`read_cgroup`, None when gone), ``cgroup_last`` (the sample taken right
             after the last call that returned, None if unreadable) and ``cgroup_prev`` (the
-            sample before that one: after the call before, or at start).
+            sample before that one: after the call before, or at start), and optionally
+            ``memcg_oom`` (:func:`memcg_oom_logged` for the container's cgroup).
 
     Returns: ``"agent_pids"``, ``"agent_oom"``, or None (infrastructure: unavailable).
     A running container is judged on its counters now (an OOM kill since the last call);
@@ -164,8 +212,9 @@ def classify_exec_failure(evidence: dict) -> str | None:
     # stopped: from inside only the OOM killer of its own limit can have done that
     # (KEEPER_USER); the counters are gone with the cgroup, so read the last sample
     last, prev = evidence.get("cgroup_last"), evidence.get("cgroup_prev")
-    return "agent_oom" if memory_exhausted(last, prev) else None
+    return "agent_oom" if memory_exhausted(last, prev) or evidence.get("memcg_oom") else None
 
 
-__all__ = ["AGENT_EXEC_CLASSES", "KEEPER_USER", "classify_exec_failure", "memory_exhausted",
+__all__ = ["AGENT_EXEC_CLASSES", "KEEPER_USER", "classify_exec_failure", "memcg_oom_logged",
+           "memory_exhausted",
            "pids_exhausted", "read_cgroup"]

@@ -31,7 +31,12 @@ import time
 import uuid
 from pathlib import Path
 
-from sandbox.agent_health import KEEPER_USER, classify_exec_failure, read_cgroup
+from sandbox.agent_health import (
+    KEEPER_USER,
+    classify_exec_failure,
+    memcg_oom_logged,
+    read_cgroup,
+)
 from sandbox.trial import Limits
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
@@ -225,6 +230,8 @@ class PodmanSession:
             ev["service_error"] = f"{type(exc).__name__}: {exc}"
         if ev["container"] == "running":
             ev["cgroup"] = read_cgroup(self.cgroup_path)
+        elif ev["container"] not in (None, "missing"):  # stopped: the kernel's OOM record
+            ev["memcg_oom"] = memcg_oom_logged(self.cgroup_path)
         ev["failure_class"] = classify_exec_failure(ev)
         return ev
 

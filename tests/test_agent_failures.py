@@ -96,7 +96,9 @@ def test_fork_flood_in_its_own_container_is_the_agents_failure(task, tmp_path, p
 def test_memory_filled_to_its_own_limit_is_the_agents_failure(task, tmp_path, podman_runtime):
     """/tmp (a tmpfs charged to the container's memory) filled past a 96 MiB limit: the OOM
     killer empties the container, the next exec cannot start; the last call's sample shows
-    an OOM kill at the container's own limit: ``agent_oom``."""
+    an OOM kill at the container's own limit, or (when the kill came during the filling call
+    and the sample after it found the cgroup gone: seen in a loaded full run) the kernel's
+    ``CONSTRAINT_MEMCG`` record names the container's cgroup: ``agent_oom``."""
     env = _env(task, tmp_path, podman_runtime, limits=Limits(memory="96m"), bash_timeout_s=30)
     try:
         assert env.bash("echo up").strip() == "up"
@@ -107,8 +109,12 @@ def test_memory_filled_to_its_own_limit_is_the_agents_failure(task, tmp_path, po
         ev = env.failure_evidence
         assert ev["service_ok"] is True
         seen = ev["cgroup"] if ev["container"] == "running" else ev["cgroup_last"]
-        assert seen["oom_kill"] > 0 and seen["memory_limit_bytes"] == 96 * 2**20
-        assert seen["memory_peak_bytes"] >= seen["memory_limit_bytes"] - 4 * 2**20
+        if seen and seen.get("oom_kill"):
+            assert seen["memory_limit_bytes"] == 96 * 2**20
+            assert seen["memory_peak_bytes"] >= seen["memory_limit_bytes"] - 4 * 2**20
+        else:
+            assert ev["container"] != "running", ev
+            assert "constraint=CONSTRAINT_MEMCG" in ev["memcg_oom"], ev
     finally:
         release(env)
     rec = _record(env, task)
@@ -227,9 +233,36 @@ def _cg(**kw):
       "cgroup_prev": _cg()}, None),
     ({"service_ok": True, "container": "missing",
       "cgroup_last": _cg(oom_kill=2, memory_peak_bytes=2**30)}, None),
+    # stopped during the failing call (no sample saw it): the kernel's record of an OOM kill
+    # at this container's own limit
+    ({"service_ok": True, "container": "exited", "cgroup": None, "cgroup_last": None,
+      "memcg_oom": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/p/libpod-a,task=bash"},
+     "agent_oom"),
+    ({"service_ok": True, "container": "exited", "cgroup": None, "cgroup_last": None,
+      "memcg_oom": None}, None),
 ])
 def test_classify_exec_failure(evidence, expected):
     assert classify_exec_failure(evidence) == expected
+
+
+def test_memcg_oom_record_names_this_cgroup_and_its_own_limit(tmp_path):
+    from sandbox.agent_health import memcg_oom_logged
+
+    def log(*lines: str) -> str:
+        path = tmp_path / f"kmsg{len(list(tmp_path.iterdir()))}"
+        path.write_text("".join(f"6,{i},{i * 10},-;{x}\n" for i, x in enumerate(lines)))
+        return str(path)
+
+    mine = "/libpod_parent/libpod-abc"
+    rec = ("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=libpod-abc,"
+           f"mems_allowed=0,oom_memcg={mine},task_memcg={mine},task=bash,pid=7,uid=0")
+    assert memcg_oom_logged(mine, log("hello", rec)) == rec
+    # another container's kill, a host-wide kill, a prefix of another id: none of them
+    assert memcg_oom_logged(mine, log(rec.replace("libpod-abc", "libpod-xyz"))) is None
+    assert memcg_oom_logged(mine, log(rec.replace("CONSTRAINT_MEMCG", "CONSTRAINT_NONE"))) is None
+    assert memcg_oom_logged("/libpod_parent/libpod-ab", log(rec)) is None
+    assert memcg_oom_logged(mine, str(tmp_path / "absent")) is None
+    assert memcg_oom_logged(None, log(rec)) is None
 
 
 def test_failure_value_is_the_contracts():
