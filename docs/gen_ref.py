@@ -188,6 +188,8 @@ def _default(f: dataclasses.Field) -> str:
         return "required"
     if isinstance(value, list):
         return " ".join(f"`{v}`" for v in value) if value else "[] (empty)"
+    if value == "":
+        return '"" (empty)'  # an empty code span renders as two bare backticks
     return f"`{value}`"
 
 
@@ -206,11 +208,17 @@ def _type_name(t) -> str:
     return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
 
 
+def _prose(text: str) -> str:
+    """Help text for a table cell outside a code span: ``<`` and ``>`` escaped, since
+    Markdown passes ``<placeholder>`` through as an (unknown, invisible) HTML tag."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _field_table(fields) -> str:
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
     for f in fields:
         rows.append(f"| `{f.name}` | `{_cell(_type_name(f.type))}` | {_cell(_default(f))} | "
-                    f"{_cell(f.metadata.get('help', ''))} |")
+                    f"{_prose(f.metadata.get('help', ''))} |")
     return "\n".join(rows) + "\n"
 
 
@@ -282,7 +290,7 @@ def config_reference(root: Path = ROOT) -> str:
     for name in sorted(cpu):
         help_ = every[name].metadata.get("help", "") if name in every else ""
         on_gpu = f"`{gpu[name]}`" if name in gpu else "TRL's default"
-        rows.append(f"| `{name}` | `{cpu[name]}` | {on_gpu} | {_cell(help_)[:300]} |")
+        rows.append(f"| `{name}` | `{cpu[name]}` | {on_gpu} | {_prose(help_[:300])} |")
     parts.append("## GRPOConfig fields the embedded default sets {#embedded-defaults}\n\n"
                  "`ecredit_trl.train.embedded_defaults`: the values a run starts from, before "
                  "`--config` YAML and the command line (both win over them).\n")

@@ -122,6 +122,8 @@ def test_mkdocs_strict_build(tmp_path):
     for f in gen_ref.own_config_fields():
         assert f'<code>{f.name}</code>' in config_html, f.name
     assert "generated: config-reference" not in config_html
+    # a <placeholder> in help text is shown, not swallowed as an unknown HTML tag
+    assert "runs/&lt;prefix&gt;-&lt;arm&gt;-" in config_html
     cli_html = (site / "reference" / "cli" / "index.html").read_text()
     for rel in gen_ref.cli_sources():
         assert f'id="{gen_ref.anchor_of(rel)}"' in cli_html, rel
@@ -216,8 +218,12 @@ def test_config_reference_lists_every_own_field_with_its_help():
     assert [f.name for f in gen_ref.own_config_fields()] == [f.name for f in own]
     for f in own:
         row = next(r for r in text.splitlines() if r.startswith(f"| `{f.name}` |"))
-        assert " ".join(f.metadata["help"].split()).replace("|", "\\|") in row, f.name
+        help_ = " ".join(f.metadata["help"].split()).replace("|", "\\|")
+        assert help_.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in row, f.name
     assert "| `arm` | `str` | `B` |" in text
+    # an empty string default is written out; an empty code span would show as two backticks
+    assert "| `ray_podman_url` | `str` | \"\" (empty) |" in text
+    assert "``" not in text
 
 
 def test_readme_stays_short_and_opens_with_the_two_commands():
