@@ -467,3 +467,42 @@ def test_pilot_podman_bundled(tmp_path, podman_runtime):
         assert not n["resolved_P"] and n["D"] == 0
     assert _check_signs(records) >= 10
     assert table["meta"]["selections_before_trials"]
+
+
+@pytest.mark.podman
+def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_runtime):
+    """A rollout whose artifact hangs at import (its control healthy under the same limits,
+    the pool's retry hangs too) is scored the failure value, as training scores it
+    (:func:`ecredit_trl.runs.outcomes.trial_verdict`), not excluded: before, the pilot
+    dropped every non-``ok`` trial, so a policy that hangs its verifier left the pilot's D
+    table. Its other block (a harmless new file) is the ablation: the ablated patch no
+    longer hangs, so D = U(P) − U(P\\b) exists."""
+    import subprocess
+
+    from eval.attribution import failure_utility
+    from eval.splits import load_tasks
+
+    task = load_tasks("bundled:holdout")[0]
+    path = next(line[len("+++ b/"):].split("\t")[0] for line in task.patch.splitlines()
+                if line.startswith("+++ b/") and line.endswith(".py"))
+    base = subprocess.run(["git", "-C", task.repo_dir, "show", f"{task.base_commit}:{path}"],
+                          check=True, capture_output=True, text=True).stdout
+    hang = Trajectory(task.instance_id, 0, False, (
+        Turn(5, {"NOTES.md": FileWrite(b"looked at the bug\n")}),
+        Turn(7, {path: FileWrite(("import time\ntime.sleep(10**6)\n" + base).encode())})))
+    out = tmp_path / "pilot"
+    table = run_pilot([task], [hang], out, seed=0, concurrency=2, runtime=podman_runtime,
+                      timeout_s=20, log=lambda _m: None)
+    (rec,) = _read_jsonl(out / "records.jsonl")
+    trials = _read_jsonl(out / "trials.jsonl")
+    fact = next(t for t in trials if t["role"] == "factual")
+    assert fact["exit_class"] == "timeout" and fact["outcome"] == "artifact_timeout"
+    assert [a["exit_class"] for a in fact["failed_attempts"]] == ["timeout"]  # retried once
+    assert rec["exclusion"] is None and table["excluded"]["no_original_utility"] == 0
+    assert rec["U_P"] == failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    assert rec["resolved_P"] is False
+    assert rec["grades"]["factual"]["failure_class"] == "artifact_timeout"
+    assert rec["grades"]["factual"]["failure_evidence"]["controls"][0]["exit_class"] == "ok"
+    # whichever block was ablated, D is the contrast of two utilities, never a missing value
+    assert rec["U_Pb"] is not None and rec["D"] == rec["U_P"] - rec["U_Pb"]
+    assert table["usable"] == 1

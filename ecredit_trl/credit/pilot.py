@@ -26,10 +26,13 @@ Image-held tasks (no ``repo_dir``, issue 13 §4) are replayed from S_0 = the ima
 reset, the base their training rollouts start from (:mod:`ecredit_trl.credit.taskbase`); their
 trials run in the task images as for any task.
 
-A trial that ends in ``infra_error`` (after the pool's retries) has no utility; any
-other exit class (``ok``, ``apply_failed``, ``timeout``, ``oom``) is graded, so a
-missing observation is attributed to the artifact only when the task's control
-observed every listed test (DESIGN.md §3 "Utility").
+A trial's utility follows the trainer's rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`):
+a completed trial is graded, a missing observation attributed to the artifact only when the
+task's control observed every listed test (DESIGN.md §3 "Utility"); a trial the artifact
+broke (``timeout``, ``oom``, ``pids``, ``output_limit``, ``apply_failed``, ``truncated_log``
+with a healthy control under the same limits and a retry that broke too) scores the failure
+value (:mod:`eval.attribution`); ``infra_error`` and every unattributed failure give no
+utility.
 
 Outputs (each written atomically: temp file + rename): ``selections.jsonl``,
 ``trials.jsonl`` (every trial submitted, controls included), ``records.jsonl``

@@ -1,7 +1,12 @@
 """The pilot's verifier trials (phases B/C of :mod:`ecredit_trl.credit.pilot`): the
 empty-patch control of each task (cached in ``DIR/controls/``), one factual trial per
 admitted rollout, at most one counterfactual trial each, graded against the task's
-fixed lists (DESIGN.md §3 "Utility"; issue 4).
+fixed lists (DESIGN.md §3 "Utility"; issue 4). A trial's result becomes a utility by
+the trainer's own rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`): a failure the
+artifact caused (its trial hangs, OOMs, floods, cuts its log while the task's control is
+healthy under the same limits and the pool's retry fails too) scores the failure value, so
+the pilot measures the same D training would; every other failure leaves the utility
+unavailable.
 """
 
 from __future__ import annotations
@@ -12,12 +17,8 @@ import re
 from concurrent.futures import as_completed
 from pathlib import Path
 
+from eval.attribution import ControlFacts
 from eval.files import atomic_write_text
-
-# Only a trial whose eval script ran to its end is graded: a timeout, an artifact that
-# does not apply or an OOM kill gives no utility (issue "Run records": none of them may
-# become a reward), the same rule as the trainer's.
-GRADED_EXIT_CLASSES = ("ok",)
 
 
 def _slug(text: str, n: int = 48) -> str:
@@ -51,7 +52,8 @@ class PilotTrials:
         self.timeout_s = timeout_s
         self.rows: list[dict] = []
         self.first_trial_at: float | None = None
-        self.controls: dict[str, dict] = {}  # task_id -> {"log", "exit_class"}
+        # task_id -> {"log", "exit_class", "test_s", "limits"}
+        self.controls: dict[str, dict] = {}
         self.ctrl_fut: dict = {}
 
     def row_of(self, res, role: str, task_id: str, rollout_index, cached=False) -> dict:
@@ -77,7 +79,10 @@ class PilotTrials:
                     cached = json.loads(cpath.read_text())
                 except (OSError, json.JSONDecodeError):
                     cached = None
-                if cached and cached.get("key") == key and cached.get("exit_class") == "ok":
+                # an entry without limits predates failure attribution: it cannot vouch
+                # for a healthy control under a trial's limits, so the control reruns
+                if (cached and cached.get("key") == key and cached.get("exit_class") == "ok"
+                        and "limits" in cached):
                     self.controls[task_id] = cached
                     self.rows.append({"role": "control", "task_id": task_id,
                                       "rollout_index": None, "cached": True,
@@ -110,7 +115,8 @@ class PilotTrials:
             res = self.ctrl_fut[task_id].result()
             self.rows.append(self.row_of(res, "control", task_id, None))
             c = {"key": _control_key(self.by_id[task_id]), "trial_id": res.trial_id,
-                 "exit_class": res.exit_class, "log": res.log}
+                 "exit_class": res.exit_class, "log": res.log, "test_s": res.test_s,
+                 "limits": res.limits}
             if res.exit_class == "ok":
                 atomic_write_text(self.out / "controls" / f"{_slug(task_id)}.json",
                               json.dumps(c, sort_keys=True))
@@ -118,13 +124,27 @@ class PilotTrials:
         c = self.controls[task_id]
         return c["log"] if c["exit_class"] == "ok" else None
 
-    @staticmethod
-    def utility_of(res, task, ctrl: str | None):
-        """(utility, grade summary) of a trial; (None, None) unless its exit class is graded."""
+    def control_facts(self, task_id: str) -> list[ControlFacts]:
+        """The task's control as the attribution rule needs it (after :meth:`control_log`)."""
+        return [ControlFacts.of(self.controls[task_id])]
+
+    def utility_of(self, res, task, row: dict):
+        """(utility, grade summary) of a trial by :func:`ecredit_trl.runs.outcomes.trial_verdict`;
+        (None, None) when the utility is unavailable. A failure charged to the artifact gives
+        the failure value and a summary with ``failure_class`` / ``failure_evidence``; ``row``
+        (the trial's ``trials.jsonl`` row) gets the ``outcome`` and ``failure_class``."""
+        from ecredit_trl.runs.outcomes import trial_verdict
         from eval.grading import grade
 
-        if res.exit_class not in GRADED_EXIT_CLASSES:
+        ctrl = self.control_log(task.instance_id)
+        v = trial_verdict(task, res, ctrl, self.control_facts(task.instance_id))
+        row.update(outcome=v.outcome, failure_class=v.failure_class)
+        if v.utility is None:
             return None, None
+        if v.failure_class is not None:
+            return v.utility, {"utility": v.utility, "resolved": False,
+                               "failure_class": v.failure_class,
+                               "failure_evidence": v.failure_evidence}
         rep = grade(res.log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS,
                     parser=task.log_parser, control_log=ctrl)
         return rep.utility, _grade_summary(rep)
@@ -144,7 +164,7 @@ class PilotTrials:
             res = fut.result()
             frow = self.row_of(res, "factual", r["task_id"], r["rollout_index"])
             self.rows.append(frow)
-            u, g = self.utility_of(res, task, self.control_log(r["task_id"]))
+            u, g = self.utility_of(res, task, frow)
             r["trials"] = {"factual": frow, "counterfactual": None}
             r["grades"] = {"factual": g, "counterfactual": None}
             r["U_P"] = u
@@ -152,8 +172,7 @@ class PilotTrials:
             done_f += 1
             if u is None:
                 r["exclusion"] = "no_original_utility"
-                r["exclusion_detail"] = (f"factual trial {res.exit_class}"
-                                         if g is None else "incomplete report, no attribution")
+                r["exclusion_detail"] = f"factual trial {frow['outcome']}"
                 continue
             spec = task_trial_spec(task, r["_ablated_artifact"],
                                    f"{_slug(r['task_id'])}-r{r['rollout_index']}-cf",
@@ -172,7 +191,7 @@ class PilotTrials:
             res = fut.result()
             row = self.row_of(res, "counterfactual", r["task_id"], r["rollout_index"])
             self.rows.append(row)
-            u, g = self.utility_of(res, task, self.control_log(r["task_id"]))
+            u, g = self.utility_of(res, task, row)
             r["trials"]["counterfactual"] = row
             r["grades"]["counterfactual"] = g
             r["U_Pb"] = u
