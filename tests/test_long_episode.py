@@ -12,8 +12,8 @@ only the policy's sampling is scripted, at TRL's generation seam:
 
 * rollout 0 (**A**) makes 40 turns: views, test-only files, seven drafts of the buggy line's
   module, the gold fix at turn 35, ``submit`` at turn 39 and a plain-text turn 40;
-* rollout 1 (**B**) is A's twin with a longer text before every call, so TRL's loop slices
-  its generation mid-turn when the completion reaches ``max_completion_length``.
+* rollout 1 (**B**) is A's twin with a longer text before every call; ``max_completion_length``
+  is set so that TRL's loop slices its turn 33 in half (after the last draft, before the fix).
 
 Checked exactly: the token -> turn map of both rows over every turn (each turn's tokens are
 the scripted ids, in order; tool-result tokens are -1 and are the tool suffix); B is
@@ -39,7 +39,7 @@ MODULE = "inflection/__init__.py"
 BUG = "    if not word and word.lower() in UNCOUNTABLES:"
 FIX = "    if not word or word.lower() in UNCOUNTABLES:"
 TWIN_TEXT = "Thinking it over once more before the next step, slowly and with care.\n"
-MAX_COMPLETION = 3440  # A's 40 turns fit; B's longer turns pass it mid-turn
+CUT_TURN = 33  # the twin's budget ends inside this turn: after the last draft, before the fix
 LAMBDA, CAP = 0.5, 1000.0  # cap large: s = 1, so C shows λ·D·L/m itself
 
 
@@ -149,6 +149,133 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+# -- the scripted episode through the evaluation loop (no sandbox) ---------------------------
+
+
+
+
+def expected_blocks(last_turn: int) -> dict[int, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """Turn -> (eligibility reasons, later touches) of every edit block of turns 1..last_turn:
+    a draft is overwritten by the next draft (or the fix), the fix (or, when the episode ends
+    before it, the last draft) is last-touch, the scratch files are test-only."""
+    edits = [k for k in (*DRAFTS, GOLD_TURN) if k <= last_turn]
+    out = {}
+    for k in range(1, last_turn + 1):
+        call = turn_call(k) or ""
+        if k in edits:
+            later = tuple(j for j in edits if j > k)
+            out[k] = (("not_last_touch",) if later else (), later)
+        elif '"create"' in call:
+            out[k] = (("test_only",), ())
+    return out
+
+
+def _scripted_policy(model, tok, ref, twin: bool):
+    """A :class:`~ecredit_trl.agent.generation.Policy` whose turns are :func:`turn_text` (EOS
+    appended; cut at the turn's limit as ``Policy.generate`` is). It notes each turn's ids
+    (``script``) and the completion length the turn starts at (``starts``)."""
+    from ecredit_trl.agent.generation import Policy
+
+    class Scripted(Policy):
+        def generate(self, input_ids, max_new_tokens, settings, seed):
+            self.starts.append(len(input_ids) - self.prompt_len)
+            ids = self.tokenizer(turn_text(len(self.starts), twin),
+                                 add_special_tokens=False)["input_ids"]
+            self.script.append(ids + [self.eos_token_ids[0]])
+            return self.script[-1][:max_new_tokens]
+
+    p = Scripted(model, tok, ref)
+    p.starts, p.script, p.prompt_len = [], [], 0
+    return p
+
+
+def _episode(model_dir, max_positions: int, twin: bool, budget: int, tmp_path, tag: str):
+    """One episode of the scripted policy on the first bundled training task (the real agent
+    environment, no bash sandbox). Returns (row, policy, task)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+    from ecredit_trl.agent.prompts import task_prompt
+    from ecredit_trl.agent.rollouts import GenerationSettings, run_rollout
+    from eval.modelref import resolve_model
+    from eval.splits import load_tasks
+
+    task = load_tasks("bundled:train", purpose="train")[0]
+    cfg = AutoConfig.from_pretrained(model_dir, max_position_embeddings=max_positions)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, config=cfg)
+    policy = _scripted_policy(model, AutoTokenizer.from_pretrained(model_dir),
+                              resolve_model(model_dir), twin)
+    policy.prompt_len = len(policy.render_prompt(task_prompt(task)))
+    env = SWEAgentEnv(AgentContext(tasks={task.instance_id: task}, runtime=None,
+                                   workroot=str(tmp_path / f"work-{tag}")))
+    try:
+        row = run_rollout(policy, env, task, rollout_index=int(twin), seed=0,
+                          settings=GenerationSettings(max_turns=K, max_new_tokens=budget))
+    finally:
+        release(env)
+    return row, policy, task
+
+
+def _offline_plan(row: dict, task, workdir: Path):
+    """The row as a trajectory record: replayed from its writes and planned (blocks,
+    eligibility, selection), as the signal pilot does."""
+    from ecredit_trl.credit.blocks import DEFAULT_TEST_PATTERNS
+    from ecredit_trl.credit.planning import plan_query
+    from ecredit_trl.credit.trajectory import parse_trajectory, replay
+
+    traj = parse_trajectory(json.loads(json.dumps(row)))
+    snaps = replay(traj, task.repo_dir, task.base_commit, workdir)
+    plan = plan_query(workdir, snaps, task_id=task.instance_id, rollout_index=row["rollout_index"],
+                      run_seed=0, test_patterns=DEFAULT_TEST_PATTERNS, format_error=traj.format_error)
+    return traj, snaps, plan
+
+
+
+
+def twin_budget(model_dir, tmp_path) -> tuple[int, int]:
+    """``(budget, partial)``: the completion budget that ends the twin inside turn
+    :data:`CUT_TURN` after ``partial`` of its tokens (half the turn), found by running the twin
+    with no budget through the evaluation loop, whose tool suffixes are TRL's construction
+    (``Policy.tool_suffix_ids``), so completion lengths are the same in both loops."""
+    _, probe, _ = _episode(model_dir, 1 << 15, True, 1 << 15, tmp_path, "probe")
+    partial = len(probe.script[CUT_TURN - 1]) // 2
+    return probe.starts[CUT_TURN - 1] + partial, partial
+
+
+def _check_credit_of_a(a: dict, c: dict, gen_turns: torch.Tensor, n: int,
+                       given: list[list[int]]) -> None:
+    """Rollout A's record and the trainer's credit row 0: last-touch eligibility (only the
+    fix's turn), D from the two real trials, C = s·λ·D·L/m on the fix's tokens and 0 elsewhere
+    (L leaves out turn 40, after submit), per-token advantages (A + C) · mask.
+
+    ``c``: the spied :func:`per_token_advantages` call; ``gen_turns``: (T,) row 0's turn map
+    before masking; ``n``: row 0's completion length; ``given``: A's ids per turn."""
+    assert a["exclusion"] is None and a["submit_turn"] == SUBMIT_TURN
+    assert a["eligible_turns"] == [GOLD_TURN] and a["selected_turn"] == GOLD_TURN
+    assert a["selected_paths"] == [MODULE]
+    assert [bool(t.get("after_submit")) for t in a["turns"]] == [k == K for k in range(1, K + 1)]
+    assert a["resolved"] is True and a["utility"] == 1.0 and a["utility_ablated"] == 0.0
+    D = a["contrast"]
+    assert D == a["utility"] - a["utility_ablated"] == 1.0
+    L = sum(len(x) for x in given[:SUBMIT_TURN])  # turn 40 is after submit
+    m = len(given[GOLD_TURN - 1])
+    s = min(1.0, CAP / (LAMBDA * abs(D) * L / m))
+    assert (a["L"], a["m"], a["shrinkage"], a["cap_active"]) == (L, m, s, False)
+    turns = c["turns"][0]
+    assert torch.equal(turns[:n], torch.where(gen_turns[:n] > SUBMIT_TURN, -1, gen_turns[:n]))
+    sel = turns == GOLD_TURN
+    assert int(sel.sum()) == m
+    expected = torch.zeros_like(c["C"][0])
+    expected[sel] = s * LAMBDA * D * L / m
+    assert torch.allclose(c["C"][0], expected, rtol=0, atol=1e-6)
+    A = float(c["advantages"][0])
+    assert A == pytest.approx(a["advantage"]) and A > 0  # A resolved, its twin did not
+    mask = (c["completion_mask"][0] * c["tool_mask"][0]).float()
+    assert torch.allclose(c["per_token"][0], (A + expected) * mask, atol=1e-6)
+    assert float(c["C"][0].sum()) == pytest.approx(s * LAMBDA * D * L, rel=1e-5)  # B's mass
+    assert a["credited_tokens"] == int(mask.sum()) == a["generated_tokens"]
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 def test_forty_turn_episode_truncated_mid_turn_keeps_turns_exclusion_and_credit_exact(
@@ -158,6 +285,7 @@ def test_forty_turn_episode_truncated_mid_turn_keeps_turns_exclusion_and_credit_
     from ecredit_trl.credit.planning import is_truncated
     from ecredit_trl.train import main
 
+    budget, partial = twin_budget(warm_policy, tmp_path)
     tok = AutoTokenizer.from_pretrained(warm_policy)
     eos = tok.eos_token_id
     given = _scripted_generation(monkeypatch, tok, eos)
@@ -165,7 +293,7 @@ def test_forty_turn_episode_truncated_mid_turn_keeps_turns_exclusion_and_credit_
     rows = _spy_rows(monkeypatch)
     rc = main(["--arm", "M", "--max_steps", "1", "--runs_dir", str(tmp_path / "runs"),
                "--max_tasks", "1", "--num_generations", "2", "--per_device_train_batch_size", "2",
-               "--max_turns", str(K), "--max_completion_length", str(MAX_COMPLETION),
+               "--max_turns", str(K), "--max_completion_length", str(budget),
                "--mask_truncated_completions", "True", "--credit_lambda", str(LAMBDA),
                "--credit_cap", str(CAP), "--save_strategy", "no", "--verifier_retries", "0"])
     assert rc == 0
@@ -185,18 +313,18 @@ def test_forty_turn_episode_truncated_mid_turn_keeps_turns_exclusion_and_credit_
     assert not any(eos in r[:-1] for r in by_turn.values())  # EOS only ends a turn
     assert [t["generated_tokens"] for t in a["turns"]] == [len(x) for x in given["A"]]
     assert a["generated_tokens"] == sum(len(x) for x in given["A"])
-    assert len(ids_a) < MAX_COMPLETION and ids_a[-1] == eos
+    assert len(ids_a) < budget and ids_a[-1] == eos
 
     by_turn_b, tools_b = _runs(ids_b, gen[1])
     cut = max(by_turn_b)  # B's last turn: sliced by TRL, no EOS
-    assert len(ids_b) == MAX_COMPLETION and not is_truncated(ids_a, [eos, tok.pad_token_id])
+    assert cut == CUT_TURN and len(ids_b) == budget
+    assert not is_truncated(ids_a, [eos, tok.pad_token_id])
     assert is_truncated(ids_b, [eos, tok.pad_token_id])
     assert sorted(by_turn_b) == list(range(1, cut + 1)) and len(tools_b) == cut - 1
     for k in range(1, cut):
         assert by_turn_b[k] == given["B"][k - 1], f"twin turn {k}"
-    part = by_turn_b[cut]
-    assert 0 < len(part) < len(given["B"][cut - 1]) and part == given["B"][cut - 1][:len(part)]
-    assert DRAFTS[-1] < cut < GOLD_TURN, "the cut must fall after the last draft, before the fix"
+    part = by_turn_b[cut]  # TRL sliced the turn at the budget: its first ``partial`` tokens
+    assert len(part) == partial > 0 and part == given["B"][cut - 1][:partial]
     assert [t["generated_tokens"] for t in b["turns"]] == \
         [len(x) for x in given["B"][:cut - 1]] + [len(part)]
 
@@ -212,121 +340,10 @@ def test_forty_turn_episode_truncated_mid_turn_keeps_turns_exclusion_and_credit_
     assert torch.all(c["C"][1] == 0) and torch.all(c["per_token"][1] == 0)
     assert torch.all(c["turns"][1] == -1)
 
-    # -- A: last-touch eligibility, one selected turn, credit on its tokens exactly --------
-    assert a["exclusion"] is None and a["submit_turn"] == SUBMIT_TURN
-    assert a["eligible_turns"] == [GOLD_TURN] and a["selected_turn"] == GOLD_TURN
-    assert a["selected_paths"] == [MODULE]
-    assert [bool(t.get("after_submit")) for t in a["turns"]] == [k == K for k in range(1, K + 1)]
-    assert a["resolved"] is True and a["utility"] == 1.0 and a["utility_ablated"] == 0.0
-    D = a["contrast"]
-    assert D == a["utility"] - a["utility_ablated"] == 1.0
-    L = sum(len(x) for x in given["A"][:SUBMIT_TURN])  # turn 40 is after submit
-    m = len(given["A"][GOLD_TURN - 1])
-    s = min(1.0, CAP / (LAMBDA * abs(D) * L / m))
-    assert (a["L"], a["m"], a["shrinkage"], a["cap_active"]) == (L, m, s, False)
-    turns = c["turns"][0]
-    n = len(ids_a)
-    assert torch.equal(turns[:n], torch.where(gen[0][:n] > SUBMIT_TURN, -1, gen[0][:n]))
-    sel = turns == GOLD_TURN
-    assert int(sel.sum()) == m
-    expected = torch.zeros_like(c["C"][0])
-    expected[sel] = s * LAMBDA * D * L / m
-    assert torch.allclose(c["C"][0], expected, rtol=0, atol=1e-6)
-    A = float(c["advantages"][0])
-    assert A == pytest.approx(a["advantage"]) and A > 0  # A resolved, its twin did not
-    mask = (c["completion_mask"][0] * c["tool_mask"][0]).float()
-    assert torch.allclose(c["per_token"][0], (A + expected) * mask, atol=1e-6)
-    assert float(c["C"][0].sum()) == pytest.approx(s * LAMBDA * D * L, rel=1e-5)  # B's mass
-    assert a["credited_tokens"] == int(mask.sum()) == a["generated_tokens"]
+    _check_credit_of_a(a, c, gen[0], len(ids_a), given["A"])
     ledger = _jsonl(run / "ledger.jsonl")[-1]
     assert ledger["rollouts_excluded"]["truncated"] == 1
     assert ledger["trials_counterfactual"] == 1 and ledger["usable_contrasts"] == 1
-
-
-# -- the same episode through the evaluation loop and the offline credit path (no Podman) -------
-
-
-def expected_blocks(last_turn: int) -> dict[int, tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Turn -> (eligibility reasons, later touches) of every edit block of turns 1..last_turn:
-    a draft is overwritten by the next draft (or the fix), the fix (or, when the episode ends
-    before it, the last draft) is last-touch, the scratch files are test-only."""
-    edits = [k for k in (*DRAFTS, GOLD_TURN) if k <= last_turn]
-    out = {}
-    for k in range(1, last_turn + 1):
-        call = turn_call(k) or ""
-        if k in edits:
-            later = tuple(j for j in edits if j > k)
-            out[k] = (("not_last_touch",) if later else (), later)
-        elif '"create"' in call:
-            out[k] = (("test_only",), ())
-    return out
-
-
-class _ScriptedPolicy:
-    """A :class:`~ecredit_trl.agent.generation.Policy` whose turns are :func:`turn_text` (EOS
-    appended; cut at the turn's limit as ``Policy.generate`` is); it notes the completion
-    length each turn starts at."""
-
-    def __new__(cls, model, tok, ref, twin: bool):
-        from ecredit_trl.agent.generation import Policy
-
-        class Scripted(Policy):
-            def generate(self, input_ids, max_new_tokens, settings, seed):
-                self.starts.append(len(input_ids) - self.prompt_len)
-                k = len(self.starts)
-                ids = self.tokenizer(turn_text(k, twin), add_special_tokens=False)["input_ids"]
-                self.script.append(ids + [self.eos_token_ids[0]])
-                return self.script[-1][:max_new_tokens]
-
-        p = Scripted(model, tok, ref)
-        p.starts, p.script, p.prompt_len = [], [], 0
-        return p
-
-
-def _episode(model_dir, max_positions: int, twin: bool, budget: int, tmp_path, tag: str):
-    """One episode of the scripted policy on the first bundled training task (the real agent
-    environment, no bash sandbox). Returns (row, policy, task)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-    from ecredit_trl.agent.prompts import task_prompt
-    from ecredit_trl.agent.rollouts import GenerationSettings, run_rollout
-    from eval.modelref import resolve_model
-    from eval.splits import load_tasks
-
-    task = load_tasks("bundled:train", purpose="train")[0]
-    cfg = AutoConfig.from_pretrained(model_dir, max_position_embeddings=max_positions)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, config=cfg)
-    policy = _ScriptedPolicy(model, AutoTokenizer.from_pretrained(model_dir),
-                             resolve_model(model_dir), twin)
-    policy.prompt_len = len(policy.render_prompt(task_prompt(task)))
-    env = SWEAgentEnv(AgentContext(tasks={task.instance_id: task}, runtime=None,
-                                   workroot=str(tmp_path / f"work-{tag}")))
-    try:
-        row = run_rollout(policy, env, task, rollout_index=int(twin), seed=0,
-                          settings=GenerationSettings(max_turns=K, max_new_tokens=budget))
-    finally:
-        release(env)
-    return row, policy, task
-
-
-def _offline_plan(row: dict, task, workdir: Path):
-    """The row as a trajectory record: replayed from its writes and planned (blocks,
-    eligibility, selection), as the signal pilot does."""
-    from ecredit_trl.credit.planning import plan_query
-    from ecredit_trl.credit.trajectory import parse_trajectory, replay
-
-    traj = parse_trajectory(json.loads(json.dumps(row)))
-    snaps = replay(traj, task.repo_dir, task.base_commit, workdir)
-    plan = plan_query(workdir, snaps, task_id=task.instance_id, rollout_index=row["rollout_index"],
-                      run_seed=0, test_patterns=plan_patterns(), format_error=traj.format_error)
-    return traj, snaps, plan
-
-
-def plan_patterns():
-    from ecredit_trl.credit.blocks import DEFAULT_TEST_PATTERNS
-
-    return DEFAULT_TEST_PATTERNS
 
 
 @pytest.mark.slow
@@ -356,13 +373,12 @@ def test_forty_turn_episode_in_the_evaluation_loop_and_offline_credit(which, tmp
                                      zip(pa.starts, pa.starts[1:], pa.script, strict=False))
 
     # the twin: full-length turns up to 32, then a budget that ends it mid-turn 33
-    _, pb_full, _ = _episode(model_dir, 1 << 15, True, 1 << 15, tmp_path, "probe")
-    cut = 33
-    budget = pb_full.starts[cut - 1] + len(pb_full.script[cut - 1]) // 2
+    budget, partial = twin_budget(model_dir, tmp_path)
+    cut = CUT_TURN
     b, pb, _ = _episode(model_dir, 1 << 15, True, budget, tmp_path, "b")
     assert b["stop_reason"] == "token_budget" and len(b["turns"]) == cut
     assert b["completion_tokens"] == budget
-    assert b["turns"][-1]["generated_tokens"] == len(pb.script[cut - 1]) // 2
+    assert b["turns"][-1]["generated_tokens"] == partial
     assert b["turns"][-1]["tool_calls"] == [] and b["turns"][-1]["executed"] is False
     assert [t["generated_tokens"] for t in b["turns"][:-1]] == [len(x) for x in pb.script[:-1]]
 
