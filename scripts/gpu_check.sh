@@ -158,7 +158,6 @@ mode, out, runtime, *families = sys.argv[1:]
 from ecredit_trl.policy.families import FAMILIES
 unknown = [f for f in families if f not in FAMILIES]
 assert not unknown, f"GPU_CHECK_FAMILIES: unknown template(s) {unknown}; known: {list(FAMILIES)}"
-TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")  # tests/test_family_e2e.py
 def argv(policy, split, runs):
     return ["--arm", "M", "--model", policy, "--tasks", split, "--max_steps", "2",
             "--bf16", "true", "--lora_r", "8", "--gradient_checkpointing", "true",
@@ -171,11 +170,9 @@ print(f"flags ok; families {families}")
 if mode == "dry":
     sys.exit(0)
 from eval.run import evaluate
-from eval.splits import load_tasks
 from eval.tasks import save_tasks
-from ecredit_trl.policy.family_warmstart import ensure_family_policy
-by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
-tasks = [by_id[i] for i in TASKS]
+from ecredit_trl.policy.family_warmstart import default_tasks, ensure_family_policy
+tasks = default_tasks()  # the two tasks of tests/test_family_e2e.py
 split = Path(out) / "tasks.jsonl"
 split.parent.mkdir(parents=True, exist_ok=True)
 save_tasks(tasks, split)

@@ -105,3 +105,12 @@ def test_family_recipe_names_unknown_fields_and_keys_on_the_template():
         family_recipe("nope")
     a, b = family_recipe("llama3_2"), family_recipe("llama3_1")
     assert a["template_sha"] != b["template_sha"] and set(FAMILIES) >= {"llama3_1", "llama3_2"}
+
+
+def test_build_command_names_the_templates_on_a_bad_one(capsys):
+    from ecredit_trl.policy.family_warmstart import _main
+
+    assert _main(["build", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m ecredit_trl.policy.family_warmstart build TEMPLATE" in err
+    assert all(t in err for t in FAMILIES)

@@ -24,9 +24,6 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 #: The families run end to end (the others are round trips in test_families.py).
 E2E_FAMILIES = ("qwen2_5", "llama3_2", "gptoss")
-#: Two single-block training tasks of two projects: the warm start memorises them; their
-#: demonstrations are view -> str_replace -> submit -> closing turn.
-E2E_TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")
 MAX_TURNS = 4
 #: Text each family's template writes around a call (TRL's chat_templates/<name>.jinja): the
 #: evaluated turns must carry it, so the calls were parsed from that family's format.
@@ -42,11 +39,13 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def e2e_tasks(tmp_path_factory):
     """(tasks, the split file holding them) for training and evaluation."""
-    from eval.splits import load_tasks
+    from ecredit_trl.policy.family_warmstart import DEFAULT_TASKS, default_tasks
     from eval.tasks import save_tasks
 
-    by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
-    tasks = [by_id[i] for i in E2E_TASKS]
+    # two single-block training tasks (view -> str_replace -> submit -> closing turn) that
+    # the warm start memorises
+    tasks = default_tasks()
+    assert [t.instance_id for t in tasks] == list(DEFAULT_TASKS)
     path = tmp_path_factory.mktemp("split") / "e2e.jsonl"
     save_tasks(tasks, path)
     return tasks, path

@@ -43,8 +43,8 @@ from ecredit_trl.policy.sft import (
     write_json,
 )
 
-__all__ = ["CODE_VERSION", "FAMILY_RECIPE", "ensure_family_policy", "family_recipe",
-           "train_family_dir"]
+__all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
+           "ensure_family_policy", "family_recipe", "train_family_dir"]
 
 #: Bump whenever the examples or the training code change what a cache entry holds.
 #: v2: MoE configs saved with ``output_router_logits`` off again.
@@ -64,6 +64,20 @@ FAMILY_RECIPE = {
     # shape overrides of the family model (families._SHAPE): wide enough to memorise
     "shape": {"hidden_size": 128, "intermediate_size": 256},
 }
+
+
+#: Two single-block training tasks of two projects (view -> str_replace -> submit -> closing
+#: turn): the tasks ``python -m ecredit_trl.policy.family_warmstart build TEMPLATE`` and the
+#: end-to-end test warm-start on.
+DEFAULT_TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")
+
+
+def default_tasks() -> list:
+    """The :data:`DEFAULT_TASKS` rows of ``bundled:train`` (built on first use)."""
+    from eval.splits import load_tasks
+
+    by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
+    return [by_id[i] for i in DEFAULT_TASKS]
 
 
 def family_recipe(template: str, steps: int | None = None, seed: int = 0, **overrides) -> dict:
@@ -290,10 +304,19 @@ def train_family_dir(job: str | Path, log=print) -> Path:
 
 
 def _main(argv: list[str]) -> int:
+    """``build TEMPLATE``: print the warm-started model directory of ``TEMPLATE`` on
+    :data:`DEFAULT_TASKS` (built once); ``train JOB_DIR``: the training child."""
+    from ecredit_trl.policy.families import FAMILIES
+
     if len(argv) == 2 and argv[0] == "train":
         train_family_dir(argv[1], log=print)
         return 0
-    print("usage: python -m ecredit_trl.policy.family_warmstart train JOB_DIR", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == "build" and argv[1] in FAMILIES:
+        print(ensure_family_policy(argv[1], default_tasks(),
+                                   log=lambda m: print(m, file=sys.stderr)))
+        return 0
+    print("usage: python -m ecredit_trl.policy.family_warmstart build TEMPLATE\n"
+          f"  TEMPLATE: one of {', '.join(FAMILIES)}", file=sys.stderr)
     return 2
 
 
