@@ -18,10 +18,10 @@
 #      fresh host: minutes; reused after), so the timed steps measure training, not the builds;
 #   4. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores);
 #   5. family end to end (issue 23 §1.2) in bf16 on CUDA: for each of GPU_CHECK_FAMILIES (default
-#      "llama3_2 gptoss qwen2_5", fastest first) the tiny family model is warm-started on two
-#      bundled tasks (ecredit_trl.policy.family_warmstart, cached), trained 2 GRPO steps of arm M
-#      with bf16 + LoRA r 8 + gradient checkpointing, then eval.run grades its adapter on the
-#      device. Time budget: 200 s for the three (CPU reference, 2 busy cores: warm start
+#      "llama3_2 gptoss qwen2_5", fastest first) benchmarks/family_e2e.py warm-starts the tiny
+#      family model on two bundled tasks (ecredit_trl.policy.family_warmstart, cached), trains
+#      2 GRPO steps of arm M with bf16 + LoRA r 8 + gradient checkpointing, then eval.run grades
+#      its adapter on the device. Time budget: 200 s for the three (CPU reference, 2 busy cores: warm start
 #      30-130 s, train + eval 40-90 s per family; not measured on a GPU host); a family the
 #      budget does not reach is missing from the summary and the step is marked TIMEOUT.
 # Then a summary: device, step time, peak memory, each step's status and seconds.
@@ -149,59 +149,13 @@ fi
 
 # 5. family end to end in bf16 (--dry-run: the flags and the family names only)
 FAMILIES_E2E=${GPU_CHECK_FAMILIES:-llama3_2 gptoss qwen2_5}
+if [ "$MODE" = dry ]; then FAMILY_FLAGS=(--dry-run)
+elif [ "$MODE" = gpu ]; then FAMILY_FLAGS=(--bf16 --device cuda)
+else FAMILY_FLAGS=(--bf16 --device cpu)
+fi
 # shellcheck disable=SC2086  # one argument per family name
-step family-e2e 200 "$PY" - "$MODE" "$OUT/family" "$GPU_CHECK_RUNTIME" $FAMILIES_E2E <<'EOF'
-import json, sys, time
-from pathlib import Path
-import torch
-mode, out, runtime, *families = sys.argv[1:]
-from ecredit_trl.policy.families import FAMILIES
-unknown = [f for f in families if f not in FAMILIES]
-assert not unknown, f"GPU_CHECK_FAMILIES: unknown template(s) {unknown}; known: {list(FAMILIES)}"
-def argv(policy, split, runs):
-    return ["--arm", "M", "--model", policy, "--tasks", split, "--max_steps", "2",
-            "--bf16", "true", "--lora_r", "8", "--gradient_checkpointing", "true",
-            "--max_turns", "4", "--max_completion_length", "1024", "--runs_dir", runs,
-            "--save_strategy", "no", "--runtime", runtime]
-from ecredit_trl.train import main, parse_args
-cfg, margs = parse_args(argv("PATH", "tasks.jsonl", str(Path(out) / "runs")))
-assert cfg.bf16 and cfg.gradient_checkpointing and margs.lora_r == 8 and cfg.max_steps == 2
-print(f"flags ok; families {families}")
-if mode == "dry":
-    sys.exit(0)
-from eval.run import evaluate
-from eval.tasks import save_tasks
-from ecredit_trl.policy.family_warmstart import default_tasks, ensure_family_policy
-tasks = default_tasks()  # the two tasks of tests/test_family_e2e.py
-split = Path(out) / "tasks.jsonl"
-split.parent.mkdir(parents=True, exist_ok=True)
-save_tasks(tasks, split)
-cuda = torch.cuda.is_available() and mode == "gpu"
-failed = 0
-for fam in families:
-    t0 = time.time()
-    policy = ensure_family_policy(fam, tasks)
-    t_warm = time.time() - t0
-    runs = Path(out) / fam / "runs"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    rc = main(argv(policy, str(split), str(runs)))
-    (run,) = [p for p in runs.iterdir() if p.is_dir()]
-    ledger = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines() if x.strip()]
-    res = evaluate(model=str(run / "checkpoint-final"), split=str(split), n=1,
-                   out=Path(out) / fam / "eval", runtime=runtime,
-                   device="cuda" if cuda else "cpu", overrides={"max_turns": 4}, log=None)
-    s = res["summary"]
-    ok = rc == 0 and res["model"]["adapter"] and s["unknown"] < s["denominator"]["slots"]
-    failed += not ok
-    print("GPU_CHECK_FAMILY " + json.dumps({
-        "family": fam, "ok": ok, "exit": rc, "warmstart_s": round(t_warm, 1),
-        "step_s": [r["wall_s"] for r in ledger], "eval_resolved": s["resolved"],
-        "eval_unknown": s["unknown"], "total_s": round(time.time() - t0, 1),
-        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None}),
-        flush=True)
-sys.exit(1 if failed else 0)
-EOF
+step family-e2e 200 "$PY" benchmarks/family_e2e.py --families $FAMILIES_E2E "${FAMILY_FLAGS[@]}" \
+  --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/family"
 
 echo
 echo "[gpu_check] summary ($MODE mode, runtime $GPU_CHECK_RUNTIME, $(( $(date +%s) - START )) s of ${BUDGET_S}; logs in $OUT)"
@@ -218,6 +172,6 @@ print(f"  main job: exit {r['exit']}, {r['job_s']} s, step time {mean:.1f} s "
       f"(per step {steps}), peak CUDA memory {mem}")
 EOF
 fi
-[ -f "$OUT/family-e2e.log" ] && grep '^GPU_CHECK_FAMILY ' "$OUT/family-e2e.log" | sed 's/^GPU_CHECK_FAMILY /  family: /'
+[ -f "$OUT/family-e2e.log" ] && grep '^FAMILY_E2E ' "$OUT/family-e2e.log" | sed 's/^FAMILY_E2E /  family: /'
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 exit $FAILED

@@ -303,22 +303,39 @@ def train_family_dir(job: str | Path, log=print) -> Path:
     return out
 
 
-def _main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``build TEMPLATE``: print the warm-started model directory of ``TEMPLATE`` on
-    :data:`DEFAULT_TASKS` (built once); ``train JOB_DIR``: the training child."""
+    :data:`DEFAULT_TASKS` (trained once, then cached); ``train JOB_DIR``: the training child
+    of :func:`ensure_family_policy`. Returns the exit status (2: bad arguments)."""
+    import argparse
+
     from ecredit_trl.policy.families import FAMILIES
 
-    if len(argv) == 2 and argv[0] == "train":
-        train_family_dir(argv[1], log=print)
+    ap = argparse.ArgumentParser(
+        prog="python -m ecredit_trl.policy.family_warmstart",
+        description="A tiny model of a chat-template family, warm-started to emit tool calls "
+                    "in its own format (usable as train.py --model / eval.run --model).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="print the model directory (built on first use)")
+    b.add_argument("template", choices=list(FAMILIES), metavar="TEMPLATE",
+                   help=f"TRL template name: {', '.join(FAMILIES)}")
+    b.add_argument("--steps", type=int, default=None,
+                   help=f"SFT steps (default {FAMILY_RECIPE['steps']})")
+    t = sub.add_parser("train", help="(internal) train one job directory")
+    t.add_argument("job_dir")
+    args = ap.parse_args(argv)
+    if args.cmd == "train":
+        train_family_dir(args.job_dir, log=print)
         return 0
-    if len(argv) == 2 and argv[0] == "build" and argv[1] in FAMILIES:
-        print(ensure_family_policy(argv[1], default_tasks(),
-                                   log=lambda m: print(m, file=sys.stderr)))
-        return 0
-    print("usage: python -m ecredit_trl.policy.family_warmstart build TEMPLATE\n"
-          f"  TEMPLATE: one of {', '.join(FAMILIES)}", file=sys.stderr)
-    return 2
+    try:
+        path = ensure_family_policy(args.template, default_tasks(), steps=args.steps,
+                                    log=lambda m: print(m, file=sys.stderr))
+    except ValueError as exc:
+        print(f"family_warmstart: error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(main())
