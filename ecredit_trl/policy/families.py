@@ -152,17 +152,27 @@ def _corpus(fam: Family, template: str) -> list[str]:
     from ecredit_trl.agent.prompts import policy_tools
 
     texts = [template, json.dumps(policy_tools()), "def f(x):\n    return x + 1\n" * 4]
-    out = []
-    for t in texts:
-        for tok in fam.tokens():
-            t = t.replace(tok, "\n")
-        out.append(t)
-    return out
+    return [_strip_tokens(fam, t) for t in texts]
 
 
-def build_family_tokenizer(fam: Family, vocab_size: int = 700):
+def _strip_tokens(fam: Family, text: str) -> str:
+    """``text`` without ``fam``'s added tokens (they must not be learnt as merges)."""
+    for tok in fam.tokens():
+        text = text.replace(tok, "\n")
+    return text
+
+
+def build_family_tokenizer(fam: Family, vocab_size: int = 700, corpus: list[str] | None = None,
+                           use_regex: bool = True):
     """A byte-level BPE (every byte in the alphabet, so any text round-trips) with ``fam``'s
     tokens as added tokens and TRL's template ``fam.template`` as ``chat_template``.
+
+    Args:
+        vocab_size: target vocabulary (bytes + merges + the family's tokens).
+        corpus: texts to learn merges from (default: the template and the tool schemas); the
+            family's tokens are removed from them first.
+        use_regex: GPT-2's word-splitting regex before BPE. The warm start turns it off
+            (merges may span spaces, as the embedded tokenizer's, so episodes are ~3x shorter).
 
     Returns: ``PreTrainedTokenizerFast``. Raises: OSError when TRL's template is missing.
     """
@@ -175,12 +185,13 @@ def build_family_tokenizer(fam: Family, vocab_size: int = 700):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
                                   special_tokens=list(fam.tokens()),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_corpus(fam, text), trainer=trainer)
+    texts = _corpus(fam, text) if corpus is None else [_strip_tokens(fam, t) for t in corpus]
+    tok.train_from_iterator(texts, trainer=trainer)
     special = {"eos_token": fam.eos[0], "pad_token": fam.pad}
     if fam.bos:
         special["bos_token"] = fam.bos
@@ -195,15 +206,16 @@ def build_family_tokenizer(fam: Family, vocab_size: int = 700):
     return fast
 
 
-def build_family_model(fam: Family, tokenizer, seed: int = 0):
-    """Random weights of ``fam.arch`` (shape :data:`_SHAPE` + ``fam.arch_kwargs``) for
-    ``tokenizer``; fp32, eval-free (train mode). ``generation_config.eos_token_id`` is every
-    id of ``fam.eos``. Raises: AttributeError when transformers lacks ``fam.arch``."""
+def build_family_model(fam: Family, tokenizer, seed: int = 0, shape: dict | None = None):
+    """Random weights of ``fam.arch`` (shape :data:`_SHAPE` + ``fam.arch_kwargs`` + ``shape``,
+    the warm start's wider overrides) for ``tokenizer``; fp32, train mode.
+    ``generation_config.eos_token_id`` is every id of ``fam.eos``.
+    Raises: AttributeError when transformers lacks ``fam.arch``."""
     import torch
     import transformers
 
     cls = getattr(transformers, fam.arch)
-    kw = {**_SHAPE, **fam.arch_kwargs}
+    kw = {**_SHAPE, **fam.arch_kwargs, **(shape or {})}
     if "vocab_size_per_layer_input" in kw:  # Gemma 4's per-layer embeddings: same vocabulary
         kw["vocab_size_per_layer_input"] = len(tokenizer)
     eos_ids = tokenizer.convert_tokens_to_ids(list(fam.eos))

@@ -26,24 +26,31 @@ failing tests, not the file or line): do not read generalisation into it.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from ecredit_trl.policy.corpus import render_corpus
 from ecredit_trl.policy.demos import (
     CLOSING_MESSAGE,
     EXTRA_COMMENT,
     SUBMIT_OUTPUT,
     DemoVariants,
     demo_conversations,
+)
+from ecredit_trl.policy.sft import (
+    no_checkpointing,
+    progress_callback,
+    save_model,
+    torch_threads,
+    train_child,
+    write_json,
 )
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
@@ -74,10 +81,6 @@ DEFAULT_RECIPE = {
     "revert_fraction": 0.25,
 }
 
-_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "ACCELERATE_USE_CPU",
-             "ACCELERATE_MIXED_PRECISION", "ACCELERATE_CONFIG_DS_FIELDS",
-             "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
 
 
 # ---------------------------------------------------------------------------
@@ -253,13 +256,13 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
                     "demo_s": round(t_demo, 2)}
             (tmp / "job.json").write_text(json.dumps(meta, indent=1))
             if isolate:
-                _train_child(tmp, log)
+                train_child(tmp, log)
             else:
                 train_dir(tmp, log=log)
             model_dir = tmp / "model"
             m = json.loads((model_dir / "warmstart.json").read_text())
             m["total_s"] = round(time.monotonic() - t0, 2)
-            _write_json(model_dir / "warmstart.json", m)
+            write_json(model_dir / "warmstart.json", m)
             os.rename(model_dir, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -267,47 +270,9 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         return str(final)
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
-def _train_child(job: Path, log) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen([sys.executable, "-m", "ecredit_trl.policy.warmstart", "train", str(job)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=str(Path(__file__).resolve().parents[2]))
-    tail: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        tail = (tail + [line])[-30:]
-        if line.startswith("warmstart:"):
-            log(line)
-    if proc.wait() != 0:
-        raise RuntimeError(f"warm start failed (exit {proc.returncode}); last output:\n"
-                           + "\n".join(tail))
-
-
 # ---------------------------------------------------------------------------
 # training (in the child process)
 # ---------------------------------------------------------------------------
-
-def render_corpus(demos: list[dict]) -> list[str]:
-    """The texts the tokenizer is trained on: each demonstration rendered with the qwen3
-    training template (tool schemas included)."""
-    from trl.chat_template_utils import qwen3_training_chat_template
-
-    from ecredit_trl.policy.tiny_model import build_tokenizer
-
-    bare = build_tokenizer([], vocab_size=265)
-    return [bare.apply_chat_template(d["messages"], tools=json.loads(d["tools"]), tokenize=False,
-                                     chat_template=qwen3_training_chat_template) for d in demos]
-
 
 def train_dir(job: str | Path, log=print) -> Path:
     """Train on ``job/demos.jsonl`` with the recipe of ``job/job.json``; save ``job/model``.
@@ -342,7 +307,7 @@ def train_dir(job: str | Path, log=print) -> Path:
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     torch.manual_seed(r["seed"])
-    progress = _progress_callback(steps, log)
+    progress = progress_callback(steps, log)
     trainer = _sft_trainer(job, demos, r, model, tokenizer, max_len, progress)
     t1 = time.monotonic()
     try:
@@ -350,7 +315,7 @@ def train_dir(job: str | Path, log=print) -> Path:
     finally:
         torch.set_num_threads(prev_threads)
     t_train = time.monotonic() - t1
-    out = _save_model(job, trainer, tokenizer)
+    out = save_model(job, trainer, tokenizer)
     info = dict(meta, n_params=n_params, vocab=len(tokenizer), max_tokens=max_len,
                 mean_tokens=round(sum(lengths) / len(lengths), 1),
                 train_loss=round(float(result.training_loss), 5),
@@ -358,7 +323,7 @@ def train_dir(job: str | Path, log=print) -> Path:
                 train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
                 chat_template_ok=chat_template() == tokenizer.chat_template,
                 torch=torch.__version__)
-    _write_json(out / "warmstart.json", info)
+    write_json(out / "warmstart.json", info)
     log(f"warmstart: trained {steps} steps in {t_train:.0f} s "
         f"({t_train / steps:.2f} s/step), final loss {progress.loss}")
     return out
@@ -389,25 +354,6 @@ def _tokenizer_and_model(demos: list[dict], r: dict):
     return tokenizer, model, lengths
 
 
-def _progress_callback(steps: int, log):
-    """A TrainerCallback that logs the loss every logging step and keeps the last one
-    (``.loss``)."""
-    from transformers import TrainerCallback
-
-    class _Progress(TrainerCallback):
-        def __init__(self):
-            self.t = time.monotonic()
-            self.loss = None
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "loss" in logs:
-                self.loss = float(logs["loss"])
-                log(f"warmstart: step {state.global_step}/{steps} loss {self.loss:.4f} "
-                    f"({time.monotonic() - self.t:.0f} s)")
-
-    return _Progress()
-
-
 def _sft_trainer(job: Path, demos: list[dict], r: dict, model, tokenizer, max_len: int,
                  progress):
     """TRL's SFTTrainer with the recipe ``r``: fp32 CPU, assistant-only loss, no packing, no
@@ -425,56 +371,13 @@ def _sft_trainer(job: Path, demos: list[dict], r: dict, model, tokenizer, max_le
         learning_rate=r["learning_rate"], lr_scheduler_type=r["lr_scheduler_type"],
         warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
         max_grad_norm=r["max_grad_norm"], seed=r["seed"], data_seed=r["seed"],
-        use_cpu=True, bf16=False, fp16=False, **_no_checkpointing(SFTConfig),
+        use_cpu=True, bf16=False, fp16=False, **no_checkpointing(SFTConfig),
         report_to="none", save_strategy="no", logging_steps=every, disable_tqdm=True,
         assistant_only_loss=True, max_length=max_len + 8, packing=False,
         dataloader_num_workers=0, dataset_num_proc=None,
     )
     return SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
                       callbacks=[progress])
-
-
-def _save_model(job: Path, trainer, tokenizer) -> Path:
-    """Save the trained model (with its KV cache on) and tokenizer to ``job/model``; drop the
-    trainer's scratch folder."""
-    out = job / "model"
-    model = trainer.model
-    model.config.use_cache = True
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    with contextlib.suppress(OSError):
-        shutil.rmtree(job / "trainer")
-    return out
-
-
-def torch_threads(env_var: str = "ECREDIT_WARMSTART_THREADS") -> int:
-    """Intra-op threads for training: all CPUs on an idle machine, fewer when busy.
-
-    ``$<env_var>`` (default ``ECREDIT_WARMSTART_THREADS``) overrides. Otherwise ``cpu_count - ceil(load)`` (at least
-    1), with ``load`` the 1-minute load average: on the 2-core reference machine two torch
-    threads competing with other work ran a step 5x slower than one thread (0.42 s vs 2-3 s
-    for batch 4 x 500 tokens).
-    """
-    import math
-
-    env = os.environ.get(env_var)
-    if env:
-        return max(1, int(env))
-    cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(cpus, cpus - math.ceil(load - 0.5)))
-
-
-def _no_checkpointing(config_cls) -> dict:
-    """Activation checkpointing off, under its transformers >= 5.x name when it exists."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    key = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
-    return {key: False}
 
 
 def load_policy(path: str | Path):

@@ -1,0 +1,344 @@
+"""SFT warm start of a tiny model of any chat-template family (issue 23 §1.2).
+
+The embedded default policy (:mod:`.warmstart`) speaks TRL's ``qwen3`` template. To show that
+a user's own family works end to end, the tiny model of that family (:mod:`.families`: its
+architecture class, a BPE carrying its special and tag tokens, TRL's template byte for byte)
+is taught the gold-patch demonstrations (:mod:`.demos`) rendered with *its own* template, so
+that it emits tool calls in its family's format (``<tool_call>`` JSON for Qwen, a bare JSON
+object after ``<|start_header_id|>assistant`` for Llama 3, the ``commentary`` channel with
+``to=functions.NAME`` and ``<|call|>`` for gpt-oss).
+
+Examples are token ids assembled as the rollout loop assembles an episode, with the loss on
+generated ids only (:func:`ecredit_trl.policy.corpus.episode_example`): this works for every
+family, also those TRL has no ``{% generation %}`` training template for (``llama3_2``).
+
+The tokenizer is a family BPE trained on the rendered demonstrations (regex off, as the
+embedded one, so episodes stay short), the model random weights of the family's class. The
+result is cached under ``$ECREDIT_CACHE/family-policy/<template>-<key>``, ``key`` = sha256 of
+the template name and text, the tasks (id, base commit, gold patch, problem statement), the
+recipe and :data:`CODE_VERSION`; temp dir + rename, a file lock, training in a child process
+without distributed variables (:func:`ecredit_trl.policy.sft.train_child`).
+
+It memorises a handful of training tasks; it shows the plumbing, not learning.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ecredit_trl.policy.sft import (
+    no_checkpointing,
+    progress_callback,
+    save_model,
+    torch_threads,
+    train_child,
+    write_json,
+)
+
+__all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
+           "ensure_family_policy", "family_recipe", "train_family_dir"]
+
+#: Bump whenever the examples or the training code change what a cache entry holds.
+#: v2: MoE configs saved with ``output_router_logits`` off again.
+CODE_VERSION = "family-warmstart-v2"
+
+#: Default recipe, sized for CI on the 2-core reference CPU (shared, load 2-9). Measured with
+#: ``benchmarks/family_e2e.py`` on :data:`DEFAULT_TASKS`, fresh cache: warm start 33 s
+#: (gpt-oss, 406-token episodes), 60-74 s (qwen2.5: its tokenizer class splits words with
+#: its own regex, so ~1500-token episodes), 38-81 s (llama3.2); final loss 0.0004-0.0025;
+#: greedy and T = 1 rollouts then solve both tasks. 2 GRPO steps 17-37 s, eval.run 10-23 s.
+FAMILY_RECIPE = {
+    "vocab_size": 2000,
+    "steps": 150,
+    "batch_size": 2,
+    "learning_rate": 5e-3,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 10,
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0,
+    # shape overrides of the family model (families._SHAPE): wide enough to memorise
+    "shape": {"hidden_size": 128, "intermediate_size": 256},
+}
+
+
+#: Two single-block training tasks of two projects (view -> str_replace -> submit -> closing
+#: turn): the tasks ``python -m ecredit_trl.policy.family_warmstart build TEMPLATE`` and the
+#: end-to-end test warm-start on.
+DEFAULT_TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")
+
+
+def default_tasks() -> list:
+    """The :data:`DEFAULT_TASKS` rows of ``bundled:train`` (built on first use)."""
+    from eval.splits import load_tasks
+
+    by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
+    return [by_id[i] for i in DEFAULT_TASKS]
+
+
+def family_recipe(template: str, steps: int | None = None, seed: int = 0, **overrides) -> dict:
+    """The full recipe of ``template``'s warm start (hyperparameters, template text, tools).
+
+    Raises: KeyError for an unknown template; ValueError naming an unknown override or a
+    non-positive ``steps``.
+    """
+    from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
+    from ecredit_trl.policy.families import family
+    from eval.templatecheck import trl_template
+
+    fam = family(template)
+    unknown = sorted(set(overrides) - set(FAMILY_RECIPE))
+    if unknown:
+        raise ValueError(f"family warm-start recipe: unknown field(s) {unknown}; known: "
+                         f"{sorted(FAMILY_RECIPE)}")
+    r = copy.deepcopy(dict(FAMILY_RECIPE, **overrides))
+    if steps is not None:
+        r["steps"] = steps
+    if not isinstance(r["steps"], int) or r["steps"] < 1:
+        raise ValueError(f"steps: expected a positive int, got {r['steps']!r}")
+    r.update(seed=seed, template=template, family=repr(fam), instruction=INSTRUCTION,
+             tools=policy_tools(), code_version=CODE_VERSION,
+             template_sha=hashlib.sha256(trl_template(template).encode()).hexdigest())
+    return r
+
+
+def _key(tasks, recipe: dict) -> str:
+    rows = sorted((t.instance_id, t.base_commit, t.patch, t.problem_statement) for t in tasks)
+    blob = json.dumps({"tasks": rows, "recipe": recipe}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = None, *,
+                         steps: int | None = None, seed: int = 0, log=print,
+                         isolate: bool = True, **recipe) -> str:
+    """Path of the warm-started tiny ``template`` model for ``tasks``; trained once, reused.
+
+    Args:
+        template: a TRL template name of :data:`ecredit_trl.policy.families.FAMILIES`.
+        tasks: training tasks with a ``repo_dir`` (demonstrations are made in host
+            repositories); no sealed holdout ids.
+        cache_dir: cache root (default ``$ECREDIT_CACHE`` or ``~/.cache/ecredit-trl``).
+        steps, seed, **recipe: overrides of :data:`FAMILY_RECIPE`.
+        log: progress lines (None: silent). isolate: train in a child process (default).
+
+    Returns: a model directory usable as ``--model`` (weights, tokenizer whose chat template
+        is TRL's ``template`` byte for byte, ``warmstart.json``).
+
+    Raises: KeyError (template), ValueError (no tasks, bad recipe, a demonstration the
+        family's parser does not read back), DemoError, RuntimeError (training failed),
+        eval.sealed.SealedTaskError.
+    """
+    from ecredit_trl.policy.demos import DemoVariants, demo_conversations
+    from ecredit_trl.policy.warmstart import cache_root
+    from eval.sealed import check_not_sealed
+
+    log = log or (lambda *_: None)
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("tasks: no training tasks given")
+    check_not_sealed([t.instance_id for t in tasks])
+    r = family_recipe(template, steps, seed, **recipe)
+    key = _key(tasks, r)
+    root = cache_root(cache_dir) / "family-policy"
+    final = root / f"{template}-{key[:16]}"
+    if (final / "warmstart.json").is_file():
+        log(f"warmstart: reusing cached {template} policy {final}")
+        return str(final)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "warmstart.json").is_file():
+            return str(final)
+        for stale in root.glob(f".{final.name}-tmp-*"):  # a killed run's (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        t0 = time.monotonic()
+        demos = demo_conversations(tasks, log=log, variants=DemoVariants(0.0, 0.0, seed))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-tmp-", dir=root))
+        try:
+            with open(tmp / "demos.jsonl", "w", encoding="utf-8") as fh:
+                for d in demos:
+                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+            write_json(tmp / "job.json", {"key": key, "recipe": r,
+                                          "tasks": [d["instance_id"] for d in demos],
+                                          "demo_s": round(time.monotonic() - t0, 2)})
+            if isolate:
+                train_child(tmp, log, module="ecredit_trl.policy.family_warmstart")
+            else:
+                train_family_dir(tmp, log=log)
+            model_dir = tmp / "model"
+            m = json.loads((model_dir / "warmstart.json").read_text())
+            m["total_s"] = round(time.monotonic() - t0, 2)
+            write_json(model_dir / "warmstart.json", m)
+            model_dir.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        log(f"warmstart: {template} policy saved to {final} ({time.monotonic() - t0:.0f} s)")
+        return str(final)
+
+
+def _as_loaded(fam, texts: list[str], r: dict, seed: int):
+    """(tokenizer, model) as ``AutoTokenizer`` / the model class load them from disk.
+
+    transformers 5 loads a tokenizer through its model type's class, and some (Qwen2's)
+    replace the saved pre-tokenizer with their own word-splitting regex: examples tokenised
+    in memory would then differ from what rollouts see. So the BPE is saved with the model's
+    config and loaded back; when the loaded pre-tokenizer is not the trained one
+    (regex-free merges across spaces), it is retrained with GPT-2's regex, which the
+    families' own regexes split alike.
+    """
+    from transformers import AutoTokenizer
+
+    from ecredit_trl.policy.families import build_family_model, build_family_tokenizer
+
+    for use_regex in (False, True):
+        built = build_family_tokenizer(fam, vocab_size=r["vocab_size"], corpus=texts,
+                                       use_regex=use_regex)
+        model = build_family_model(fam, built, seed=seed, shape=r["shape"])
+        with tempfile.TemporaryDirectory() as d:
+            model.config.save_pretrained(d)
+            built.save_pretrained(d)
+            loaded = AutoTokenizer.from_pretrained(d)
+        same = (loaded.backend_tokenizer.pre_tokenizer.__getstate__()
+                == built.backend_tokenizer.pre_tokenizer.__getstate__())
+        if same or use_regex:
+            return loaded, model
+    raise AssertionError("unreachable")
+
+
+def _examples(template: str, demos: list[dict], r: dict):
+    """(tokenizer, model, SFT rows) of ``template`` for ``demos``: the BPE is trained on the
+    demonstrations rendered with TRL's template, every row is checked by the family's parser
+    (:func:`~ecredit_trl.policy.corpus.episode_example`)."""
+    from types import SimpleNamespace
+
+    from ecredit_trl.agent.generation import Policy
+    from ecredit_trl.agent.prompts import policy_tools
+    from ecredit_trl.policy.corpus import call_messages, episode_example
+    from ecredit_trl.policy.families import build_family_tokenizer, family
+
+    fam = family(template)
+    convs = [call_messages(d["messages"]) for d in demos]
+    bare = build_family_tokenizer(fam)
+    texts = [bare.apply_chat_template(c, tools=policy_tools(), tokenize=False) for c in convs]
+    tokenizer, model = _as_loaded(fam, texts, r, r["seed"])
+    # Policy adds TRL's response schema to the tokenizer it holds: give it a copy, so the
+    # saved tokenizer is the plain one a user's model would have
+    policy = Policy(model, copy.deepcopy(tokenizer), SimpleNamespace(model_dir=template))
+    rows = [episode_example(policy, c) for c in convs]
+    return tokenizer, model, rows
+
+
+def train_family_dir(job: str | Path, log=print) -> Path:
+    """Train on ``job/demos.jsonl`` with ``job/job.json``'s recipe; save ``job/model``.
+
+    TRL ``SFTTrainer`` on pre-tokenised rows (``input_ids`` + ``completion_mask``,
+    ``completion_only_loss=True``), fp32 CPU, no truncation, no checkpoints.
+
+    Returns: ``job/model``. Raises: RuntimeError when an episode is longer than the model's
+    positions.
+    """
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
+    from eval.templatecheck import trl_template
+
+    log = log or (lambda *_: None)
+    job = Path(job)
+    meta = json.loads((job / "job.json").read_text())
+    r = meta["recipe"]
+    demos = [json.loads(x) for x in (job / "demos.jsonl").read_text().splitlines() if x]
+    tokenizer, model, rows = _examples(r["template"], demos, r)
+    lengths = [len(x["input_ids"]) for x in rows]
+    if max(lengths) > model.config.max_position_embeddings:
+        raise RuntimeError(f"an episode has {max(lengths)} tokens, more than the model's "
+                           f"{model.config.max_position_embeddings} positions")
+    n_params = sum(p.numel() for p in model.parameters())
+    threads = torch_threads()
+    log(f"warmstart: {r['template']} ({type(model).__name__}) tokenizer {len(tokenizer)} "
+        f"tokens, {n_params / 1e6:.2f}M params, episodes {min(lengths)}-{max(lengths)} tokens, "
+        f"{threads} torch thread(s)")
+    steps = r["steps"]
+    args = SFTConfig(
+        output_dir=str(job / "trainer"), max_steps=steps,
+        per_device_train_batch_size=r["batch_size"], gradient_accumulation_steps=1,
+        learning_rate=r["learning_rate"], lr_scheduler_type=r["lr_scheduler_type"],
+        warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
+        max_grad_norm=r["max_grad_norm"], seed=r["seed"], data_seed=r["seed"],
+        use_cpu=True, bf16=False, fp16=False, **no_checkpointing(SFTConfig),
+        report_to="none", save_strategy="no", logging_steps=max(1, steps // 10),
+        disable_tqdm=True, completion_only_loss=True, max_length=max(lengths) + 8,
+        packing=False, dataloader_num_workers=0, dataset_num_proc=None)
+    ds = Dataset.from_list([{"input_ids": x["input_ids"], "completion_mask": x["completion_mask"]}
+                            for x in rows])
+    progress = progress_callback(steps, log)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(r["seed"])
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
+                         callbacks=[progress])
+    t1 = time.monotonic()
+    try:
+        result = trainer.train()
+    finally:
+        torch.set_num_threads(prev)
+    t_train = time.monotonic() - t1
+    if getattr(model.config, "output_router_logits", False):
+        # TRL's SFTTrainer turns it on for the MoE auxiliary loss; saved so, transformers
+        # 5.24's gpt-oss then fails in padded batched generation (load_balancing_loss_func:
+        # "size of tensor a (2) must match ... b (324)"), and released checkpoints ship it off
+        model.config.output_router_logits = False
+    out = save_model(job, trainer, tokenizer)
+    write_json(out / "warmstart.json", dict(
+        meta, arch=type(model).__name__, n_params=n_params, vocab=len(tokenizer),
+        episode_tokens=lengths, turn_tokens=[x["turn_lengths"] for x in rows],
+        train_loss=round(float(result.training_loss), 5), final_loss=progress.loss,
+        train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
+        chat_template_ok=tokenizer.chat_template == trl_template(r["template"])))
+    log(f"warmstart: trained {steps} steps in {t_train:.0f} s, final loss {progress.loss}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``build TEMPLATE``: print the warm-started model directory of ``TEMPLATE`` on
+    :data:`DEFAULT_TASKS` (trained once, then cached); ``train JOB_DIR``: the training child
+    of :func:`ensure_family_policy`. Returns the exit status (2: bad arguments)."""
+    import argparse
+
+    from ecredit_trl.policy.families import FAMILIES
+
+    ap = argparse.ArgumentParser(
+        prog="python -m ecredit_trl.policy.family_warmstart",
+        description="A tiny model of a chat-template family, warm-started to emit tool calls "
+                    "in its own format (usable as train.py --model / eval.run --model).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="print the model directory (built on first use)")
+    b.add_argument("template", choices=list(FAMILIES), metavar="TEMPLATE",
+                   help=f"TRL template name: {', '.join(FAMILIES)}")
+    b.add_argument("--steps", type=int, default=None,
+                   help=f"SFT steps (default {FAMILY_RECIPE['steps']})")
+    t = sub.add_parser("train", help="(internal) train one job directory")
+    t.add_argument("job_dir")
+    args = ap.parse_args(argv)
+    if args.cmd == "train":
+        train_family_dir(args.job_dir, log=print)
+        return 0
+    try:
+        path = ensure_family_policy(args.template, default_tasks(), steps=args.steps,
+                                    log=lambda m: print(m, file=sys.stderr))
+    except ValueError as exc:
+        print(f"family_warmstart: error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
