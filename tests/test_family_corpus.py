@@ -117,3 +117,31 @@ def test_build_command_names_the_templates_on_a_bad_one(capsys):
     assert "argument TEMPLATE: invalid choice: 'nope'" in err
     with pytest.raises(SystemExit):
         main(["build", "qwen2_5", "--steps", "x"])
+
+
+def test_a_moe_saved_with_router_logits_on_generates_padded_batches(tmp_path):
+    """TRL's SFTTrainer saves a MoE config with ``output_router_logits`` on; padded batched
+    generation then crashed in gpt-oss's load-balancing loss ("size of tensor a (2) must
+    match ..."). ``load_rollout_policy`` switches it off: two prompts of different lengths,
+    left-padded, generate."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from ecredit_trl.agent.generation import load_rollout_policy
+    from ecredit_trl.policy.families import ensure_family_model
+
+    d = tmp_path / "gptoss-sft"
+    shutil.copytree(ensure_family_model("gptoss"), d)
+    lm = AutoModelForCausalLM.from_pretrained(d)
+    lm.config.output_router_logits = True
+    lm.save_pretrained(d)
+    policy = load_rollout_policy(str(d), device="cpu")
+    assert policy.model.config.output_router_logits is False
+    tok = policy.tokenizer
+    tok.padding_side = "left"
+    tok.pad_token = tok.pad_token or tok.eos_token
+    enc = tok(["hello there how are you", "hi"], return_tensors="pt", padding=True)
+    assert enc["attention_mask"][1].sum() < enc["attention_mask"][0].sum()  # really padded
+    out = policy.model.generate(**enc, max_new_tokens=4, do_sample=False)
+    assert out.shape == (2, enc["input_ids"].shape[1] + 4)

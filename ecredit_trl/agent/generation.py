@@ -386,6 +386,11 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
         lm = PeftModel.from_pretrained(base, ref.model_dir).merge_and_unload()
     else:
         lm = AutoModelForCausalLM.from_pretrained(ref.model_dir, dtype=torch_dtype)
+    # A MoE config saved with the router's auxiliary loss on (TRL's SFTTrainer turns it on and
+    # saves it so) makes padded batched generation crash in the load-balancing loss, which
+    # assumes unpadded rows; rollouts never use that loss.
+    if getattr(lm.config, "output_router_logits", False):
+        lm.config.output_router_logits = False
     lm.to(device)
     lm.eval()
     return Policy(lm, tokenizer, ref)
