@@ -1,4 +1,5 @@
-"""The ``ray`` sandbox backend (issue 25): verifier trials as Ray tasks, Podman on every node.
+"""The ``ray`` sandbox backend (issue 25): verifier trials as Ray tasks and agent workspaces on
+Ray actors, Podman on every node.
 
 The cluster tests run a real local Ray cluster (head + worker nodes, ``ray.cluster_utils``)
 and real trials in Podman, inside a loopback-only network namespace (``unshare -n``), so
@@ -120,7 +121,7 @@ def _in_namespace(*args: str, timeout: int) -> dict:
 @pytest.fixture(scope="module")
 def cluster_report(tmp_path_factory):
     """The trial scenarios of the driver, run once for this module."""
-    return _in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=400)
+    return _in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=600)
 
 
 
@@ -186,6 +187,68 @@ def test_trials_prefer_the_node_holding_the_image_and_a_missing_one_is_pulled_on
     assert r["far"]["pulls"] == ["pulled", "present"] and r["stats"]["pulls"] == 1
 
 
+@pytest.mark.podman
+def test_a_rollout_workspace_lands_on_a_sandbox_node_and_its_tool_calls_run_there(
+        cluster_report):
+    nodes, r = cluster_report["nodes"], cluster_report["workspaces"]["remote"]
+    assert r["setup_error"] is None and r["failure"] is None
+    assert r["statuses"] == ["ok"] * 6
+    # the host actor that ran every call is on a node offering a sandbox label, not the head
+    assert r["node"] in (nodes["a"], nodes["b"]) and r["node"] != nodes["head"]
+    assert r["labels"][r["node"]] in (["node_a"], ["node_b"])
+    assert r["ws_stats"]["by_node"] == {r["node"]: 1}
+    # the command ran in the run's container (made by that node's Podman service)
+    assert r["bash"] == "42\n" and "     2\t    return a - b\n" in r["view"]
+    assert len(r["held"]["containers"]) == 1 and "-agent-" in r["held"]["containers"][0]
+    assert r["held"]["host_spaces"] == 1
+    # 6 tool calls + 6 snapshots = 12 actor calls; the slot was held and given back
+    assert r["stats"]["calls"] == 12 and r["dispatcher"]["peak"] == 1
+    assert r["dispatcher"]["in_flight"] == 0 and r["left"] == []
+
+
+@pytest.mark.podman
+def test_a_remote_rollout_brings_back_what_the_local_backend_records(cluster_report):
+    """Same scripted episode, workspace on a node vs on this host: the same trees, per-turn
+    writes, selection, final and ablated artifacts (through one pack of the new objects)."""
+    r = cluster_report["workspaces"]
+    remote, local = r["remote"], r["local"]
+    for key in ("statuses", "snaps", "writes", "artifact", "final_artifact",
+                "ablated_artifact", "selected_turn"):
+        assert remote[key] == local[key], key
+    assert len(set(remote["snaps"])) == 4  # S_0..S_3 all differ
+    assert "+    return a + b" in remote["artifact"] and "more.txt" in remote["artifact"]
+    assert remote["selected_turn"] is not None and remote["ablated_artifact"] is not None
+    assert 0 < remote["stats"]["pack_bytes"] < 4096  # the new objects only, not the repo
+
+
+@pytest.mark.podman
+def test_cap_counts_agent_sandboxes_and_trials_together(cluster_report):
+    r = cluster_report["ws_cap"]
+    assert r["classes"] == ["ok"] * 3 and r["samples"] > 40
+    assert r["sandbox_seen"] == 1  # the agent container was up for the whole first part
+    assert r["max_while_sandbox"] == 2  # it + one trial: the cap of 2 held both kinds
+    assert r["max_running"] == 2 and r["agents_after"] == 0
+    assert r["dispatcher"]["peak"] == 2 and r["dispatcher"]["in_flight"] == 0
+
+
+@pytest.mark.podman
+def test_node_killed_mid_episode_excludes_its_rollout_as_infra_and_the_rest_goes_on(
+        cluster_report):
+    nodes, r = cluster_report["nodes"], cluster_report["ws_kill"]
+    assert r["nodes"] == [r["d"], nodes["a"]]
+    lost = f"WorkspaceLost: ray: node {r['d'][:12]} lost mid-episode ("
+    assert r["out"].startswith(f"ERROR: the sandbox failed ({lost}")
+    assert r["statuses"] == ["ok", "infra", "ended"]  # later calls refused, still recorded
+    assert r["failure"][0] == "sandbox_error" and r["failure"][1].startswith(lost)
+    # infrastructure, never the policy's: excluded by reason (a ledger guard exclusion)
+    assert r["failure_class"] is None and r["evidence"]["node_lost"] == r["d"]
+    assert r["exclusion"] == "sandbox_error" and r["guard"] and r["lost_count"] == 1
+    assert r["lost_after_s"] < 60  # noticed when the node went, not at the call's deadline
+    # the rollout on node A finished and its artifact came back
+    assert r["survivor_failure"] is None
+    assert r["survivor_artifact"].endswith("+x = 1\n+z\n")
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -202,7 +265,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     assert rep["rc"] == 0, rep["tail"]
     (run,) = list(runs.iterdir())
     cfg = json.loads((run / "config.json").read_text())["ecredit"]
-    assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 3)
+    # 6: the 4 agent sandboxes of a round hold slots too (the cap counts both kinds)
+    assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 6)
     ledger = _jsonl(run / "ledger.jsonl")
     assert [r["step"] for r in ledger] == [1, 2] and sum(r["infra_errors"] for r in ledger) == 0
     trajs = _jsonl(run / "trajectories.jsonl")

@@ -358,7 +358,7 @@ class SWEAgentEnv(EpisodeFailures):
         """The private git directory holding every snapshot tree of this rollout (the
         ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
         before ``reset`` and after release. With the ``ray`` backend a local copy of the
-        node's store (:meth:`sandbox.ray_workspace.RemoteWorkspace.snapshot_repo`)."""
+        node's store (:meth:`sandbox.ray_workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
         return self.ws.snapshot_repo if self.ws is not None else None
 
     @property
