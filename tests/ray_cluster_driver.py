@@ -292,6 +292,60 @@ def workspaces(address: str, root: Path) -> dict:
     return {"remote": remote, "local": local}
 
 
+def image_task(root: Path):
+    """An image-held task (no ``repo_dir``): the offline image plus /testbed = a git repo
+    with history, the calc module and its tests, and an untracked file."""
+    from types import SimpleNamespace
+
+    from conftest import git
+
+    ctx = root / "imgctx"
+    repo = ctx / "testbed"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "pristine")  # history holding the fix: never shown
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text(TESTS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "NOTES.txt").write_text("untracked, not ignored\n")
+    (ctx / "Containerfile").write_text(f"FROM {default_image()}\nCOPY testbed /testbed\n"
+                                       "WORKDIR /testbed\n")
+    name = f"localhost/ecredit-raytest-imagetask:{os.getpid()}"
+    subprocess.run(["podman", "build", "-q", "--pull=never", "--network=none", "--ulimit",
+                    "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "-t", name, str(ctx)],
+                   check=True, capture_output=True, env=podman_env())
+    return SimpleNamespace(instance_id="demo__calc-img-1", repo_dir=None, image=name,
+                           base_commit=git(repo, "rev-parse", "HEAD"), workdir="/testbed",
+                           checkout_base=False)
+
+
+def ws_image(address: str, root: Path) -> dict:
+    """The scripted episode on an image-held task, workspace on a node vs on this host."""
+    from sandbox.podman_runtime import PodmanRuntime
+    from sandbox.ray_trials import RayRoutedRuntime
+
+    task = image_task(root / "img")
+    try:
+        rr = RayRoutedRuntime(run_id=f"rt-wsimg-{os.getpid()}",
+                              options=RayOptions(address=address, max_in_flight=4))
+        try:
+            remote = scripted_episode(rr, task, root / "img-wr-ray")
+        finally:
+            rr.close()
+        local_rt = PodmanRuntime(run_id=f"ws-imglocal-{os.getpid()}")
+        try:
+            local = scripted_episode(local_rt, task, root / "img-wr-local")
+        finally:
+            local_rt.close()
+    finally:
+        subprocess.run(["podman", "rmi", "-f", task.image], capture_output=True,
+                       env=podman_env())
+    return {"remote": remote, "local": local}
+
+
 def ws_cap(address: str, image: str, root: Path) -> dict:
     """Cap 2 shared by one agent sandbox and three trials of 3 s (same run): while the
     sandbox's container is up only one trial runs; ``podman ps`` sampled every 0.1 s."""
@@ -438,6 +492,7 @@ def main(out_path: str) -> None:
                          ("cap", lambda: cap(cluster.address, image, __file__)),
                          ("gc", lambda: gc_cli(cluster.address, image)),
                          ("workspaces", lambda: workspaces(cluster.address, tmp)),
+                         ("ws_image", lambda: ws_image(cluster.address, tmp)),
                          ("ws_cap", lambda: ws_cap(cluster.address, image, tmp)),
                          ("kill", lambda: kill(cluster, cluster.address, image, a, b)),
                          ("ws_kill", lambda: ws_kill(cluster, cluster.address, tmp, a)),

@@ -222,6 +222,21 @@ def test_a_remote_rollout_brings_back_what_the_local_backend_records(cluster_rep
 
 
 @pytest.mark.podman
+def test_an_image_held_task_on_a_node_brings_back_what_the_local_backend_records(
+        cluster_report):
+    """No repo_dir: the node builds S_0 from the task image itself and the pack carries every
+    object (the trainer holds none of the image's); the records equal the local backend's."""
+    nodes, r = cluster_report["nodes"], cluster_report["ws_image"]
+    remote, local = r["remote"], r["local"]
+    assert remote["failure"] is None and remote["node"] in (nodes["a"], nodes["b"])
+    for key in ("statuses", "snaps", "writes", "artifact", "final_artifact",
+                "ablated_artifact", "selected_turn"):
+        assert remote[key] == local[key], key
+    assert remote["statuses"] == ["ok"] * 6 and "+    return a + b" in remote["artifact"]
+    assert remote["stats"]["pack_bytes"] > 0
+
+
+@pytest.mark.podman
 def test_cap_counts_agent_sandboxes_and_trials_together(cluster_report):
     r = cluster_report["ws_cap"]
     assert r["classes"] == ["ok"] * 3 and r["samples"] > 40
