@@ -77,11 +77,11 @@ def snapshot_pack(git_dir, trees: list[str], exclude: list[str]) -> bytes:
     Raises: SnapshotError naming the command."""
     from sandbox.gitsafe import run_git
 
-    wanted = sorted(set(trees))
+    wanted = sorted(set(trees) - set(exclude))
     if not wanted:
         return b""
     listing = run_git(Path(git_dir), ["rev-list", "--objects", *wanted,
-                                      *[f"^{t}" for t in exclude if t not in wanted]]).stdout
+                                      *[f"^{t}" for t in sorted(set(exclude))]]).stdout
     if not listing.strip():
         return b""
     return run_git(Path(git_dir), ["pack-objects", "--stdout", "-q"], input=listing).stdout
@@ -144,7 +144,7 @@ class WorkspaceHost:
         try:
             ws = make(task, site)
         except Exception as exc:  # noqa: BLE001 - re-raised on the trainer
-            return "raise", exc
+            return "raise", portable(exc)
         self.spaces[ws_id] = ws
         return "ok", {"node": self.node, "base_tree": ws.base_tree,
                       "usage_at_reset": ws.usage_at_reset,
@@ -162,7 +162,7 @@ class WorkspaceHost:
         try:
             out = getattr(ws, method)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the proxy re-raises it
-            return "raise", exc
+            return "raise", portable(exc)
         if method == "release":
             self.spaces.pop(ws_id, None)
         return "ok", out
@@ -177,7 +177,7 @@ class WorkspaceHost:
                                f"{self.node[:12]}")
             return "ok", snapshot_pack(ws.snapshot_repo, trees, exclude)
         except Exception as exc:  # noqa: BLE001 - the proxy re-raises it
-            return "raise", exc
+            return "raise", portable(exc)
 
     def count(self) -> int:
         """Workspaces open here now."""
@@ -194,6 +194,19 @@ class WorkspaceHost:
                 pass
         shutil.rmtree(self.workroot, ignore_errors=True)
         return len(spaces)
+
+
+def portable(exc: Exception) -> Exception:
+    """``exc`` when it survives pickling, else a RuntimeError carrying its type and text (an
+    API error holding a live response object must still reach the trainer as data, or Ray
+    would report a serialisation failure that reads as a lost node)."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any pickling failure
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 _HOST = None

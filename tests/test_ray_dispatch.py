@@ -43,6 +43,55 @@ def test_choose_node_prefers_holders_least_loaded_and_avoids_failed_nodes():
     assert choose_node("localhost/none:1", alive, index, {}) is None
 
 
+def test_snapshot_pack_carries_the_new_objects_and_loads_over_the_donor(tmp_path):
+    """What crosses back from a node: a pack of the snapshot trees' objects minus S_0's;
+    loaded over the trainer's copy of the task repository it yields the same artifact."""
+    from sandbox.ray_workspace import load_pack, snapshot_pack
+    from sandbox.snapshot import Snapshotter, artifact
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "big.txt").write_text("".join(f"{i:x}{i * 7919 % 104729:x}\n"
+                                          for i in range(5000)))  # barely compressible
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
+    snap = Snapshotter(work, objects_from=repo)
+    try:
+        (work / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        (work / "new.bin").write_bytes(bytes(range(256)))
+        s1 = snap.snapshot()
+        thin = snapshot_pack(snap.git_dir, [snap.base_tree, s1], [snap.base_tree])
+        full = snapshot_pack(snap.git_dir, [snap.base_tree, s1], [])
+        want = artifact(snap.git_dir, snap.base_tree, s1)
+    finally:
+        snap.close()
+    assert 0 < len(thin) < 1000 < len(full)  # big.txt stays home
+    got = load_pack(thin, tmp_path / "local", [repo / ".git" / "objects"])
+    assert artifact(got, snap.base_tree, s1) == want and "GIT binary patch" in want
+    assert snapshot_pack(tmp_path / "local", [], []) == b""
+
+
+def test_an_exception_that_cannot_be_pickled_crosses_as_its_type_and_text():
+    import threading
+
+    from sandbox.ray_workspace import portable
+
+    class Holding(RuntimeError):
+        def __init__(self, msg):
+            super().__init__(msg)
+            self.lock = threading.Lock()  # like an API error holding a live response
+
+    ok = ValueError("plain")
+    assert portable(ok) is ok
+    out = portable(Holding("API down"))
+    assert type(out) is RuntimeError and str(out).endswith("Holding: API down")
+
+
 def test_backend_choice_is_checked_naming_the_field(tmp_path):
     from ecredit_trl.config import ECreditConfig
 
