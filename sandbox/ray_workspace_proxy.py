@@ -69,6 +69,8 @@ class RemoteWorkspace:
         call past ``deadline_s`` seconds marks the workspace lost. Raises WorkspaceLost."""
         if self.lost is not None:
             raise WorkspaceLost(self.lost)
+        if self.host is None:  # setup never reached a node
+            raise WorkspaceLost(f"no sandbox node holds this workspace: {self.setup_error}")
         ray = self.owner.ray
         t0 = time.perf_counter()
         try:
@@ -146,6 +148,16 @@ class RemoteWorkspace:
         self._repo = load_pack(pack, dest, alternates)
         return self._repo
 
+    def _quiet(self, method: str) -> None:
+        """A release step on the node; nothing to do when the workspace never reached a
+        host or its node is lost, and never raises (release paths must not)."""
+        if self.host is None or self.lost is not None:
+            return
+        try:
+            self._call(method, deadline_s=CALL_MARGIN_S * 2)
+        except Exception:  # noqa: BLE001 - WorkspaceLost, or a workspace the host never kept
+            pass
+
     def _free_slot(self) -> None:
         if self._slot:
             self._slot = False
@@ -154,32 +166,21 @@ class RemoteWorkspace:
     def release_container(self) -> None:
         """Stop the container on the node and give the cap's slot back. Never raises for
         a lost node."""
-        if self.lost is None and self.has_session:
-            try:
-                self._call("release_container", deadline_s=CALL_MARGIN_S)
-            except WorkspaceLost:
-                pass
+        if self.has_session:
+            self._quiet("release_container")
         self.has_session = False
         self._free_slot()
 
     def remove_files(self) -> None:
         """Remove the tree and snapshots on the node (the container too). Never raises for
         a lost node."""
-        if self.lost is None:
-            try:
-                self._call("remove_files", deadline_s=CALL_MARGIN_S * 2)
-            except WorkspaceLost:
-                pass
+        self._quiet("remove_files")
         self.has_session = False
         self._free_slot()
 
     def release(self) -> None:
         """Release everything on the node and the local copy of the snapshots."""
-        if self.lost is None:
-            try:
-                self._call("release", deadline_s=CALL_MARGIN_S * 2)
-            except WorkspaceLost:
-                pass
+        self._quiet("release")
         self.has_session = False
         self._free_slot()
         self.owner.forget(self)
@@ -246,14 +247,26 @@ class RayWorkspaces:
     def open(self, task, site) -> RemoteWorkspace:
         """A workspace for one rollout of ``task`` with ``site``'s limits, on a sandbox node.
 
-        Waits for a slot of the cluster-wide cap (at most ``slot_wait_s`` s). A slot not
-        granted in time, no live node, or a node lost during setup: a workspace whose
+        Waits for a slot of the cluster-wide cap (at most ``slot_wait_s`` s; at once refused
+        when this rank's own open sandboxes hold every slot). No slot, no live node, or a
+        node lost during setup: a workspace whose
         ``setup_error`` says so (the rollout is infrastructure-excluded). Raises: what the
         workspace constructor raised on the node for a broken task.
         """
         ray, disp = self.ray, self.trials.dispatcher
         ws_id = f"ws-{task.instance_id[:40]}-{uuid.uuid4().hex[:8]}"
         node, info = "", None
+        cap = self.trials.options.max_in_flight
+        with self._lock:
+            held = sum(1 for w in self._open.values() if w._slot)
+        if held >= cap:  # this rank alone fills the cap: waiting could only deadlock
+            ws = RemoteWorkspace(self, None, ws_id, "", {
+                "base_tree": "", "usage_at_reset": 0, "workdir": None, "has_session": False,
+                "setup_error": f"ray: sandbox_max_in_flight={cap} is held by this rank's "
+                               f"{held} open sandboxes; raise it above the rollouts of a "
+                               "round (all ranks) plus the trials"}, task)
+            ws._slot = False
+            return ws
         try:
             load = ray.get(disp.acquire_within.remote(ws_id, self.slot_wait_s))
         except ray.exceptions.RayError as exc:  # the dispatcher is gone

@@ -371,6 +371,15 @@ def ws_cap(address: str, image: str, root: Path) -> dict:
         env.reset(instance_id=task.instance_id)
         ctx.turn = 1
         env.bash("true")
+        # this rank alone filling the cap: the next reset is refused at once, never a wait
+        extra = [SWEAgentEnv(ctx), SWEAgentEnv(ctx)]
+        t0 = time.monotonic()
+        for e in extra:
+            e.reset(instance_id=task.instance_id)
+        refused = {"failures": [e.failure for e in extra],
+                   "seconds": round(time.monotonic() - t0, 2)}
+        for e in extra:
+            release(e)
         sampler.start()
         with VerifierPool(rr, max_concurrency=3) as pool:
             futs = [pool.submit(spec(f"wscap{i}", image, sleep=3)) for i in range(3)]
@@ -390,6 +399,7 @@ def ws_cap(address: str, image: str, root: Path) -> dict:
             "max_while_sandbox": max(n for n, _ in held),
             "sandbox_seen": min(agents for _, agents in held),
             "agents_after": max(agents for t, _, agents in seen if t > released_at + 1),
+            "refused": refused,
             "dispatcher": stats}
 
 
@@ -537,6 +547,20 @@ def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
             "slots": rows}
 
 
+def workspace_hosts(address: str) -> list[str]:
+    """Node ids of every workspace host actor the cluster has seen (dead ones included: the
+    run that made them has ended), from the GCS actor table."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="warning")
+    try:
+        return sorted(a.get("Address", {}).get("NodeID", "")
+                      for a in ray._private.state.actors().values()
+                      if a.get("ActorClassName") == "WorkspaceHost")
+    finally:
+        ray.shutdown()
+
+
 def train(out_path: str, runs: str) -> None:
     """The main job (arm M, 2 steps, ``accelerate launch``) with ``--sandbox_backend ray``
     against a head node (the trainer's, no sandbox resource) and two sandbox nodes, then
@@ -559,6 +583,7 @@ def train(out_path: str, runs: str) -> None:
         report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
                   "nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
                             "b": b.node_id}}
+        report["hosts_train"] = workspace_hosts(cluster.address)
         if proc.returncode == 0:  # then eval.run of the trained policy, same backend
             report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
     finally:

@@ -293,6 +293,12 @@ def test_cap_counts_agent_sandboxes_and_trials_together(cluster_report):
     assert r["max_while_sandbox"] == 2  # it + one trial: the cap of 2 held both kinds
     assert r["max_running"] == 2 and r["agents_after"] == 0
     assert r["dispatcher"]["peak"] == 2 and r["dispatcher"]["in_flight"] == 0
+    # a third sandbox of the same rank under a cap of 2: refused at once (a wait could only
+    # deadlock: its slots free when this rank's episodes end), infrastructure, by reason
+    first, third = r["refused"]["failures"]
+    assert first is None and third[0] == "sandbox_setup"
+    assert third[1].startswith("ray: sandbox_max_in_flight=2 is held by this rank's 2 open")
+    assert r["refused"]["seconds"] < 30
 
 
 @pytest.mark.podman
@@ -339,6 +345,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     sandbox_nodes = {rep["nodes"]["a"], rep["nodes"]["b"]}
     # every trial names the sandbox node that served it; none ran on the trainer's head node
     assert {t["node"] for t in trials} <= sandbox_nodes
+    # the rollouts' workspaces were hosted on sandbox nodes too (one host per node used)
+    assert rep["hosts_train"] and set(rep["hosts_train"]) <= sandbox_nodes
     assert all(t["image_pull"] == "present" for t in trials)
     assert sum(r["trials_counterfactual"] for r in ledger) >= 1
     # eval.run of the trained policy on the same cluster: every slot graded or explained,
