@@ -152,6 +152,17 @@ def dispatcher_class():
             self.peak = max(self.peak, len(self.holders))
             return await self.load()
 
+        async def acquire_within(self, holder: str, timeout_s: float) -> dict | None:
+            """:meth:`acquire`, giving up after ``timeout_s`` seconds (None): an agent
+            sandbox's wait, so a grant never arrives after its waiter left."""
+            try:
+                await asyncio.wait_for(self.sem.acquire(), timeout_s)
+            except asyncio.TimeoutError:
+                return None
+            self.holders[holder] = ""
+            self.peak = max(self.peak, len(self.holders))
+            return await self.load()
+
         async def started(self, holder: str, node: str) -> None:
             if holder in self.holders:
                 self.holders[holder] = node

@@ -231,9 +231,10 @@ class RayTrials:
 
 
 class RayRoutedRuntime(PodmanRuntime):
-    """A :class:`~sandbox.podman_runtime.PodmanRuntime` whose agent sessions stay on this
-    machine (a private local service, or ``agent_endpoints``) and whose verifier trials go to
-    the Ray cluster (:class:`RayTrials`, attribute ``trials``). What ``make_runtime(...,
+    """A :class:`~sandbox.podman_runtime.PodmanRuntime` whose verifier trials go to the Ray
+    cluster (:class:`RayTrials`, attribute ``trials``) and whose agent workspaces live on its
+    sandbox nodes too (:meth:`open_workspace`, :mod:`sandbox.ray_workspace`, attribute
+    ``workspaces``); the local service remains for callers that open sessions directly. What ``make_runtime(...,
     backend="ray")`` returns, so the trainer, ``eval.run``, ``eval.controls`` and the pilot
     keep one runtime object and one :class:`~sandbox.pool.VerifierPool`.
 
@@ -243,6 +244,8 @@ class RayRoutedRuntime(PodmanRuntime):
     def __init__(self, *, run_id: str, options: RayOptions | None = None,
                  agent_endpoints: list[str] | None = None) -> None:
         self.trials = RayTrials(run_id, options)
+        self.workspaces = None  # sandbox.ray_workspace.RayWorkspaces, made on first use
+        self._ws_lock = threading.Lock()
         try:
             super().__init__(endpoints=None, run_id=run_id, agent_endpoints=agent_endpoints)
         except BaseException:
@@ -253,7 +256,20 @@ class RayRoutedRuntime(PodmanRuntime):
         """Run ``spec`` on the cluster (:meth:`RayTrials.run_trial`)."""
         return self.trials.run_trial(spec)
 
+    def open_workspace(self, task, site):
+        """A rollout's workspace on a sandbox node (:meth:`RayWorkspaces.open`; the agent
+        context calls it instead of building the workspace here)."""
+        with self._ws_lock:
+            if self.workspaces is None:
+                from sandbox.ray_workspace_proxy import RayWorkspaces
+
+                self.workspaces = RayWorkspaces(self.trials)
+        return self.workspaces.open(task, site)
+
     def close(self) -> None:
-        """Close the Ray side (:meth:`RayTrials.close`), then the local service."""
+        """Close the agent workspaces on the nodes, the Ray side (:meth:`RayTrials.close`),
+        then the local service."""
+        if self.workspaces is not None:
+            self.workspaces.close()
         self.trials.close()
         super().close()

@@ -5,8 +5,10 @@ OUT.json'`` so every Ray address is 127.0.0.1 (a loopback-only network namespace
 binds or connects to another address). It starts a local cluster with
 ``ray.cluster_utils.Cluster`` — a head node without the sandbox resource (the trainer's
 node) and worker nodes with it plus a ``node_<x>`` label resource — runs real verifier
-trials in Podman through :class:`sandbox.ray_trials.RayTrials` and writes what it saw
-as JSON; the test asserts on it. All nodes share this machine's one Podman, except node C,
+trials in Podman through :class:`sandbox.ray_trials.RayTrials` and real agent rollouts whose
+workspaces live on the nodes (:mod:`sandbox.ray_workspace`: placement, the same records as
+the local backend, the shared cap, a node killed mid-episode) and writes what it saw as
+JSON; the test asserts on it. ``ECREDIT_RAY_ONLY=a,b`` runs a subset (development only). All nodes share this machine's one Podman, except node C,
 whose Ray workers get their own storage (``CONTAINERS_STORAGE_CONF``) so it truly lacks the
 image. ``python ray_cluster_driver.py rank ADDRESS RUN_ID CAP N`` is a second Accelerate
 rank stand-in (another process and Ray job) attaching to the same run's dispatcher.
@@ -194,6 +196,278 @@ def gc_cli(address: str, image: str) -> dict:
             "dispatcher_left": dispatcher_left}
 
 
+def calc_repo(root: Path):
+    """A one-file repository whose ``add`` subtracts (tests/conftest.py's ``calc_task``)."""
+    from conftest import AgentTask, git
+
+    repo = root / "calc-origin"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text(TESTS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return AgentTask("demo__calc-1", str(repo), git(repo, "rev-parse", "HEAD"), default_image())
+
+
+def scripted_episode(runtime, task, workroot: Path, hold=None) -> dict:
+    """One scripted rollout (view, fix, a bash-made file, a test edit, submit) through
+    ``SWEAgentEnv`` on ``runtime``, then the trainer's own records of it: per-turn writes,
+    the query plan (selection, final and ablated artifacts). ``hold(env)`` runs after turn
+    2 (a check while the container is up)."""
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, release_sandbox
+    from ecredit_trl.credit.planning import plan_query, turn_snapshots
+    from ecredit_trl.credit.trajectory import turn_writes
+    from sandbox.snapshot import artifact
+
+    ctx = AgentContext(tasks={task.instance_id: task}, runtime=runtime,
+                       workroot=str(workroot))
+    env = SWEAgentEnv(ctx)
+    env.reset(instance_id=task.instance_id)
+    out: dict = {"setup_error": env.setup_error}
+    try:
+        ctx.turn = 1
+        out["view"] = env.view("calc.py")
+        env.str_replace("calc.py", "a - b", "a + b")
+        ctx.turn = 2
+        out["bash"] = env.bash("printf 'x\\n' > notes.txt && python3 -c 'print(6*7)'")
+        held = hold(env) if hold else None
+        ctx.turn = 3
+        env.insert("test_calc.py", 0, "# checked\n")
+        env.bash("rm notes.txt && printf 'y\\n' > more.txt")
+        env.submit()
+        release_sandbox(env)
+        calls = list(env.calls)
+        snaps = turn_snapshots(env.base_tree, [c.turn for c in calls],
+                               [c.tree for c in calls], 3)
+        plan = plan_query(env.snapshot_repo, snaps, task_id=task.instance_id, rollout_index=0,
+                          run_seed=7, test_patterns=("test_*.py",), format_error=False)
+        out.update(
+            failure=env.failure, statuses=[c.status for c in calls], snaps=snaps,
+            writes=turn_writes(env.snapshot_repo, snaps),
+            artifact=artifact(env.snapshot_repo, env.base_tree, env.final_tree),
+            final_artifact=plan.final_artifact, ablated_artifact=plan.ablated_artifact,
+            selected_turn=plan.selection.selected_turn, held=held,
+            node=getattr(env.ws, "node", None), stats=dict(getattr(env.ws, "stats", {})))
+    finally:
+        release(env)
+        ctx.close()
+    return out
+
+
+def node_labels() -> dict:
+    """node id → its ``node_<x>`` label resource (what placement is checked against)."""
+    import ray
+
+    return {n["NodeID"]: sorted(k for k in n["Resources"] if k.startswith("node_") and
+                                not k.startswith("node:"))
+            for n in ray.nodes() if n.get("Alive")}
+
+
+def workspaces(address: str, root: Path) -> dict:
+    """The same scripted episode with its workspace on a sandbox node (ray backend) and on
+    this host (local Podman); where it ran, what came back, the bytes and seconds per call."""
+    from sandbox.podman_runtime import PodmanRuntime
+    from sandbox.ray_trials import RayRoutedRuntime
+
+    task = calc_repo(root / "ws")
+    run_id = f"rt-ws-{os.getpid()}"
+    rr = RayRoutedRuntime(run_id=run_id, options=RayOptions(address=address, max_in_flight=4))
+    try:
+        def hold(env):  # while the container is up: it is this run's, on the node's Podman
+            return {"containers": containers(run_id),
+                    "host_spaces": rr.trials.ray.get(env.ws.host.count.remote())}
+        remote = scripted_episode(rr, task, root / "ws-wr-ray", hold)
+        remote["labels"] = node_labels()
+        remote["left"] = containers(run_id, all_states=True)
+        remote["ws_stats"] = dict(rr.workspaces.stats)
+        remote["dispatcher"] = rr.trials.dispatcher_stats()
+    finally:
+        rr.close()
+    local_rt = PodmanRuntime(run_id=f"ws-local-{os.getpid()}")
+    try:
+        local = scripted_episode(local_rt, task, root / "ws-wr-local")
+    finally:
+        local_rt.close()
+    return {"remote": remote, "local": local}
+
+
+def image_task(root: Path):
+    """An image-held task (no ``repo_dir``): the offline image plus /testbed = a git repo
+    with history, the calc module and its tests, and an untracked file."""
+    from types import SimpleNamespace
+
+    from conftest import git
+
+    ctx = root / "imgctx"
+    repo = ctx / "testbed"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "pristine")  # history holding the fix: never shown
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text(TESTS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "NOTES.txt").write_text("untracked, not ignored\n")
+    (ctx / "Containerfile").write_text(f"FROM {default_image()}\nCOPY testbed /testbed\n"
+                                       "WORKDIR /testbed\n")
+    name = f"localhost/ecredit-raytest-imagetask:{os.getpid()}"
+    subprocess.run(["podman", "build", "-q", "--pull=never", "--network=none", "--ulimit",
+                    "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "-t", name, str(ctx)],
+                   check=True, capture_output=True, env=podman_env())
+    return SimpleNamespace(instance_id="demo__calc-img-1", repo_dir=None, image=name,
+                           base_commit=git(repo, "rev-parse", "HEAD"), workdir="/testbed",
+                           checkout_base=False)
+
+
+def ws_image(address: str, root: Path) -> dict:
+    """The scripted episode on an image-held task, workspace on a node vs on this host."""
+    from sandbox.podman_runtime import PodmanRuntime
+    from sandbox.ray_trials import RayRoutedRuntime
+
+    task = image_task(root / "img")
+    try:
+        rr = RayRoutedRuntime(run_id=f"rt-wsimg-{os.getpid()}",
+                              options=RayOptions(address=address, max_in_flight=4))
+        try:
+            remote = scripted_episode(rr, task, root / "img-wr-ray")
+        finally:
+            rr.close()
+        local_rt = PodmanRuntime(run_id=f"ws-imglocal-{os.getpid()}")
+        try:
+            local = scripted_episode(local_rt, task, root / "img-wr-local")
+        finally:
+            local_rt.close()
+    finally:
+        subprocess.run(["podman", "rmi", "-f", task.image], capture_output=True,
+                       env=podman_env())
+    return {"remote": remote, "local": local}
+
+
+def ws_cap(address: str, image: str, root: Path) -> dict:
+    """Cap 2 shared by one agent sandbox and three trials of 3 s (same run): while the
+    sandbox's container is up only one trial runs; ``podman ps`` sampled every 0.1 s."""
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+    from sandbox.ray_trials import RayRoutedRuntime
+
+    task = calc_repo(root / "cap")
+    run_id = f"rt-wscap-{os.getpid()}"
+    rr = RayRoutedRuntime(run_id=run_id, options=RayOptions(address=address, max_in_flight=2))
+    seen: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            names = containers(run_id)
+            seen.append((time.monotonic(), len(names), sum("-agent-" in n for n in names)))
+            time.sleep(0.1)
+
+    ctx = AgentContext(tasks={task.instance_id: task}, runtime=rr, workroot=str(root / "cw"))
+    env = SWEAgentEnv(ctx)
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        env.reset(instance_id=task.instance_id)
+        ctx.turn = 1
+        env.bash("true")
+        # this rank alone filling the cap: the next reset is refused at once, never a wait
+        extra = [SWEAgentEnv(ctx), SWEAgentEnv(ctx)]
+        t0 = time.monotonic()
+        for e in extra:
+            e.reset(instance_id=task.instance_id)
+        refused = {"failures": [e.failure for e in extra],
+                   "seconds": round(time.monotonic() - t0, 2)}
+        for e in extra:
+            release(e)
+        sampler.start()
+        with VerifierPool(rr, max_concurrency=3) as pool:
+            futs = [pool.submit(spec(f"wscap{i}", image, sleep=3)) for i in range(3)]
+            time.sleep(8)  # the sandbox holds one slot meanwhile
+            released_at = time.monotonic()
+            env.submit()  # the episode ends: its container and slot go
+            classes = [f.result(timeout=240).exit_class for f in futs]
+        time.sleep(1)  # releases are fire-and-forget actor calls
+        stats = rr.trials.dispatcher_stats()
+    finally:
+        done.set()
+        release(env)
+        rr.close()
+        ctx.close()
+    held = [(n, agents) for t, n, agents in seen if t < released_at]
+    return {"classes": classes, "samples": len(seen), "max_running": max(n for _, n, _ in seen),
+            "max_while_sandbox": max(n for n, _ in held),
+            "sandbox_seen": min(agents for _, agents in held),
+            "agents_after": max(agents for t, _, agents in seen if t > released_at + 1),
+            "refused": refused,
+            "dispatcher": stats}
+
+
+def ws_kill(cluster, address: str, root: Path, a) -> dict:
+    """Two rollouts: one placed on a new node D, one on A. D is killed while the first
+    runs a command: that rollout ends as an infrastructure failure naming D and is excluded
+    by the trainer's rule; the other finishes and is planned as usual."""
+    from types import SimpleNamespace
+
+    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+    from ecredit_trl.agent.failures import apply_episode_failure
+    from ecredit_trl.runs.ledger import GUARD_EXCLUSIONS
+    from sandbox.ray_trials import RayRoutedRuntime
+    from sandbox.snapshot import artifact
+
+    d = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_d": 1})
+    cluster.wait_for_nodes()
+    task = calc_repo(root / "kill")
+    run_id = f"rt-wskill-{os.getpid()}"
+    rr = RayRoutedRuntime(run_id=run_id, options=RayOptions(address=address, max_in_flight=4))
+    rr.trials._nodes = (0.0, [])
+    ctx = AgentContext(tasks={task.instance_id: task}, runtime=rr, workroot=str(root / "kw"))
+    envs = [SWEAgentEnv(ctx), SWEAgentEnv(ctx)]
+    out: dict = {}
+    try:
+        from sandbox.ray_workspace_proxy import RayWorkspaces
+
+        rr.workspaces = RayWorkspaces(rr.trials)
+        places = iter([d.node_id, a.node_id])
+        rr.workspaces._place = lambda image, load: next(places)
+        for env in envs:
+            env.reset(instance_id=task.instance_id)
+        ctx.turn = 1
+        for env in envs:
+            env.create("new.py", "x = 1\n")
+        result: dict = {}
+        t = threading.Thread(target=lambda: result.update(
+            out=envs[0].bash("sleep 20; echo never")))
+        t.start()
+        time.sleep(3)
+        t_kill = time.monotonic()
+        cluster.remove_node(d, allow_graceful=False)
+        t.join(timeout=200)
+        lost_after_s = time.monotonic() - t_kill
+        after = envs[0].view("new.py")
+        envs[1].bash("printf 'z\\n' >> new.py")
+        envs[1].submit()
+        survivor = artifact(envs[1].snapshot_repo, envs[1].base_tree, envs[1].final_tree)
+        rec = apply_episode_failure(SimpleNamespace(failure=None, exclusion=None), envs[0],
+                                    task, SimpleNamespace(terminal_reward="binary",
+                                                          mask_truncated_completions=False),
+                                    truncated=False)
+        out.update({"d": d.node_id, "nodes": [e.ws.node for e in envs], "out": result.get("out"),
+               "lost_after_s": round(lost_after_s, 2), "after": after,
+               "failure": envs[0].failure, "failure_class": envs[0].failure_class,
+               "evidence": envs[0].failure_evidence,
+               "statuses": [c.status for c in envs[0].calls],
+               "exclusion": rec.exclusion, "guard": rec.exclusion in GUARD_EXCLUSIONS,
+               "survivor_failure": envs[1].failure, "survivor_artifact": survivor})
+    finally:
+        for env in envs:
+            release(env)
+        out["lost_count"] = rr.workspaces.stats["lost"] if rr.workspaces else None
+        rr.close()
+        ctx.close()
+    return out
+
+
 def storage_for_c(root: Path) -> Path:
     root.mkdir(parents=True)
     (root / "storage.conf").write_text(
@@ -223,12 +497,19 @@ def main(out_path: str) -> None:
         cluster.wait_for_nodes()
         report["nodes"] = {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}
         report["cluster_start_s"] = round(time.monotonic() - t0, 2)
+        only = [x for x in os.environ.get("ECREDIT_RAY_ONLY", "").split(",") if x]
         for name, fn in (("spread", lambda: spread(cluster.address, image)),
                          ("cap", lambda: cap(cluster.address, image, __file__)),
                          ("gc", lambda: gc_cli(cluster.address, image)),
+                         ("workspaces", lambda: workspaces(cluster.address, tmp)),
+                         ("ws_image", lambda: ws_image(cluster.address, tmp)),
+                         ("ws_cap", lambda: ws_cap(cluster.address, image, tmp)),
                          ("kill", lambda: kill(cluster, cluster.address, image, a, b)),
+                         ("ws_kill", lambda: ws_kill(cluster, cluster.address, tmp, a)),
                          ("locality", lambda: locality(cluster, cluster.address, image, a,
                                                        store, tmp / "mirror"))):
+            if only and name not in only:  # a developer's subset; the test runs them all
+                continue
             t = time.monotonic()
             report[name] = fn()
             report[name]["seconds"] = round(time.monotonic() - t, 2)
@@ -266,6 +547,20 @@ def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
             "slots": rows}
 
 
+def workspace_hosts(address: str) -> list[str]:
+    """Node ids of every workspace host actor the cluster has seen (dead ones included: the
+    run that made them has ended), from the GCS actor table."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="warning")
+    try:
+        return sorted(a.get("Address", {}).get("NodeID", "")
+                      for a in ray._private.state.actors().values()
+                      if a.get("ActorClassName") == "WorkspaceHost")
+    finally:
+        ray.shutdown()
+
+
 def train(out_path: str, runs: str) -> None:
     """The main job (arm M, 2 steps, ``accelerate launch``) with ``--sandbox_backend ray``
     against a head node (the trainer's, no sandbox resource) and two sandbox nodes, then
@@ -281,13 +576,14 @@ def train(out_path: str, runs: str) -> None:
         cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
                "1", "ecredit_trl/train.py", "--arm", "M", "--max_steps", "2", "--runs_dir",
                runs, "--sandbox_backend", "ray", "--ray_address", cluster.address,
-               "--sandbox_max_in_flight", "3"]
+               "--sandbox_max_in_flight", "6"]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env,
                               timeout=900)
         report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
                   "nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
                             "b": b.node_id}}
+        report["hosts_train"] = workspace_hosts(cluster.address)
         if proc.returncode == 0:  # then eval.run of the trained policy, same backend
             report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
     finally:

@@ -256,7 +256,7 @@ def test_gc_removes_temp_dirs_of_dead_processes_only(tmp_path):
 
 
 def test_container_that_cannot_start_ends_the_episode_as_infra(task, tmp_path, monkeypatch):
-    import ecredit_trl.agent.env as env_mod
+    import sandbox.workspace as env_mod  # the workspace opens the rollout's session
 
     def no_container(*a, **kw):
         raise RuntimeError("OCI runtime error: cannot start")

@@ -1,4 +1,5 @@
-"""The ``ray`` sandbox backend (issue 25): verifier trials as Ray tasks, Podman on every node.
+"""The ``ray`` sandbox backend (issue 25): verifier trials as Ray tasks and agent workspaces on
+Ray actors, Podman on every node.
 
 The cluster tests run a real local Ray cluster (head + worker nodes, ``ray.cluster_utils``)
 and real trials in Podman, inside a loopback-only network namespace (``unshare -n``), so
@@ -40,6 +41,55 @@ def test_choose_node_prefers_holders_least_loaded_and_avoids_failed_nodes():
     # dead holders and images nobody holds: no preference (SPREAD, pulled on the node)
     assert choose_node(OTHER, ["A", "C"], index, {}) is None
     assert choose_node("localhost/none:1", alive, index, {}) is None
+
+
+def test_snapshot_pack_carries_the_new_objects_and_loads_over_the_donor(tmp_path):
+    """What crosses back from a node: a pack of the snapshot trees' objects minus S_0's;
+    loaded over the trainer's copy of the task repository it yields the same artifact."""
+    from sandbox.ray_workspace import load_pack, snapshot_pack
+    from sandbox.snapshot import Snapshotter, artifact
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "big.txt").write_text("".join(f"{i:x}{i * 7919 % 104729:x}\n"
+                                          for i in range(5000)))  # barely compressible
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
+    snap = Snapshotter(work, objects_from=repo)
+    try:
+        (work / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        (work / "new.bin").write_bytes(bytes(range(256)))
+        s1 = snap.snapshot()
+        thin = snapshot_pack(snap.git_dir, [snap.base_tree, s1], [snap.base_tree])
+        full = snapshot_pack(snap.git_dir, [snap.base_tree, s1], [])
+        want = artifact(snap.git_dir, snap.base_tree, s1)
+    finally:
+        snap.close()
+    assert 0 < len(thin) < 1000 < len(full)  # big.txt stays home
+    got = load_pack(thin, tmp_path / "local", [repo / ".git" / "objects"])
+    assert artifact(got, snap.base_tree, s1) == want and "GIT binary patch" in want
+    assert snapshot_pack(tmp_path / "local", [], []) == b""
+
+
+def test_an_exception_that_cannot_be_pickled_crosses_as_its_type_and_text():
+    import threading
+
+    from sandbox.ray_workspace import portable
+
+    class Holding(RuntimeError):
+        def __init__(self, msg):
+            super().__init__(msg)
+            self.lock = threading.Lock()  # like an API error holding a live response
+
+    ok = ValueError("plain")
+    assert portable(ok) is ok
+    out = portable(Holding("API down"))
+    assert type(out) is RuntimeError and str(out).endswith("Holding: API down")
 
 
 def test_backend_choice_is_checked_naming_the_field(tmp_path):
@@ -120,7 +170,7 @@ def _in_namespace(*args: str, timeout: int) -> dict:
 @pytest.fixture(scope="module")
 def cluster_report(tmp_path_factory):
     """The trial scenarios of the driver, run once for this module."""
-    return _in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=400)
+    return _in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=600)
 
 
 
@@ -186,6 +236,89 @@ def test_trials_prefer_the_node_holding_the_image_and_a_missing_one_is_pulled_on
     assert r["far"]["pulls"] == ["pulled", "present"] and r["stats"]["pulls"] == 1
 
 
+@pytest.mark.podman
+def test_a_rollout_workspace_lands_on_a_sandbox_node_and_its_tool_calls_run_there(
+        cluster_report):
+    nodes, r = cluster_report["nodes"], cluster_report["workspaces"]["remote"]
+    assert r["setup_error"] is None and r["failure"] is None
+    assert r["statuses"] == ["ok"] * 6
+    # the host actor that ran every call is on a node offering a sandbox label, not the head
+    assert r["node"] in (nodes["a"], nodes["b"]) and r["node"] != nodes["head"]
+    assert r["labels"][r["node"]] in (["node_a"], ["node_b"])
+    assert r["ws_stats"]["by_node"] == {r["node"]: 1}
+    # the command ran in the run's container (made by that node's Podman service)
+    assert r["bash"] == "42\n" and "     2\t    return a - b\n" in r["view"]
+    assert len(r["held"]["containers"]) == 1 and "-agent-" in r["held"]["containers"][0]
+    assert r["held"]["host_spaces"] == 1
+    # 6 tool calls + 6 snapshots = 12 actor calls; the slot was held and given back
+    assert r["stats"]["calls"] == 12 and r["dispatcher"]["peak"] == 1
+    assert r["dispatcher"]["in_flight"] == 0 and r["left"] == []
+
+
+@pytest.mark.podman
+def test_a_remote_rollout_brings_back_what_the_local_backend_records(cluster_report):
+    """Same scripted episode, workspace on a node vs on this host: the same trees, per-turn
+    writes, selection, final and ablated artifacts (through one pack of the new objects)."""
+    r = cluster_report["workspaces"]
+    remote, local = r["remote"], r["local"]
+    for key in ("statuses", "snaps", "writes", "artifact", "final_artifact",
+                "ablated_artifact", "selected_turn"):
+        assert remote[key] == local[key], key
+    assert len(set(remote["snaps"])) == 4  # S_0..S_3 all differ
+    assert "+    return a + b" in remote["artifact"] and "more.txt" in remote["artifact"]
+    assert remote["selected_turn"] is not None and remote["ablated_artifact"] is not None
+    assert 0 < remote["stats"]["pack_bytes"] < 4096  # the new objects only, not the repo
+
+
+@pytest.mark.podman
+def test_an_image_held_task_on_a_node_brings_back_what_the_local_backend_records(
+        cluster_report):
+    """No repo_dir: the node builds S_0 from the task image itself and the pack carries every
+    object (the trainer holds none of the image's); the records equal the local backend's."""
+    nodes, r = cluster_report["nodes"], cluster_report["ws_image"]
+    remote, local = r["remote"], r["local"]
+    assert remote["failure"] is None and remote["node"] in (nodes["a"], nodes["b"])
+    for key in ("statuses", "snaps", "writes", "artifact", "final_artifact",
+                "ablated_artifact", "selected_turn"):
+        assert remote[key] == local[key], key
+    assert remote["statuses"] == ["ok"] * 6 and "+    return a + b" in remote["artifact"]
+    assert remote["stats"]["pack_bytes"] > 0
+
+
+@pytest.mark.podman
+def test_cap_counts_agent_sandboxes_and_trials_together(cluster_report):
+    r = cluster_report["ws_cap"]
+    assert r["classes"] == ["ok"] * 3 and r["samples"] > 40
+    assert r["sandbox_seen"] == 1  # the agent container was up for the whole first part
+    assert r["max_while_sandbox"] == 2  # it + one trial: the cap of 2 held both kinds
+    assert r["max_running"] == 2 and r["agents_after"] == 0
+    assert r["dispatcher"]["peak"] == 2 and r["dispatcher"]["in_flight"] == 0
+    # a third sandbox of the same rank under a cap of 2: refused at once (a wait could only
+    # deadlock: its slots free when this rank's episodes end), infrastructure, by reason
+    first, third = r["refused"]["failures"]
+    assert first is None and third[0] == "sandbox_setup"
+    assert third[1].startswith("ray: sandbox_max_in_flight=2 is held by this rank's 2 open")
+    assert r["refused"]["seconds"] < 30
+
+
+@pytest.mark.podman
+def test_node_killed_mid_episode_excludes_its_rollout_as_infra_and_the_rest_goes_on(
+        cluster_report):
+    nodes, r = cluster_report["nodes"], cluster_report["ws_kill"]
+    assert r["nodes"] == [r["d"], nodes["a"]]
+    lost = f"WorkspaceLost: ray: node {r['d'][:12]} lost mid-episode ("
+    assert r["out"].startswith(f"ERROR: the sandbox failed ({lost}")
+    assert r["statuses"] == ["ok", "infra", "ended"]  # later calls refused, still recorded
+    assert r["failure"][0] == "sandbox_error" and r["failure"][1].startswith(lost)
+    # infrastructure, never the policy's: excluded by reason (a ledger guard exclusion)
+    assert r["failure_class"] is None and r["evidence"]["node_lost"] == r["d"]
+    assert r["exclusion"] == "sandbox_error" and r["guard"] and r["lost_count"] == 1
+    assert r["lost_after_s"] < 60  # noticed when the node went, not at the call's deadline
+    # the rollout on node A finished and its artifact came back
+    assert r["survivor_failure"] is None
+    assert r["survivor_artifact"].endswith("+x = 1\n+z\n")
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -202,7 +335,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     assert rep["rc"] == 0, rep["tail"]
     (run,) = list(runs.iterdir())
     cfg = json.loads((run / "config.json").read_text())["ecredit"]
-    assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 3)
+    # 6: the 4 agent sandboxes of a round hold slots too (the cap counts both kinds)
+    assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 6)
     ledger = _jsonl(run / "ledger.jsonl")
     assert [r["step"] for r in ledger] == [1, 2] and sum(r["infra_errors"] for r in ledger) == 0
     trajs = _jsonl(run / "trajectories.jsonl")
@@ -211,6 +345,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     sandbox_nodes = {rep["nodes"]["a"], rep["nodes"]["b"]}
     # every trial names the sandbox node that served it; none ran on the trainer's head node
     assert {t["node"] for t in trials} <= sandbox_nodes
+    # the rollouts' workspaces were hosted on sandbox nodes too (one host per node used)
+    assert rep["hosts_train"] and set(rep["hosts_train"]) <= sandbox_nodes
     assert all(t["image_pull"] == "present" for t in trials)
     assert sum(r["trials_counterfactual"] for r in ledger) >= 1
     # eval.run of the trained policy on the same cluster: every slot graded or explained,

@@ -23,8 +23,8 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch, warm_policy):
-    import ecredit_trl.agent.env as env_mod
     import ecredit_trl.trainer as trainer_mod
+    import sandbox.workspace as env_mod  # the workspace opens the rollout's session
     from ecredit_trl.train import main
     from sandbox.images import build_offline
     from sandbox.snapshot import SnapshotError

@@ -6,7 +6,11 @@ exposes every public method as a tool (schema from signature + docstring).
 Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 ``str_replace``, ``insert``) and ``submit``.
 
-Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
+The sandbox side of a rollout (tree, container, snapshots, disk budget, release) is one
+object, :class:`sandbox.workspace.RolloutWorkspace`, made by :meth:`AgentContext.open_workspace`
+on this host or, with the ``ray`` backend, on a sandbox node of the cluster
+(:mod:`sandbox.ray_workspace`); this module keeps the tool surface over it and the record of
+every call. Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
 root commit holding the base tree, objects in a per-task base store) and, with
 the Podman runtime, its own container with that tree mounted at ``/testbed`` and
 the base store's objects mounted read-only at the (container) path the clone's
@@ -48,17 +52,12 @@ from pathlib import Path
 
 from ecredit_trl.agent import editor
 from ecredit_trl.agent.failures import FAILURE_REASONS, EpisodeFailures  # noqa: F401 - re-exported
-from sandbox.agent_repo import agent_clone
 from sandbox.disk import mark_owner
-from sandbox.local_runtime import LocalRuntime
-from sandbox.session import DEFAULT_MAX_FILE_BYTES, open_image_tree, open_session
-from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
+from sandbox.session import DEFAULT_MAX_FILE_BYTES
+from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
+from sandbox.workspace import DEFAULT_TREE_BUDGET_BYTES, RolloutWorkspace, WorkspaceSite
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
-DEFAULT_TREE_BUDGET_BYTES = 2 * 2**30
-"""Growth a rollout may add to its working tree + snapshot store (bytes) before the episode
-ends with ``disk_budget``: room for build outputs of SWE-bench repositories (compiled
-extensions, test caches), far below what 64 rollouts of a round may hold on one host."""
 
 CALL_STATUSES = ("ok", "error", "infra", "after_submit", "ended")
 """ToolCall.status: ran; refused by the editor/tool (the policy's error); failed in the
@@ -138,6 +137,28 @@ class AgentContext:
             self._owns_workroot = True
         Path(self.workroot).mkdir(parents=True, exist_ok=True)
 
+    def site(self) -> WorkspaceSite:
+        """This context's :class:`sandbox.workspace.WorkspaceSite` (its runtime, limits and
+        working root; the per-task bases shared through ``_lock`` / ``_image_bases``)."""
+        return WorkspaceSite(runtime=self.runtime, workroot=self.workroot,
+                             max_file_bytes=self.max_file_bytes,
+                             tree_budget_bytes=self.tree_budget_bytes,
+                             snapshot_ignore=tuple(self.snapshot_ignore), limits=self.limits,
+                             lock=self._lock, image_bases=self._image_bases)
+
+    def open_workspace(self, task):
+        """The workspace of one rollout of ``task``: on a sandbox node of the Ray cluster when
+        the runtime offers ``open_workspace`` (the ``ray`` backend,
+        :class:`sandbox.ray_trials.RayRoutedRuntime`), else here; a ``repo_dir`` task gets
+        :meth:`RolloutWorkspace.for_repo_dir`, an image-held one
+        :meth:`RolloutWorkspace.for_image`. Raises: what those raise."""
+        remote = getattr(self.runtime, "open_workspace", None)
+        if remote is not None:
+            return remote(task, self.site())
+        if getattr(task, "repo_dir", None):
+            return RolloutWorkspace.for_repo_dir(task, self.site())
+        return RolloutWorkspace.for_image(task, self.site())
+
     def close(self) -> None:
         """Remove the temp working root this context made (a given ``workroot`` is kept)."""
         if self._owns_workroot and self.workroot:
@@ -145,7 +166,8 @@ class AgentContext:
 
 
 class SWEAgentEnv(EpisodeFailures):
-    """One rollout's environment (reused across rollouts by TRL's pool; ``reset`` starts anew).
+    """One rollout's environment (reused across rollouts by TRL's pool; ``reset`` starts anew):
+    the tool surface over one :class:`sandbox.workspace.RolloutWorkspace` (``ws``).
 
     Construct through :func:`env_factory`, which binds the shared :class:`AgentContext`.
     """
@@ -156,25 +178,38 @@ class SWEAgentEnv(EpisodeFailures):
         self.ctx = context or type(self).context
         self.task = None
         self.row: dict = {}
-        self.workdir: Path | None = None
-        self.image_tree = None  # sandbox.imagetree.ImageTree of an image-held task
-        self.session = None
-        self.snapshotter: Snapshotter | None = None
+        self.ws = None  # sandbox.workspace.RolloutWorkspace (or its Ray proxy)
+        self.base_tree = ""
         self.calls: list[ToolCall] = []
         self.submitted = False
         self.setup_error: str | None = None
         self.failure: tuple[str, str] | None = None  # (reason, detail): episode ended on it
         self.failure_class: str | None = None  # who caused it (ecredit_trl.agent.failures)
         self.failure_evidence: dict | None = None
-        self.usage_at_reset = 0
+        self._generated: list[str] = []
         self.started = 0.0
+
+    # -- the workspace's parts, for callers that look (read-only) ----------------
+    workdir = property(lambda self: getattr(self.ws, "workdir", None),
+                       doc="Host path of the working tree (None before reset / after release).")
+    session = property(lambda self: getattr(self.ws, "session", None),
+                       doc="The rollout's session (None when released or on a Ray node).")
+    snapshotter = property(lambda self: getattr(self.ws, "snapshotter", None),
+                           doc="The rollout's Snapshotter (None when released or remote).")
+    image_tree = property(lambda self: getattr(self.ws, "image_tree", None),
+                          doc="The image-held task's tree (sandbox.imagetree.ImageTree).")
+    usage_at_reset = property(lambda self: getattr(self.ws, "usage_at_reset", 0),
+                              doc="Bytes of tree + stores at reset (the budget's zero).")
 
     # -- lifecycle -------------------------------------------------------------
     def reset(self, **row) -> None:
-        """Start a rollout on ``row["instance_id"]``: fresh working tree, sandbox, snapshots.
+        """Start a rollout on ``row["instance_id"]``: fresh working tree, sandbox, snapshots
+        (:meth:`RolloutWorkspace.for_repo_dir` / :meth:`~RolloutWorkspace.for_image`, on this
+        host or, with the ``ray`` backend, on a sandbox node).
 
         Returns None (the prompt already carries the problem statement).
-        Raises: KeyError naming the instance id when the task is unknown.
+        Raises: KeyError naming the instance id when the task is unknown; what the
+        workspace constructor raises for a broken task (see there).
         """
         self._close()
         self.row = row
@@ -187,106 +222,23 @@ class SWEAgentEnv(EpisodeFailures):
         self.setup_error = None
         self.failure = self.failure_class = self.failure_evidence = None
         self.started = time.monotonic()
-        if not getattr(self.task, "repo_dir", None):
-            return self._reset_image(iid)
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"{iid}-", dir=self.ctx.workroot))
-        with self.ctx._lock:  # one base store per task, made by the first rollout
-            on_host = self.ctx.runtime is None or isinstance(self.ctx.runtime, LocalRuntime)
-            object_dirs = agent_clone(self.task.repo_dir, self.task.base_commit, self.workdir,
-                                      Path(self.ctx.workroot) / ".bases",
-                                      **({"alternates": None} if on_host else {}))
-        # before the agent runs: the private store borrows the donor's objects, never the clone's
-        self.snapshotter = Snapshotter(self.workdir, base=self.task.base_commit,
-                                       objects_from=self.task.repo_dir,
-                                       ignore=self.ctx.snapshot_ignore)
-        self.base_tree = self.snapshotter.base_tree
-        store = getattr(self.snapshotter, "_tmp", None)
-        if store is not None:
-            mark_owner(store)  # `python -m sandbox gc` keeps it while we live
-        self.usage_at_reset = self._usage().total_bytes
-        if self.ctx.runtime is not None:
-            kw = {}
-            if not _is_local(self.ctx.runtime):
-                kw.update(max_file_bytes=self.ctx.max_file_bytes, limits=self.ctx.limits)
-            try:
-                self.session = open_session(self.ctx.runtime, self.task.image, self.workdir,
-                                            workdir=getattr(self.task, "workdir", "/testbed"),
-                                            labels={"ecredit.task": iid},
-                                            ro_mounts=object_dirs, **kw)
-            except Exception as exc:  # an infra failure of this rollout, not the policy's
-                self.session = None
-                self.setup_error = f"{type(exc).__name__}: {exc}"
-                self.failure = ("sandbox_setup", self.setup_error)
-        return None
-
-    def _reset_image(self, iid: str) -> None:
-        """Reset on an image-held task (no ``repo_dir``): the tree is the image's ``workdir``,
-        copy-on-write (:mod:`sandbox.imagetree`), S_0 = that tree at reset (tracked + untracked
-        non-ignored files, from a per-image cache; a ``checkout_base`` task's branch checked out
-        first, S_0 per branch), its ``.git`` replaced by one holding S_0 only (issue 21 §1),
-        commands run as ``bash -lc`` in the task image's environment.
-
-        Raises: ValueError naming ``runtime`` (not Podman on local endpoints) or ``image`` (none);
-        ImageTreeError: no such image, or no git repository / ``checkout_base`` branch there.
-        """
-        from sandbox.imagetree import base_cache, prepare_tree
-
-        runtime, image = self.ctx.runtime, getattr(self.task, "image", None)
-        workdir = getattr(self.task, "workdir", None) or "/testbed"
-        if not image:
-            raise ValueError(f"image: task {iid} has neither a repo_dir nor an image")
-        if not all(e.startswith("unix://") for e in getattr(runtime, "endpoints", ["local"])) \
-                or _is_local(runtime):
-            raise ValueError(f"runtime: task {iid} is held in image {image}; its rollouts need "
-                             "the Podman runtime on local (unix://) endpoints")
-        branch = self.task.base_commit if self.task.checkout_base else None
-        key = (image, workdir) if branch is None else (image, workdir, branch)
-        with self.ctx._lock:  # one base per image (+ branch), made by its first rollout
-            lock = self.ctx._image_bases.setdefault(("lock", *key), threading.Lock())
-        with lock:
-            base = self.ctx._image_bases.get(key)
-            if base is None:
-                base = self.ctx._image_bases[key] = base_cache(
-                    image, workdir, Path(self.ctx.workroot) / ".images", checkout=branch,
-                    ignore=self.ctx.snapshot_ignore)
-        self.base_tree = base.tree
-        try:
-            self.image_tree = open_image_tree(runtime, image, workdir,
-                                              labels={"ecredit.task": iid[:60]})
-            # the tree S_0 was taken from (base_cache did the same); its .git: S_0 only
-            mounts = prepare_tree(self.image_tree, image, base, self.ctx.snapshot_ignore)
-        except Exception as exc:  # an infra failure of this rollout, not the policy's
-            self.setup_error = f"{type(exc).__name__}: {exc}"
-            self.failure = ("sandbox_setup", self.setup_error)
-            return None
-        self.workdir = self.image_tree.path
-        tree = self.image_tree
-        self.snapshotter = Snapshotter(self.workdir, base=base.commit, objects_from=base.store,
-                                       index_from=base.index, ignore=self.ctx.snapshot_ignore,
-                                       changes=lambda: tree.changes(workdir))
-        mark_owner(self.snapshotter._tmp)
-        self.usage_at_reset = self._usage().total_bytes
-        try:
-            self.session = open_session(runtime, image, self.workdir, workdir=workdir,
-                                        labels={"ecredit.task": iid[:60]}, login_shell=True,
-                                        max_file_bytes=self.ctx.max_file_bytes,
-                                        limits=self.ctx.limits, ro_mounts=mounts)
-        except Exception as exc:  # an infra failure of this rollout, not the policy's
-            self.session = None
-            self.setup_error = f"{type(exc).__name__}: {exc}"
+        self.ws = self.ctx.open_workspace(self.task)
+        self.base_tree = self.ws.base_tree
+        if self.ws.setup_error is not None:  # an infra failure of this rollout, not the policy's
+            self.setup_error = self.ws.setup_error
             self.failure = ("sandbox_setup", self.setup_error)
         return None
 
     def _close_session(self) -> None:
-        if self.session is not None:
-            session, self.session = self.session, None
-            session.close()
+        if self.ws is not None:
+            self.ws.release_container()
 
     def _close(self) -> None:
         """Stop the sandbox and remove the working tree. Private: TRL exposes every
         public method as a tool, so only tools are public here (see :func:`release`)."""
-        self._remove_files()
-        self.workdir = None
+        if self.ws is not None:
+            ws, self.ws = self.ws, None
+            ws.release()
 
     def _record(self, name: str, arguments: dict, fn) -> str:
         """Run one tool call, then snapshot and record it, whatever it raised."""
@@ -313,13 +265,20 @@ class SWEAgentEnv(EpisodeFailures):
             ok, status = False, "infra"
             out = f"ERROR: the sandbox failed ({error}); the episode has ended."
             self._exec_failed(error)  # who caused it: ecredit_trl.agent.failures
+        self._generated = []
         tree = self._snapshot_after()
-        generated = list(self.snapshotter.generated_new) if self.snapshotter else []
+        generated = list(self._generated)
         self.calls.append(ToolCall(name, arguments, ok, time.monotonic() - t0, tree, turn,
                                    error, status, generated))
         if self.failure is not None and status == "ok":
             out = f"{out}\nERROR: the episode has ended ({self.failure[0]}: {self.failure[1]})."
         return out
+
+    def _edit(self, fn, *args):
+        """An editor operation where the tree is (:meth:`RolloutWorkspace.edit`)."""
+        if self.ws is None or self.ws.workdir is None:
+            raise editor.EditorError(f"The working tree is not available: {self.setup_error}")
+        return self.ws.edit(fn, *args)
 
     # -- tools (public methods are exposed to the model by TRL) ---------------
     def bash(self, command: str) -> str:
@@ -331,10 +290,10 @@ class SWEAgentEnv(EpisodeFailures):
         def run():
             if not isinstance(command, str) or not command.strip():
                 raise editor.EditorError("The command parameter is required.")
-            if self.session is None:
+            if self.ws is None or not self.ws.has_session:
                 raise editor.EditorError(f"The sandbox is not available: {self.setup_error}")
-            return self.session.run(command, timeout_s=self.ctx.bash_timeout_s,
-                                    max_output_chars=self.ctx.max_output_chars)
+            return self.ws.run(command, timeout_s=self.ctx.bash_timeout_s,
+                               max_output_chars=self.ctx.max_output_chars)
         return self._record("bash", {"command": command}, run)
 
     def view(self, path: str, line: int = 0) -> str:
@@ -345,7 +304,7 @@ class SWEAgentEnv(EpisodeFailures):
             line: when positive, show only the lines around this line number.
         """
         return self._record("view", {"path": path, "line": line},
-                            lambda: editor.view(self.workdir, path, int(line or 0)))
+                            lambda: self._edit(editor.view, path, int(line or 0)))
 
     def create(self, path: str, file_text: str) -> str:
         """Create a new file.
@@ -355,7 +314,7 @@ class SWEAgentEnv(EpisodeFailures):
             file_text: the content of the new file.
         """
         return self._record("create", {"path": path},
-                            lambda: editor.create(self.workdir, path, file_text))
+                            lambda: self._edit(editor.create, path, file_text))
 
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:
         """Replace the unique occurrence of old_str in a file by new_str.
@@ -366,7 +325,7 @@ class SWEAgentEnv(EpisodeFailures):
             new_str: the replacement text.
         """
         return self._record("str_replace", {"path": path},
-                            lambda: editor.str_replace(self.workdir, path, old_str, new_str))
+                            lambda: self._edit(editor.str_replace, path, old_str, new_str))
 
     def insert(self, path: str, insert_line: int, new_str: str) -> str:
         """Insert text after a line of a file.
@@ -377,7 +336,7 @@ class SWEAgentEnv(EpisodeFailures):
             new_str: the text to insert.
         """
         return self._record("insert", {"path": path, "insert_line": insert_line},
-                            lambda: editor.insert(self.workdir, path, int(insert_line), new_str))
+                            lambda: self._edit(editor.insert, path, int(insert_line), new_str))
 
     def submit(self) -> str:
         """Submit the current state of the repository as the final patch."""
@@ -398,8 +357,9 @@ class SWEAgentEnv(EpisodeFailures):
     def snapshot_repo(self) -> Path | None:
         """The private git directory holding every snapshot tree of this rollout (the
         ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
-        before ``reset`` and after release."""
-        return self.snapshotter.git_dir if self.snapshotter else None
+        before ``reset`` and after release. With the ``ray`` backend a local copy of the
+        node's store (:meth:`sandbox.ray_workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
+        return self.ws.snapshot_repo if self.ws is not None else None
 
     @property
     def final_tree(self) -> str:
@@ -423,11 +383,7 @@ def release_sandbox(env: SWEAgentEnv) -> None:
     try:
         env._close_session()
     except Exception:  # noqa: BLE001 - close() swallows its own errors; be sure
-        env.session = None
-
-
-def _is_local(runtime) -> bool:
-    return isinstance(runtime, LocalRuntime)
+        pass
 
 
 def env_factory(context: AgentContext):
