@@ -20,6 +20,17 @@ Each call:
    death comes back here as an ``infra_error`` result naming the node, so the pool retries
    it with a fresh container and counts it in ``attempts`` / ``retried_errors``).
 
+A killed trainer leaves nothing running on any node. Its Ray tasks and non-detached actors
+die with it (Ray fate-shares them with their owner, the driver), but a trial's container is
+Podman's, not a child of the Ray worker, so it would outlive the worker; and the dispatcher
+is detached on purpose (it outlives any one rank). So every rank tells the dispatcher its
+Ray job id when it attaches, and the dispatcher watches the cluster's job table every
+:data:`REAP_POLL_S` seconds (:func:`jobs_alive`): once every job attached to it is dead
+without having detached, it removes the run's containers on every live sandbox node
+(:func:`reap_run`: :func:`sandbox.ray_node.gc_here` pinned to each node, twice,
+:data:`REAP_GRACE_S` apart, for a worker that was still creating one) and kills itself.
+``python -m sandbox gc --ray-address`` remains for a dispatcher that died too (its node lost).
+
 Trials need the custom resource :data:`SANDBOX_RESOURCE` (one unit each, ``num_cpus=0``:
 the container does the work, under its own CPU limit), so only nodes started with
 ``--resources '{"ecredit_sandbox": N}'`` serve trials and N caps each node; GPU training
@@ -37,6 +48,10 @@ SANDBOX_RESOURCE = "ecredit_sandbox"
 NAMESPACE = "ecredit"
 NODES_TTL_S = 5.0
 """Seconds a read of the cluster's live nodes is reused before it is read again."""
+REAP_POLL_S = 2.0
+"""Seconds between the dispatcher's reads of the job table (is a rank's driver still alive?)."""
+REAP_GRACE_S = 3.0
+"""Seconds between the two container sweeps of a run whose drivers all died."""
 
 
 class RayUnavailable(RuntimeError):
@@ -136,15 +151,40 @@ def dispatcher_class():
             self.attached = 0
             self.attaches = 0
             self.index: dict[str, list[str]] = {}
+            self.jobs: set[str] = set()  # Ray job ids (hex) of the ranks attached now
+            self.watcher = None
 
-        async def attach(self) -> int:
+        async def attach(self, job: str = "") -> int:
             self.attached += 1
             self.attaches += 1
+            if job:
+                self.jobs.add(job)
+                if self.watcher is None:  # needs the actor's running loop: not in __init__
+                    self.watcher = asyncio.get_running_loop().create_task(self.watch())
             return self.cap
 
-        async def detach(self) -> int:
+        async def detach(self, job: str = "") -> int:
             self.attached -= 1
+            self.jobs.discard(job)
             return self.attached
+
+        async def watch(self) -> None:
+            """Reap the run once every attached rank's driver is dead (module docstring)."""
+            loop = asyncio.get_running_loop()
+            while True:
+                await asyncio.sleep(REAP_POLL_S)
+                if not self.jobs:
+                    continue
+                try:
+                    alive = await loop.run_in_executor(None, jobs_alive, set(self.jobs))
+                except Exception:  # the job table could not be read now: ask again later
+                    continue
+                if not alive:
+                    break
+            ctx = ray.get_runtime_context()
+            run_id = ctx.get_actor_name()[len(dispatcher_name("")):]
+            await loop.run_in_executor(None, reap_run, run_id)
+            ray.kill(ctx.current_actor, no_restart=True)
 
         async def acquire(self, holder: str) -> dict[str, int]:
             await self.sem.acquire()
@@ -185,6 +225,31 @@ def dispatcher_class():
 
     _DISPATCHER = Dispatcher
     return Dispatcher
+
+
+def jobs_alive(jobs: set[str], table: list[dict] | None = None) -> set[str]:
+    """Those of ``jobs`` (Ray job ids, hex) whose driver is alive: in ``table`` (rows of
+    ``ray._private.state.jobs()``, read now when None) and not ``IsDead``. A job missing
+    from the table counts as dead. Ray has no public job-table call that works without the
+    dashboard; this one has been stable since Ray 1.x."""
+    if table is None:
+        from ray._private import state
+
+        table = state.jobs()
+    return {row["JobID"] for row in table if row["JobID"] in jobs and not row.get("IsDead")}
+
+
+def reap_run(run_id: str, grace_s: float = REAP_GRACE_S) -> list[tuple[str, list[str]]]:
+    """Remove ``run_id``'s containers on every live sandbox node (an already connected
+    caller: the dispatcher), twice ``grace_s`` apart: a worker of the dead driver may still
+    have been creating one at the first sweep. Returns ``[(node id, names removed)]``."""
+    import time
+
+    from sandbox.ray_node import gc_here
+
+    out = on_each_node(gc_here, run_id)
+    time.sleep(grace_s)
+    return out + on_each_node(gc_here, run_id)
 
 
 def connect(address: str):

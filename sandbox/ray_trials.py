@@ -68,7 +68,9 @@ class RayTrials:
             name=dispatcher_name(run_id), namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
                 head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
-        cap = self.ray.get(self.dispatcher.attach.remote())
+        # the job id lets the dispatcher reap the run if this driver dies unannounced
+        self._job = self.ray.get_runtime_context().get_job_id()
+        cap = self.ray.get(self.dispatcher.attach.remote(self._job))
         self._attached = True
         if cap != self.options.max_in_flight:
             self.close()
@@ -212,7 +214,7 @@ class RayTrials:
             from sandbox.ray_node import gc_here
 
             try:
-                if self.ray.get(self.dispatcher.detach.remote()) <= 0:
+                if self.ray.get(self.dispatcher.detach.remote(self._job)) <= 0:
                     on_each_node(gc_here, self.run_id)
                     self.ray.kill(self.dispatcher)
             except self.ray.exceptions.RayError:

@@ -295,10 +295,105 @@ def train(out_path: str, runs: str) -> None:
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
+def victim(address: str, run_id: str, n: int) -> None:
+    """A trainer-like driver (tests/test_ray_cleanup.py): the runtime ``train.py`` makes for
+    ``sandbox_backend=ray`` and a pool with ``n`` long trials in flight; it never finishes on
+    its own (the test SIGKILLs it)."""
+    from sandbox import make_runtime
+
+    rt = make_runtime("podman", backend="ray", run_id=run_id,
+                      ray=RayOptions(address=address, max_in_flight=n))
+    pool = VerifierPool(rt, max_concurrency=n, max_retries=0)
+    futures = [pool.submit(spec(f"long{i}", default_image(), sleep=300)) for i in range(n)]
+    print("submitted", flush=True)
+    for fut in futures:
+        fut.result()
+
+
+def killed_driver(address: str, driver: str, poll_s: float) -> dict:
+    """SIGKILL a driver whose two trials run on the sandbox nodes; then watch, every 0.25 s
+    for at most 90 s, for its containers (``podman ps -a``: every node's, all share this
+    machine's Podman) and its dispatcher actor to go. Before the kill, the live run is
+    watched for ``3 * poll_s`` seconds: the reaper must not touch it."""
+    import signal
+
+    import ray
+
+    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+
+    def dispatcher_alive() -> bool:
+        try:
+            ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+            return True
+        except ValueError:
+            return False
+
+    run_id = f"rt-victim-{os.getpid()}"
+    connect(address)
+    child = subprocess.Popen([sys.executable, driver, "victim", address, run_id, "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(containers(run_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        running = containers(run_id)
+        load = ray.get(ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+                       .load.remote())
+        time.sleep(3 * poll_s)  # the reaper polls meanwhile; the driver is alive
+        still = containers(run_id)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    t0 = time.monotonic()
+    gone: dict[str, float] = {}
+    left = containers(run_id, all_states=True)
+    while time.monotonic() - t0 < 90 and len(gone) < 2:
+        left = containers(run_id, all_states=True)
+        if not left:
+            gone.setdefault("containers_s", round(time.monotonic() - t0, 2))
+        if not dispatcher_alive():
+            gone.setdefault("dispatcher_s", round(time.monotonic() - t0, 2))
+        time.sleep(0.25)
+    return {"running": running, "load": load, "still_running_alive": still,
+            "child_rc": child.returncode, "gone": gone, "left": left,
+            "dispatcher_left": dispatcher_alive(),
+            "child_stderr": child.stderr.read()[-2000:] if child.stderr else ""}
+
+
+def cleanup(out_path: str) -> None:
+    """The cleanup scenario (tests/test_ray_cleanup.py) on its own cluster: a head node
+    without the sandbox resource and two sandbox nodes, as in :func:`main`."""
+    from ray.cluster_utils import Cluster
+
+    from sandbox.ray_dispatch import REAP_POLL_S
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+        report = {"nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
+                            "b": b.node_id}, "poll_s": REAP_POLL_S}
+        t = time.monotonic()
+        report["killed"] = killed_driver(cluster.address, __file__, REAP_POLL_S)
+        report["killed"]["seconds"] = round(time.monotonic() - t, 2)
+    finally:
+        import ray
+
+        if ray.is_initialized():  # killed_driver connected this process as a driver
+            ray.shutdown()
+        cluster.shutdown()
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "rank":
         rank(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1] == "train":
         train(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "victim":
+        victim(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "cleanup":
+        cleanup(sys.argv[2])
     else:
         main(sys.argv[1])
