@@ -28,7 +28,12 @@ Ray job id when it attaches, and the dispatcher watches the cluster's job table 
 :data:`REAP_POLL_S` seconds (:func:`jobs_alive`): once every job attached to it is dead
 without having detached, it removes the run's containers on every live sandbox node
 (:func:`reap_run`: :func:`sandbox.ray_node.gc_here` pinned to each node, twice,
-:data:`REAP_GRACE_S` apart, for a worker that was still creating one) and kills itself.
+:data:`REAP_GRACE_S` apart, for a worker that was still creating one) and kills itself. A
+new driver of the run that attaches before that (a resume right after a crash) makes the
+dispatcher reap first and start clean, so the dead session's slots are not held forever;
+when only some ranks died (or the job table had not yet marked the old driver dead), the
+slots their trials held are freed at the next poll and their containers go with the
+run's last ``close``.
 ``python -m sandbox gc --ray-address`` remains for a dispatcher that died too (its node lost).
 
 Trials need the custom resource :data:`SANDBOX_RESOURCE` (one unit each, ``num_cpus=0``:
@@ -153,8 +158,21 @@ def dispatcher_class():
             self.index: dict[str, list[str]] = {}
             self.jobs: set[str] = set()  # Ray job ids (hex) of the ranks attached now
             self.watcher = None
+            self.reaping = asyncio.Lock()
+            self.ending = False
+            self.holder_job: dict[str, str] = {}  # holder → the job that acquired it
 
         async def attach(self, job: str = "") -> int:
+            """This rank's cap; 0 when this actor is ending (it reaped a run of dead drivers):
+            the caller makes a new one once the name is free."""
+            if self.ending:
+                return 0
+            if job and self.jobs and job not in self.jobs:
+                # a new driver of the run (a resume) while the earlier ones may have died
+                # unannounced: reap them first, so their slots are not held forever
+                await self.reap_if_dead()
+            if self.ending:  # the watcher ended this actor while the attach waited for it
+                return 0
             self.attached += 1
             self.attaches += 1
             if job:
@@ -168,27 +186,46 @@ def dispatcher_class():
             self.jobs.discard(job)
             return self.attached
 
-        async def watch(self) -> None:
-            """Reap the run once every attached rank's driver is dead (module docstring)."""
+        async def reap_if_dead(self) -> bool:
+            """When every attached job is dead: remove the run's containers on every node
+            (:func:`reap_run`) and start clean (no job, no holder, every slot free).
+            Returns whether it reaped."""
             loop = asyncio.get_running_loop()
-            while True:
-                await asyncio.sleep(REAP_POLL_S)
+            async with self.reaping:
                 if not self.jobs:
-                    continue
+                    return False
                 try:
                     alive = await loop.run_in_executor(None, jobs_alive, set(self.jobs))
                 except Exception:  # the job table could not be read now: ask again later
-                    continue
-                if not alive:
-                    break
-            ctx = ray.get_runtime_context()
-            run_id = ctx.get_actor_name()[len(dispatcher_name("")):]
-            await loop.run_in_executor(None, reap_run, run_id)
-            ray.kill(ctx.current_actor, no_restart=True)
+                    return False
+                if alive:  # some ranks died, others run on: free the dead ones' slots now
+                    for holder in [h for h, j in self.holder_job.items() if j not in alive]:
+                        await self.release(holder)
+                    self.attached -= len(self.jobs - alive)
+                    self.jobs = alive
+                    return False
+                run_id = ray.get_runtime_context().get_actor_name()[len(dispatcher_name("")):]
+                await loop.run_in_executor(None, reap_run, run_id)
+                # dead callers still waiting on the old semaphore are never woken: harmless
+                self.jobs, self.holders, self.holder_job, self.attached = set(), {}, {}, 0
+                self.sem = asyncio.Semaphore(self.cap)
+                return True
 
-        async def acquire(self, holder: str) -> dict[str, int]:
+        async def watch(self) -> None:
+            """Reap the run once every attached rank's driver is dead, then end this actor
+            (module docstring); a driver that attached meanwhile keeps it."""
+            while True:
+                await asyncio.sleep(REAP_POLL_S)
+                if await self.reap_if_dead() and not self.jobs:
+                    self.ending = True  # ray.kill is asynchronous: refuse attaches meanwhile
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+                    return
+
+        async def acquire(self, holder: str, job: str = "") -> dict[str, int]:
             await self.sem.acquire()
             self.holders[holder] = ""
+            if job:
+                self.holder_job[holder] = job
             self.peak = max(self.peak, len(self.holders))
             return await self.load()
 
@@ -200,6 +237,7 @@ def dispatcher_class():
             return self.holders.get(holder, "")
 
         async def release(self, holder: str) -> None:
+            self.holder_job.pop(holder, None)
             if self.holders.pop(holder, None) is not None:
                 self.sem.release()
 

@@ -3,8 +3,9 @@
 A trainer-like driver (tests/ray_cluster_driver.py ``victim``: the runtime train.py makes, a
 pool with two long trials in flight on the two sandbox nodes) is SIGKILLed; the run's
 dispatcher sees its job die and removes the run's containers on every node, then itself
-(sandbox.ray_dispatch, "A killed trainer ..."). One cluster start, in a loopback-only
-network namespace like tests/test_ray_dispatch.py.
+(sandbox.ray_dispatch, "A killed trainer ..."). A second one is SIGKILLed holding both slots
+of its cap and resumed at once (same run id): the resume is not starved. One cluster start,
+in a loopback-only network namespace like tests/test_ray_dispatch.py.
 """
 
 from __future__ import annotations
@@ -24,9 +25,16 @@ def test_jobs_alive_reads_the_job_table():
     assert jobs_alive(set(), table) == set()
 
 
+@pytest.fixture(scope="module")
+def cleanup_report(tmp_path_factory):
+    """The driver's cleanup scenarios (one cluster start for this module)."""
+    return _in_namespace("cleanup", str(tmp_path_factory.mktemp("ray") / "cleanup.json"),
+                         timeout=500)
+
+
 @pytest.mark.podman
-def test_killed_driver_leaves_no_container_and_no_dispatcher_on_any_node(tmp_path):
-    rep = _in_namespace("cleanup", str(tmp_path / "cleanup.json"), timeout=400)
+def test_killed_driver_leaves_no_container_and_no_dispatcher_on_any_node(cleanup_report):
+    rep = cleanup_report
     nodes, r = rep["nodes"], rep["killed"]
     # two trials were running, one on each sandbox node, never on the head
     assert len(r["running"]) == 2, r["child_stderr"]
@@ -38,3 +46,13 @@ def test_killed_driver_leaves_no_container_and_no_dispatcher_on_any_node(tmp_pat
     assert r["left"] == [] and not r["dispatcher_left"]
     bound = 3 * rep["poll_s"] + 60  # polls, two sweeps REAP_GRACE_S apart, a busy machine
     assert r["gone"]["containers_s"] < bound and r["gone"]["dispatcher_s"] < bound, r["gone"]
+
+
+@pytest.mark.podman
+def test_a_resume_right_after_the_kill_gets_its_slots_and_ends_clean(cleanup_report):
+    r = cleanup_report["resumed"]
+    assert len(r["running"]) == 2  # the killed driver held both slots of the cap of 2
+    # the resumed driver (same run id, same dispatcher name) was not starved by them
+    assert r["rc"] == 0, r["tail"]
+    assert r["resumed"]["classes"] == ["ok", "ok"] and r["resumed"]["attempts"] == [1, 1]
+    assert r["left"] == []  # neither session's containers are left

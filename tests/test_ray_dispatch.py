@@ -114,7 +114,7 @@ def _in_namespace(*args: str, timeout: int) -> dict:
     cmd = " ".join(["ip link set lo up && exec", sys.executable, str(DRIVER), *args])
     proc = subprocess.run(["unshare", "-n", "bash", "-c", cmd], capture_output=True,
                           text=True, env=env, timeout=timeout)
-    out = Path(args[1] if args[0] in ("train", "cleanup") else args[0])
+    out = Path(args[1] if args[0] in ("train", "cleanup", "tools") else args[0])
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     return json.loads(out.read_text())
 
