@@ -20,21 +20,9 @@ Each call:
    death comes back here as an ``infra_error`` result naming the node, so the pool retries
    it with a fresh container and counts it in ``attempts`` / ``retried_errors``).
 
-A killed trainer leaves nothing running on any node. Its Ray tasks and non-detached actors
-die with it (Ray fate-shares them with their owner, the driver), but a trial's container is
-Podman's, not a child of the Ray worker, so it would outlive the worker; and the dispatcher
-is detached on purpose (it outlives any one rank). So every rank tells the dispatcher its
-Ray job id when it attaches, and the dispatcher watches the cluster's job table every
-:data:`REAP_POLL_S` seconds (:func:`jobs_alive`): once every job attached to it is dead
-without having detached, it removes the run's containers on every live sandbox node
-(:func:`reap_run`: :func:`sandbox.ray_node.gc_here` pinned to each node, twice,
-:data:`REAP_GRACE_S` apart, for a worker that was still creating one) and kills itself. A
-new driver of the run that attaches before that (a resume right after a crash) makes the
-dispatcher reap first and start clean, so the dead session's slots are not held forever;
-when only some ranks died (or the job table had not yet marked the old driver dead), the
-slots their trials held are freed at the next poll and their containers go with the
-run's last ``close``.
-``python -m sandbox gc --ray-address`` remains for a dispatcher that died too (its node lost).
+A killed trainer leaves nothing running on any node: the dispatcher watches the drivers
+attached to it and reaps the run's containers on every node when they are all dead
+(:mod:`sandbox.ray_reaper`).
 
 Trials need the custom resource :data:`SANDBOX_RESOURCE` (one unit each, ``num_cpus=0``:
 the container does the work, under its own CPU limit), so only nodes started with
@@ -53,10 +41,6 @@ SANDBOX_RESOURCE = "ecredit_sandbox"
 NAMESPACE = "ecredit"
 NODES_TTL_S = 5.0
 """Seconds a read of the cluster's live nodes is reused before it is read again."""
-REAP_POLL_S = 2.0
-"""Seconds between the dispatcher's reads of the job table (is a rank's driver still alive?)."""
-REAP_GRACE_S = 3.0
-"""Seconds between the two container sweeps of a run whose drivers all died."""
 
 
 class RayUnavailable(RuntimeError):
@@ -138,7 +122,8 @@ def dispatcher_class():
 
     Its state: the cap, an asyncio semaphore of that size, the holders in flight (holder →
     node once the task said where it started), the peak in flight, the ranks attached (now
-    and ever) and the node → images index. All methods are async so they share one event loop.
+    and ever), the node → images index and the reaper's state (:class:`~sandbox.ray_reaper.
+    RunReaper`). All remote methods are async so they share one event loop.
     """
     global _DISPATCHER
     if _DISPATCHER is not None:
@@ -146,8 +131,10 @@ def dispatcher_class():
     ray = _import_ray()
     import asyncio
 
+    from sandbox.ray_reaper import RunReaper
+
     @ray.remote(num_cpus=0, max_restarts=0)
-    class Dispatcher:
+    class Dispatcher(RunReaper):
         def __init__(self, cap: int) -> None:
             self.cap = cap
             self.sem = asyncio.Semaphore(cap)
@@ -156,70 +143,20 @@ def dispatcher_class():
             self.attached = 0
             self.attaches = 0
             self.index: dict[str, list[str]] = {}
-            self.jobs: set[str] = set()  # Ray job ids (hex) of the ranks attached now
-            self.watcher = None
-            self.reaping = asyncio.Lock()
-            self.ending = False
-            self.holder_job: dict[str, str] = {}  # holder → the job that acquired it
+            self.reaper_init(dispatcher_name(""), reap_run)
 
         async def attach(self, job: str = "") -> int:
-            """This rank's cap; 0 when this actor is ending (it reaped a run of dead drivers):
-            the caller makes a new one once the name is free."""
-            if self.ending:
-                return 0
-            if job and self.jobs and job not in self.jobs:
-                # a new driver of the run (a resume) while the earlier ones may have died
-                # unannounced: reap them first, so their slots are not held forever
-                await self.reap_if_dead()
-            if self.ending:  # the watcher ended this actor while the attach waited for it
+            """This rank's cap; 0 when this actor is ending (RunReaper.join)."""
+            if not await self.join(job):
                 return 0
             self.attached += 1
             self.attaches += 1
-            if job:
-                self.jobs.add(job)
-                if self.watcher is None:  # needs the actor's running loop: not in __init__
-                    self.watcher = asyncio.get_running_loop().create_task(self.watch())
             return self.cap
 
         async def detach(self, job: str = "") -> int:
             self.attached -= 1
-            self.jobs.discard(job)
+            self.leave(job)
             return self.attached
-
-        async def reap_if_dead(self) -> bool:
-            """When every attached job is dead: remove the run's containers on every node
-            (:func:`reap_run`) and start clean (no job, no holder, every slot free).
-            Returns whether it reaped."""
-            loop = asyncio.get_running_loop()
-            async with self.reaping:
-                if not self.jobs:
-                    return False
-                try:
-                    alive = await loop.run_in_executor(None, jobs_alive, set(self.jobs))
-                except Exception:  # the job table could not be read now: ask again later
-                    return False
-                if alive:  # some ranks died, others run on: free the dead ones' slots now
-                    for holder in [h for h, j in self.holder_job.items() if j not in alive]:
-                        await self.release(holder)
-                    self.attached -= len(self.jobs - alive)
-                    self.jobs = alive
-                    return False
-                run_id = ray.get_runtime_context().get_actor_name()[len(dispatcher_name("")):]
-                await loop.run_in_executor(None, reap_run, run_id)
-                # dead callers still waiting on the old semaphore are never woken: harmless
-                self.jobs, self.holders, self.holder_job, self.attached = set(), {}, {}, 0
-                self.sem = asyncio.Semaphore(self.cap)
-                return True
-
-        async def watch(self) -> None:
-            """Reap the run once every attached rank's driver is dead, then end this actor
-            (module docstring); a driver that attached meanwhile keeps it."""
-            while True:
-                await asyncio.sleep(REAP_POLL_S)
-                if await self.reap_if_dead() and not self.jobs:
-                    self.ending = True  # ray.kill is asynchronous: refuse attaches meanwhile
-                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-                    return
 
         async def acquire(self, holder: str, job: str = "") -> dict[str, int]:
             await self.sem.acquire()
@@ -265,28 +202,18 @@ def dispatcher_class():
     return Dispatcher
 
 
-def jobs_alive(jobs: set[str], table: list[dict] | None = None) -> set[str]:
-    """Those of ``jobs`` (Ray job ids, hex) whose driver is alive: in ``table`` (rows of
-    ``ray._private.state.jobs()``, read now when None) and not ``IsDead``. A job missing
-    from the table counts as dead. Ray has no public job-table call that works without the
-    dashboard; this one has been stable since Ray 1.x."""
-    if table is None:
-        from ray._private import state
-
-        table = state.jobs()
-    return {row["JobID"] for row in table if row["JobID"] in jobs and not row.get("IsDead")}
-
-
-def reap_run(run_id: str, grace_s: float = REAP_GRACE_S) -> list[tuple[str, list[str]]]:
-    """Remove ``run_id``'s containers on every live sandbox node (an already connected
-    caller: the dispatcher), twice ``grace_s`` apart: a worker of the dead driver may still
-    have been creating one at the first sweep. Returns ``[(node id, names removed)]``."""
+def reap_run(run_id: str) -> list[tuple[str, list[str]]]:
+    """Remove ``run_id``'s containers on every live sandbox node, from an already connected
+    process (the dispatcher, :mod:`sandbox.ray_reaper`), twice
+    :data:`~sandbox.ray_reaper.REAP_GRACE_S` seconds apart: a worker of a dead driver may
+    still have been creating one at the first sweep. Returns ``[(node id, names removed)]``."""
     import time
 
     from sandbox.ray_node import gc_here
+    from sandbox.ray_reaper import REAP_GRACE_S
 
     out = on_each_node(gc_here, run_id)
-    time.sleep(grace_s)
+    time.sleep(REAP_GRACE_S)
     return out + on_each_node(gc_here, run_id)
 
 

@@ -394,7 +394,7 @@ def cleanup(out_path: str) -> None:
     without the sandbox resource and two sandbox nodes, as in :func:`main`."""
     from ray.cluster_utils import Cluster
 
-    from sandbox.ray_dispatch import REAP_POLL_S
+    from sandbox.ray_reaper import REAP_POLL_S
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:

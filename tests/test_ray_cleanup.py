@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from test_ray_dispatch import _in_namespace
 
-from sandbox.ray_dispatch import jobs_alive
+from sandbox.ray_reaper import jobs_alive
 
 
 def test_jobs_alive_reads_the_job_table():
