@@ -30,7 +30,9 @@ class ECreditConfig(GRPOConfig):
     :data:`eval.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed,
     ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
-    disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, an unknown
+    disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, any
+    ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired, issue 25: the message
+    names the Ray settings, :func:`sandbox.endpoints_retired`), an unknown
     ``sandbox_backend`` or a refused ray combination (:func:`sandbox.check_backend`,
     :class:`sandbox.ray_dispatch.RayOptions`).
     """
@@ -52,21 +54,21 @@ class ECreditConfig(GRPOConfig):
     runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"help": "deprecated: sets verifier_endpoints, and agent_endpoints to its "
-                          "unix:// entries, when those are not given"})
+        metadata={"help": "deprecated: its unix:// entries set agent_endpoints when that is "
+                          "not given; a remote entry is refused (retired: sandbox_backend=ray)"})
     agent_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"help": "local Podman API URLs (unix://) for agent sessions; empty: the "
-                          "local verifier endpoints, else a private local service"})
+        metadata={"help": "local Podman API URLs (unix://) for agent sessions; the first one "
+                          "also serves the local backend's verifier trials; empty: a private "
+                          "local service"})
     verifier_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"help": "Podman API URLs (unix://, ssh://) verifier trials rotate over; "
-                          "empty: a private local service (sandbox_backend=local only; for "
-                          "many hosts prefer sandbox_backend=ray)"})
+        metadata={"help": "retired (issue 25): any value is refused with a migration "
+                          "message; trials on other hosts run with sandbox_backend=ray"})
     sandbox_backend: str = field(default="local", metadata={
-        "help": "where verifier trials run: local (this machine's runtime, or "
-                "verifier_endpoints) or ray (Ray tasks on an existing cluster's sandbox nodes, "
-                "each with its own Podman; docs/scale-out.md)"})
+        "help": "where verifier trials run: local (this machine's Podman) or ray (Ray tasks "
+                "on an existing cluster's sandbox nodes, each with its own Podman; "
+                "docs/scale-out.md)"})
     ray_address: str = field(default="auto", metadata={
         "help": "sandbox_backend=ray: address of the running Ray cluster (auto, HOST:PORT, "
                 "ray://HOST:10001); the trainer never starts a cluster"})
@@ -176,11 +178,11 @@ class ECreditConfig(GRPOConfig):
                              " on a CUDA host, or drop --use_vllm")
 
     def _check_backend(self) -> None:
-        """Issue 25: ``sandbox_backend`` is local or ray; ray needs runtime podman, no
-        verifier_endpoints, and valid Ray options (ValueError naming the field)."""
+        """Issue 25: ``sandbox_backend`` is local or ray; ray needs runtime podman and valid
+        Ray options (ValueError naming the field)."""
         from sandbox import check_backend
 
-        check_backend(self.sandbox_backend, self.runtime, self.verifier_endpoints)
+        check_backend(self.sandbox_backend, self.runtime)
         if self.sandbox_backend == "ray":
             self.ray_options()
 
@@ -192,17 +194,20 @@ class ECreditConfig(GRPOConfig):
                           podman_url=self.ray_podman_url, registry=self.ray_image_registry)
 
     def _resolve_endpoints(self) -> None:
-        """Issue 13 §5: the deprecated ``podman_endpoints`` fills ``verifier_endpoints`` (all
-        of it) and ``agent_endpoints`` (its unix:// entries) when those are empty; a remote
-        agent endpoint is refused (ValueError naming the field)."""
+        """Issue 13 §5 / issue 25: ``verifier_endpoints`` (the remote-Podman round robin) is
+        retired, so any value is refused with the migration message; the deprecated
+        ``podman_endpoints`` fills ``agent_endpoints`` when that is empty (its entries must
+        be local now); a remote agent endpoint is refused (ValueError naming the field)."""
+        from sandbox import endpoints_retired
         from sandbox.podman_runtime import check_agent_endpoints, is_local_endpoint
 
         for name in ("podman_endpoints", "agent_endpoints", "verifier_endpoints"):
             if isinstance(getattr(self, name), str):
                 raise ValueError(f"{name}: expected a list of Podman API URLs, got a string")
-        if self.podman_endpoints:
-            if not self.verifier_endpoints:
-                self.verifier_endpoints = list(self.podman_endpoints)
-            if not self.agent_endpoints:
-                self.agent_endpoints = [e for e in self.podman_endpoints if is_local_endpoint(e)]
+        if [e for e in self.verifier_endpoints if e]:
+            raise ValueError(endpoints_retired("verifier_endpoints"))
+        if [e for e in self.podman_endpoints if e and not is_local_endpoint(e)]:
+            raise ValueError(endpoints_retired("podman_endpoints"))
+        if self.podman_endpoints and not self.agent_endpoints:
+            self.agent_endpoints = [e for e in self.podman_endpoints if e]
         self.agent_endpoints = check_agent_endpoints(self.agent_endpoints)

@@ -223,8 +223,8 @@ def _grade_control(task, res, *, expected: bool, control_log: str | None,
                    p2p: list[str] | None = None) -> dict:
     from eval.grading import grade
 
-    row = {"exit_class": res.exit_class, "trial_id": res.trial_id,
-           "service_s": res.service_s, "attempts": res.attempts}
+    row = {"exit_class": res.exit_class, "trial_id": res.trial_id,  # node: ray's, else ""
+           "service_s": res.service_s, "attempts": res.attempts, "node": res.node}
     if res.exit_class == "infra_error":
         return {**row, "error": res.error}
     rep = grade(res.log, f2p=list(task.FAIL_TO_PASS),

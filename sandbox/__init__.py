@@ -9,10 +9,22 @@ from sandbox.pool import VerifierPool
 from sandbox.trial import Limits, TrialResult, TrialSpec
 
 __all__ = ["BACKENDS", "Limits", "TrialResult", "TrialSpec", "VerifierPool", "check_backend",
-           "make_runtime"]
+           "endpoints_retired", "make_runtime"]
 
 BACKENDS = ("local", "ray")
 """Where verifier trials are dispatched: this machine's runtime, or a Ray cluster."""
+
+
+def endpoints_retired(field: str = "verifier_endpoints") -> str:
+    """The one-line refusal of a remote Podman endpoint list, naming ``field`` and the Ray
+    settings that replace it (issue 25: one scheduler, Ray's; docs/scale-out.md, migrating
+    from verifier_endpoints)."""
+    return (f"{field}: retired (issue 25): verifier trials on other hosts run on a Ray cluster "
+            "with Podman on every node, not on a list of Podman endpoints; set "
+            "sandbox_backend=ray and ray_address=HEAD:PORT (sandbox_max_in_flight, "
+            "ray_podman_url, ray_image_registry as needed) and join each Podman host with "
+            f"`ray start --address HEAD:PORT --num-gpus 0 --resources "
+            f"'{{\"ecredit_sandbox\": 24}}'` (docs/scale-out.md)")
 
 
 def check_backend(backend: str, kind: str = "podman", endpoints=None,
@@ -20,36 +32,35 @@ def check_backend(backend: str, kind: str = "podman", endpoints=None,
     """``backend`` when it is one of :data:`BACKENDS` and fits ``kind`` / ``endpoints``.
 
     Raises: ValueError naming ``field``: an unknown backend; ``ray`` with the ``local``
-    runtime (nodes run trials in Podman); ``ray`` with verifier endpoints (Ray schedules the
-    trials, the endpoint rotation would be a second scheduler).
+    runtime (nodes run trials in Podman); and, naming ``verifier_endpoints``, any remote
+    endpoint list (:func:`endpoints_retired`: Ray is the one scheduler of trials on other
+    hosts).
     """
     if backend not in BACKENDS:
         raise ValueError(f"{field}: expected one of {BACKENDS}, got {backend!r}")
     if backend == "ray" and kind != "podman":
         raise ValueError(f"{field}: ray runs every trial in Podman on a cluster node; it "
                          f"needs runtime 'podman', got {kind!r}")
-    if backend == "ray" and [e for e in (endpoints or []) if e]:
-        raise ValueError(f"{field}: ray schedules trials itself; drop verifier_endpoints "
-                         "(give sandbox nodes to the Ray cluster instead)")
+    if [e for e in (endpoints or []) if e]:
+        raise ValueError(endpoints_retired())
     return backend
 
 
-
-def make_runtime(kind: str = "podman", *, endpoints: list[str] | None = None,
-                 run_id: str | None = None, agent_endpoints: list[str] | None = None,
-                 backend: str = "local", ray=None):
+def make_runtime(kind: str = "podman", *, run_id: str | None = None,
+                 agent_endpoints: list[str] | None = None, backend: str = "local", ray=None,
+                 endpoints: list[str] | None = None):
     """Build a runtime by name: ``"podman"`` or ``"local"`` (never chosen implicitly).
-    ``endpoints`` serve verifier trials, ``agent_endpoints`` (local only) agent sessions
-    (:class:`sandbox.podman_runtime.PodmanRuntime`).
+    ``agent_endpoints`` (local ``unix://`` sockets) serve agent sessions and, on the local
+    backend, verifier trials too (:class:`sandbox.podman_runtime.PodmanRuntime`).
 
-    ``backend``: ``"local"`` (the default: trials on this machine or ``endpoints``) or
-    ``"ray"`` (trials as Ray tasks on an existing cluster, ``ray`` a
-    :class:`sandbox.ray_dispatch.RayOptions`; :class:`sandbox.ray_trials.RayRoutedRuntime`).
-    The ray backend runs trials in Podman on each node, so it needs ``kind="podman"`` and no
-    ``endpoints`` (one scheduler, not two).
+    ``backend``: ``"local"`` (the default: trials on this machine) or ``"ray"`` (trials as
+    Ray tasks on an existing cluster, ``ray`` a :class:`sandbox.ray_dispatch.RayOptions`;
+    :class:`sandbox.ray_trials.RayRoutedRuntime`), which needs ``kind="podman"``.
+    ``endpoints`` (the retired verifier endpoint list) must be empty: a non-empty one is
+    refused with the migration message (:func:`endpoints_retired`).
 
-    Raises: ValueError for any other name, a remote agent endpoint or a refused
-    combination; PodmanUnavailable when Podman cannot start; RayUnavailable when the
+    Raises: ValueError for any other name, a remote agent endpoint, verifier endpoints or a
+    refused combination; PodmanUnavailable when Podman cannot start; RayUnavailable when the
     cluster cannot be reached.
     """
     check_backend(backend, kind, endpoints)
@@ -62,8 +73,7 @@ def make_runtime(kind: str = "podman", *, endpoints: list[str] | None = None,
     if kind == "podman":
         from sandbox.podman_runtime import PodmanRuntime
 
-        return PodmanRuntime(endpoints=endpoints, run_id=run_id,
-                             agent_endpoints=agent_endpoints)
+        return PodmanRuntime(run_id=run_id, agent_endpoints=agent_endpoints)
     if kind == "local":
         from sandbox.local_runtime import LocalRuntime
 

@@ -1,12 +1,15 @@
 """Podman runtime (podman-py): verifier trials in fresh containers.
 
-The runtime talks to one or more Podman API endpoints. With none given it starts
-its own ``podman system service`` on a private unix socket (configured by the
+The runtime talks to this machine's Podman: a ``unix://`` socket given to it, or else its
+own ``podman system service`` on a private unix socket (configured by the
 ``containers.conf`` shipped beside this file: runc, explicit nofile/nproc
-ulimits) and stops it on :meth:`PodmanRuntime.close`. Remote endpoints
-(``ssh://user@host/run/podman/podman.sock``) spread verifier trials past one machine;
-agent sessions bind-mount a local tree and so run on local (``unix://``) endpoints only
-(``agent_endpoints``, :func:`check_agent_endpoints`).
+ulimits), stopped on :meth:`PodmanRuntime.close`. Agent sessions bind-mount a local tree and
+so run on local (``unix://``) endpoints only (``agent_endpoints``,
+:func:`check_agent_endpoints`). Trials on other hosts are the ``ray`` backend's
+(:mod:`sandbox.ray_dispatch`: a Ray task per trial, each node's own Podman); the remote
+endpoint list that once spread trials round robin (``verifier_endpoints``, ``ssh://``) is
+retired in its favour (issue 25: one scheduler), and a remote URL is refused here naming
+the Ray settings (:func:`check_trial_endpoints`).
 
 Every container is labelled ``ecredit.run=<run id>``; the runtime removes its
 containers on any exit path, and ``python -m sandbox gc`` removes leftovers of
@@ -152,48 +155,64 @@ def check_agent_endpoints(urls, field: str = "agent_endpoints") -> list[str]:
         raise ValueError(
             f"{field}: {remote[0]} is not local; agent sessions bind-mount the rollout's "
             "working tree from this machine, so they run only on unix:// endpoints (or "
-            "none: a private local service). Put remote endpoints in verifier_endpoints")
+            "none: a private local service); trials on other hosts: sandbox_backend=ray")
     return [u for u in urls if u]
+
+
+def check_trial_endpoints(urls, field: str = "verifier_endpoints") -> list[str]:
+    """The Podman socket verifier trials use on this machine: none (``[]``) or one local
+    ``unix://`` URL (a Ray node's own socket, :mod:`sandbox.ray_node`). Empty entries are
+    dropped.
+
+    Raises: ValueError naming ``field``: a remote URL (the retired endpoint list:
+    :func:`sandbox.endpoints_retired`), or more than one socket (a rotation over several
+    Podman services is what the Ray backend replaces).
+    """
+    from sandbox import endpoints_retired
+
+    if isinstance(urls, str):
+        raise ValueError(f"{field}: expected a list of Podman API URLs, got a string")
+    urls = [u for u in (urls or []) if u]
+    if [u for u in urls if not is_local_endpoint(u)] or len(urls) > 1:
+        raise ValueError(endpoints_retired(field))
+    return urls
 
 
 class PodmanRuntime:
     """Runs :class:`~sandbox.trial.TrialSpec` s in fresh Podman containers.
 
     Args:
-        endpoints: verifier endpoints, Podman API URLs (``unix:///...``, ``ssh://...``);
-            trials rotate over them. Empty: start a private local service for the
-            lifetime of this object.
+        endpoints: the local socket verifier trials use, at most one ``unix://`` URL
+            (:func:`check_trial_endpoints`). Empty: the first of ``agent_endpoints``, else a
+            private local service started for the lifetime of this object.
         run_id: label value put on every container (default: random).
-        identity: SSH key for ``ssh://`` endpoints.
         agent_endpoints: where agent sessions (:class:`~sandbox.session.PodmanSession`)
-            run, local only (:func:`check_agent_endpoints`). Empty: the local ones among
-            ``endpoints``, else a private local service.
+            run, local only (:func:`check_agent_endpoints`), round robin. Empty: the trial
+            socket.
 
     Containers run with no network, all capabilities dropped, no-new-privileges,
     and the memory / pids / CPU limits of the spec. Thread-safe: one
     :meth:`run_trial` call per worker thread.
 
     Raises:
-        ValueError: a remote agent endpoint (before anything starts).
+        ValueError: a remote agent endpoint, a remote or second trial endpoint (before
+            anything starts).
         PodmanUnavailable: no endpoint and the local service cannot start.
     """
 
     def __init__(self, endpoints: list[str] | None = None, run_id: str | None = None,
-                 identity: str | None = None, agent_endpoints: list[str] | None = None) -> None:
+                 agent_endpoints: list[str] | None = None) -> None:
         agents = check_agent_endpoints(agent_endpoints)
+        trials = check_trial_endpoints(endpoints)
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.identity = identity
         self._service: PodmanService | None = None
-        endpoints = [e for e in (endpoints or []) if e]
-        if not agents:
-            agents = [e for e in endpoints if is_local_endpoint(e)]
-        if not endpoints or not agents:
+        # one Podman on this machine serves both kinds of container unless told otherwise
+        url = (trials or agents or [""])[0]
+        if not url:
             self._service = PodmanService()
-            endpoints = endpoints or [self._service.url]
-            agents = agents or [self._service.url]
-        self.endpoints = list(endpoints)
-        self.agent_endpoints = list(agents)
-        self._next = itertools.cycle(range(len(self.endpoints)))
+            url = self._service.url
+        self.endpoints = [url]
+        self.agent_endpoints = agents or [url]
         self._next_agent = itertools.cycle(range(len(self.agent_endpoints)))
         self._lock = threading.Lock()
         self._live: dict[str, str] = {}  # container name -> endpoint
@@ -212,7 +231,7 @@ class PodmanRuntime:
         self._closed = True
         failed = [name for name, endpoint in list(self._live.items())
                   if not self._force_remove(endpoint, name)]
-        if failed and all(is_local_endpoint(e) for e in self.all_endpoints()):
+        if failed:  # every endpoint is on this machine: the CLI reaches its containers
             try:
                 gc(self.run_id)
             except Exception:
@@ -245,9 +264,7 @@ class PodmanRuntime:
             error = "no answer"
             for attempt in range(1, max(1, attempts) + 1):
                 try:
-                    kwargs = ({"identity": self.identity}
-                              if self.identity and url.startswith("ssh") else {})
-                    with PodmanClient(base_url=url, timeout=timeout_s, **kwargs) as client:
+                    with PodmanClient(base_url=url, timeout=timeout_s) as client:
                         if client.ping():
                             break
                 except Exception as exc:  # connection refused, socket gone, timeout
@@ -277,18 +294,11 @@ class PodmanRuntime:
         """A podman-py client for ``endpoint``; ``timeout_s`` bounds each API call."""
         from podman import PodmanClient
 
-        url = endpoint or self.endpoints[0]
-        kwargs = {"identity": self.identity} if self.identity and url.startswith("ssh") else {}
-        return PodmanClient(base_url=url, timeout=timeout_s, **kwargs)
+        return PodmanClient(base_url=endpoint or self.endpoints[0], timeout=timeout_s)
 
     def all_endpoints(self) -> list[str]:
         """Verifier and agent endpoints, each once, in that order."""
         return list(dict.fromkeys(self.endpoints + self.agent_endpoints))
-
-    def _pick_verifier_endpoint(self) -> str:
-        """The next verifier endpoint (round robin over :attr:`endpoints`)."""
-        with self._lock:
-            return self.endpoints[next(self._next)]
 
     def _pick_endpoint(self) -> str:
         """The next **agent** endpoint (round robin over :attr:`agent_endpoints`, all local);
@@ -354,7 +364,7 @@ class PodmanRuntime:
         killed, create failed) come back as ``exit_class="infra_error"`` with the
         error text, never as a test outcome. Cleanup always runs.
         """
-        endpoint = self._pick_verifier_endpoint()
+        endpoint = self.endpoints[0]
         name = f"ecredit-{self.run_id}-{spec.trial_id}-{uuid.uuid4().hex[:6]}"
         res = TrialResult(trial_id=spec.trial_id, exit_class="infra_error", endpoint=endpoint)
         t0 = time.monotonic()
@@ -374,7 +384,7 @@ class PodmanRuntime:
                 if spec.repo_archive is not None:
                     container.put_archive(spec.workdir, spec.repo_archive)
                 container.put_archive("/", control_files(spec))
-                log_path = log_file(container) if is_local_endpoint(endpoint) else None
+                log_path = log_file(container)
                 cap = log_cap(spec.max_output_bytes)
                 container.start()
                 t_started = time.monotonic()

@@ -20,6 +20,10 @@ Each call:
    death comes back here as an ``infra_error`` result naming the node, so the pool retries
    it with a fresh container and counts it in ``attempts`` / ``retried_errors``).
 
+A killed trainer leaves nothing running on any node: the dispatcher watches the drivers
+attached to it and reaps the run's containers on every node when they are all dead
+(:mod:`sandbox.ray_reaper`).
+
 Trials need the custom resource :data:`SANDBOX_RESOURCE` (one unit each, ``num_cpus=0``:
 the container does the work, under its own CPU limit), so only nodes started with
 ``--resources '{"ecredit_sandbox": N}'`` serve trials and N caps each node; GPU training
@@ -118,7 +122,8 @@ def dispatcher_class():
 
     Its state: the cap, an asyncio semaphore of that size, the holders in flight (holder →
     node once the task said where it started), the peak in flight, the ranks attached (now
-    and ever) and the node → images index. All methods are async so they share one event loop.
+    and ever), the node → images index and the reaper's state (:class:`~sandbox.ray_reaper.
+    RunReaper`). All remote methods are async so they share one event loop.
     """
     global _DISPATCHER
     if _DISPATCHER is not None:
@@ -126,8 +131,10 @@ def dispatcher_class():
     ray = _import_ray()
     import asyncio
 
+    from sandbox.ray_reaper import RunReaper
+
     @ray.remote(num_cpus=0, max_restarts=0)
-    class Dispatcher:
+    class Dispatcher(RunReaper):
         def __init__(self, cap: int) -> None:
             self.cap = cap
             self.sem = asyncio.Semaphore(cap)
@@ -136,19 +143,26 @@ def dispatcher_class():
             self.attached = 0
             self.attaches = 0
             self.index: dict[str, list[str]] = {}
+            self.reaper_init(dispatcher_name(""), reap_run)
 
-        async def attach(self) -> int:
+        async def attach(self, job: str = "") -> int:
+            """This rank's cap; 0 when this actor is ending (RunReaper.join)."""
+            if not await self.join(job):
+                return 0
             self.attached += 1
             self.attaches += 1
             return self.cap
 
-        async def detach(self) -> int:
+        async def detach(self, job: str = "") -> int:
             self.attached -= 1
+            self.leave(job)
             return self.attached
 
-        async def acquire(self, holder: str) -> dict[str, int]:
+        async def acquire(self, holder: str, job: str = "") -> dict[str, int]:
             await self.sem.acquire()
             self.holders[holder] = ""
+            if job:
+                self.holder_job[holder] = job
             self.peak = max(self.peak, len(self.holders))
             return await self.load()
 
@@ -171,6 +185,7 @@ def dispatcher_class():
             return self.holders.get(holder, "")
 
         async def release(self, holder: str) -> None:
+            self.holder_job.pop(holder, None)
             if self.holders.pop(holder, None) is not None:
                 self.sem.release()
 
@@ -196,6 +211,21 @@ def dispatcher_class():
 
     _DISPATCHER = Dispatcher
     return Dispatcher
+
+
+def reap_run(run_id: str) -> list[tuple[str, list[str]]]:
+    """Remove ``run_id``'s containers on every live sandbox node, from an already connected
+    process (the dispatcher, :mod:`sandbox.ray_reaper`), twice
+    :data:`~sandbox.ray_reaper.REAP_GRACE_S` seconds apart: a worker of a dead driver may
+    still have been creating one at the first sweep. Returns ``[(node id, names removed)]``."""
+    import time
+
+    from sandbox.ray_node import gc_here
+    from sandbox.ray_reaper import REAP_GRACE_S
+
+    out = on_each_node(gc_here, run_id)
+    time.sleep(REAP_GRACE_S)
+    return out + on_each_node(gc_here, run_id)
 
 
 def connect(address: str):

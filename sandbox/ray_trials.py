@@ -29,6 +29,9 @@ from sandbox.ray_dispatch import (
 )
 from sandbox.trial import TrialResult, TrialSpec
 
+ATTACH_TRIES = 60
+"""Attempts (0.5 s apart) to attach to the run's dispatcher while one found is ending."""
+
 
 class RayTrials:
     """Verifier trials as Ray tasks on the cluster's sandbox nodes (see the module docstring).
@@ -64,11 +67,24 @@ class RayTrials:
         # sandbox node that may be lost: a soft preference was seen spilled to a sandbox node
         # here, and the driver's "own" node is ambiguous when nodes share an IP
         head = head_node()
-        self.dispatcher = dispatcher_class().options(
-            name=dispatcher_name(run_id), namespace=NAMESPACE, lifetime="detached",
-            get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
-        cap = self.ray.get(self.dispatcher.attach.remote())
+        # the job id lets the dispatcher reap the run if this driver dies unannounced
+        self._job = self.ray.get_runtime_context().get_job_id()
+        for _ in range(ATTACH_TRIES):  # the one found may be ending (it reaped dead drivers)
+            self.dispatcher = dispatcher_class().options(
+                name=dispatcher_name(run_id), namespace=NAMESPACE, lifetime="detached",
+                get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
+            try:
+                cap = self.ray.get(self.dispatcher.attach.remote(self._job))
+            except self.ray.exceptions.RayActorError:
+                cap = 0
+            if cap:
+                break
+            time.sleep(0.5)
+        else:
+            self._shutdown()
+            raise RayUnavailable(f"run {run_id}'s dispatcher kept ending for "
+                                 f"{ATTACH_TRIES * 0.5:.0f} s; try again")
         self._attached = True
         if cap != self.options.max_in_flight:
             self.close()
@@ -142,7 +158,7 @@ class RayTrials:
         t0 = time.monotonic()
         node = None
         try:
-            load = self.ray.get(self.dispatcher.acquire.remote(holder))
+            load = self.ray.get(self.dispatcher.acquire.remote(holder, self._job))
             slot_wait = time.monotonic() - t0
             node = self.choose(spec, load)
             submitted = time.time()
@@ -212,7 +228,7 @@ class RayTrials:
             from sandbox.ray_node import gc_here
 
             try:
-                if self.ray.get(self.dispatcher.detach.remote()) <= 0:
+                if self.ray.get(self.dispatcher.detach.remote(self._job)) <= 0:
                     on_each_node(gc_here, self.run_id)
                     self.ray.kill(self.dispatcher)
             except self.ray.exceptions.RayError:

@@ -591,10 +591,184 @@ def train(out_path: str, runs: str) -> None:
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
+def victim(address: str, run_id: str, n: int) -> None:
+    """A trainer-like driver (tests/test_ray_cleanup.py): the runtime ``train.py`` makes for
+    ``sandbox_backend=ray`` and a pool with ``n`` long trials in flight; it never finishes on
+    its own (the test SIGKILLs it)."""
+    from sandbox import make_runtime
+
+    rt = make_runtime("podman", backend="ray", run_id=run_id,
+                      ray=RayOptions(address=address, max_in_flight=n))
+    pool = VerifierPool(rt, max_concurrency=n, max_retries=0)
+    futures = [pool.submit(spec(f"long{i}", default_image(), sleep=300)) for i in range(n)]
+    print("submitted", flush=True)
+    for fut in futures:
+        fut.result()
+
+
+def resumed_at_once(address: str, driver: str) -> dict:
+    """SIGKILL a driver with two trials in flight under a cap of 2, then at once (as soon as
+    its process is gone) start another driver of the same run (a resume) with two short
+    trials: they must get slots and be graded, and the run end with nothing left."""
+    import signal
+
+    run_id = f"rt-resume-{os.getpid()}"
+    child = subprocess.Popen([sys.executable, driver, "victim", address, run_id, "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(containers(run_id)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    running = containers(run_id)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, driver, "rank", address, run_id, "2", "2"],
+                          capture_output=True, text=True, timeout=240)
+    out = {"running": running, "rc": proc.returncode, "resume_s": round(time.monotonic() - t0, 2),
+           "tail": proc.stderr[-2000:]}
+    if proc.returncode == 0:
+        out["resumed"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 60
+    while containers(run_id, all_states=True) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    out["left"] = containers(run_id, all_states=True)
+    return out
+
+
+def killed_driver(address: str, driver: str, poll_s: float) -> dict:
+    """SIGKILL a driver whose two trials run on the sandbox nodes; then watch, every 0.25 s
+    for at most 90 s, for its containers (``podman ps -a``: every node's, all share this
+    machine's Podman) and its dispatcher actor to go. Before the kill, the live run is
+    watched for ``3 * poll_s`` seconds: the reaper must not touch it."""
+    import signal
+
+    import ray
+
+    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+
+    def dispatcher_alive() -> bool:
+        try:
+            ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+            return True
+        except ValueError:
+            return False
+
+    run_id = f"rt-victim-{os.getpid()}"
+    connect(address)
+    child = subprocess.Popen([sys.executable, driver, "victim", address, run_id, "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(containers(run_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        running = containers(run_id)
+        load = ray.get(ray.get_actor(dispatcher_name(run_id), namespace=NAMESPACE)
+                       .load.remote())
+        time.sleep(3 * poll_s)  # the reaper polls meanwhile; the driver is alive
+        still = containers(run_id)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    t0 = time.monotonic()
+    gone: dict[str, float] = {}
+    left = containers(run_id, all_states=True)
+    while time.monotonic() - t0 < 90 and len(gone) < 2:
+        left = containers(run_id, all_states=True)
+        if not left:
+            gone.setdefault("containers_s", round(time.monotonic() - t0, 2))
+        if not dispatcher_alive():
+            gone.setdefault("dispatcher_s", round(time.monotonic() - t0, 2))
+        time.sleep(0.25)
+    return {"running": running, "load": load, "still_running_alive": still,
+            "child_rc": child.returncode, "gone": gone, "left": left,
+            "dispatcher_left": dispatcher_alive(),
+            "child_stderr": child.stderr.read()[-2000:] if child.stderr else ""}
+
+
+def cleanup(out_path: str) -> None:
+    """The cleanup scenario (tests/test_ray_cleanup.py) on its own cluster: a head node
+    without the sandbox resource and two sandbox nodes, as in :func:`main`."""
+    from ray.cluster_utils import Cluster
+
+    from sandbox.ray_reaper import REAP_POLL_S
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+        report = {"nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
+                            "b": b.node_id}, "poll_s": REAP_POLL_S}
+        t = time.monotonic()
+        report["killed"] = killed_driver(cluster.address, __file__, REAP_POLL_S)
+        report["killed"]["seconds"] = round(time.monotonic() - t, 2)
+        t = time.monotonic()
+        report["resumed"] = resumed_at_once(cluster.address, __file__)
+        report["resumed"]["seconds"] = round(time.monotonic() - t, 2)
+    finally:
+        import ray
+
+        if ray.is_initialized():  # killed_driver connected this process as a driver
+            ray.shutdown()
+        cluster.shutdown()
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
+def tools(out_path: str, work: str) -> None:
+    """``python -m eval.controls`` (one bundled holdout task: its gold and empty controls) and
+    ``python -m ecredit_trl.credit.pilot`` (one scripted gold_only rollout of that task:
+    factual, counterfactual and control trials) with ``--sandbox-backend ray`` on a head
+    node and two sandbox nodes; rc, output tail and the node of every trial they recorded."""
+    from ray.cluster_utils import Cluster
+
+    from ecredit_trl.credit.scripted import scripted_trajectories
+    from ecredit_trl.credit.trajectory import dump_trajectories
+    from eval.splits import load_tasks
+
+    root, work = Path(__file__).resolve().parents[1], Path(work)
+    task = load_tasks("bundled:holdout")[0]
+    trajs = work / "trajs.jsonl"
+    dump_trajectories(scripted_trajectories([task], kinds=("gold_only",)), trajs)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+        ray_flags = ["--sandbox-backend", "ray", "--ray-address", cluster.address,
+                     "--sandbox-max-in-flight", "2"]
+        report = {"nodes": {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}}
+        for name, cmd, records in (
+                ("controls", ["-m", "eval.controls", "--split", "bundled:holdout", "--task-id",
+                              task.instance_id, "--out", str(work / "controls")],
+                 lambda: [c.get("node", "") for r in json.loads(
+                     (work / "controls" / "controls.json").read_text())["per_task"].values()
+                     for c in (r["gold"], r["empty"])]),
+                ("pilot", ["-m", "ecredit_trl.credit.pilot", "--tasks", "bundled:holdout",
+                           "--trajectories", str(trajs), "--out", str(work / "pilot")],
+                 lambda: [json.loads(x)["node"] for x in (work / "pilot" / "trials.jsonl")
+                          .read_text().splitlines() if x.strip()])):
+            proc = subprocess.run([sys.executable, *cmd, *ray_flags], cwd=root,
+                                  capture_output=True, text=True, timeout=600)
+            report[name] = {"rc": proc.returncode, "tail": proc.stderr[-3000:]}
+            try:
+                report[name]["nodes"] = records()
+            except (OSError, KeyError, ValueError) as exc:
+                report[name]["nodes"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        cluster.shutdown()
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "rank":
         rank(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1] == "train":
         train(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "victim":
+        victim(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "cleanup":
+        cleanup(sys.argv[2])
+    elif sys.argv[1] == "tools":
+        tools(sys.argv[2], sys.argv[3])
     else:
         main(sys.argv[1])

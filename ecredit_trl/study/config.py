@@ -23,6 +23,9 @@ names the key)::
     pooled_seeds: shared           # seeds-pooled differences use the seeds both arms
                                    #     share (M−E on E's seeds); `all`: every seed
     accelerate_config: null        # path of an `accelerate launch --config_file`
+    sandbox: {backend: local, ray_address: auto, max_in_flight: 24, podman_url: "",
+              image_registry: null}  # where verifier trials run, for every training run
+                                   #     and every eval.run (issue 25; docs/scale-out.md)
 
 ``arm``, ``seed``, ``output_dir`` and ``runs_dir`` are set by the study per run and may not
 appear under ``train``. The resolved config (defaults filled in) is hashed with sha256 over
@@ -31,6 +34,16 @@ exception: ``eval.reuse_verdicts: false`` (the default) is left out of the resol
 so studies bound before the key existed keep their hash; the same holds for the later keys
 at their defaults (:data:`OMIT_AT_DEFAULT`: ``eval.in_distribution: []``,
 ``bootstrap.power: 0.8``, ``pooled_seeds: shared``).
+
+``sandbox`` chooses where verifier trials run (issue 25): ``local`` (the default) or ``ray``
+(an existing cluster at ``ray_address``; ``max_in_flight`` is the cluster-wide cap of each
+unit). Every unit gets it: training runs as ``--sandbox_backend ...`` fields (a resume too:
+the study's current section wins over the run's recorded one) and ``eval.run`` as
+``--sandbox-backend ...`` flags. It is recorded in ``study.json`` when not at its default but
+left out of the hash (:data:`UNHASHED_KEYS`): results do not depend on where a trial ran, as
+a run's manifest does not bind these fields (``ecredit_trl.runs.manifest``), so a study may
+move to a cluster half-way. The same fields under ``train`` are refused (one place for both
+kinds of unit).
 
 The training pool never overlaps an evaluation split unless that split is listed in
 ``eval.in_distribution`` (DESIGN.md §4); ``official500`` / ``holdout100`` are evaluation-only.
@@ -48,15 +61,24 @@ from pathlib import Path
 
 ARMS = ("O", "B", "M", "E")
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
-            "accelerate_config", "pooled_seeds")
+            "accelerate_config", "pooled_seeds", "sandbox")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
                  "concurrency": 2, "seed": 0, "max_turns": None, "max_new_tokens": None,
                  "runtime": "podman", "reuse_verdicts": False, "in_distribution": []}
 BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05, "power": 0.8}
 POOLED_SEEDS = ("shared", "all")
+#: the ``sandbox`` section: key → default, and the ECreditConfig field each one sets
+SANDBOX_DEFAULTS = {"backend": "local", "ray_address": "auto", "max_in_flight": 24,
+                    "podman_url": "", "image_registry": None}
+SANDBOX_FIELDS = {"backend": "sandbox_backend", "ray_address": "ray_address",
+                  "max_in_flight": "sandbox_max_in_flight", "podman_url": "ray_podman_url",
+                  "image_registry": "ray_image_registry"}
 #: (section or None, key) → the default left out of the resolved config (hash stability)
 OMIT_AT_DEFAULT = {("eval", "reuse_verdicts"): False, ("eval", "in_distribution"): [],
-                   ("bootstrap", "power"): 0.8, (None, "pooled_seeds"): "shared"}
+                   ("bootstrap", "power"): 0.8, (None, "pooled_seeds"): "shared",
+                   (None, "sandbox"): SANDBOX_DEFAULTS}
+#: recorded in study.json but not hashed: where trials run does not change a result
+UNHASHED_KEYS = ("sandbox",)
 #: train.py's ModelArguments that a study may set under ``train`` (``model`` is top level)
 MODEL_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
                 "warmstart_steps")
@@ -87,6 +109,7 @@ class StudyConfig:
     bootstrap: dict
     accelerate_config: str | None
     pooled_seeds: str = "shared"
+    sandbox: dict = field(default_factory=lambda: dict(SANDBOX_DEFAULTS))
     path: str | None = field(default=None, compare=False)
 
     def resolved(self) -> dict:
@@ -103,9 +126,25 @@ class StudyConfig:
         return out
 
     def sha256(self) -> str:
-        """sha256 (hex) of the canonical JSON of :meth:`resolved`."""
-        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        """sha256 (hex) of the canonical JSON of :meth:`resolved` without
+        :data:`UNHASHED_KEYS`."""
+        hashed = {k: v for k, v in self.resolved().items() if k not in UNHASHED_KEYS}
+        blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def sandbox_flags(self, style: str) -> list[str]:
+        """The ``sandbox`` section as command-line flags: ``style="train"`` gives
+        ECreditConfig fields (``--sandbox_backend ray --ray_address A ...``), ``"eval"``
+        gives ``eval.run`` flags (``--sandbox-backend ray ...``). The local backend gives only
+        the backend flag (nothing else applies to it); unset optional keys are left out."""
+        sb = self.sandbox
+        keys = ["backend"] if sb["backend"] == "local" else [
+            k for k in SANDBOX_FIELDS if sb[k] not in (None, "")]
+        out: list[str] = []
+        for k in keys:
+            flag = SANDBOX_FIELDS[k] if style == "train" else SANDBOX_FIELDS[k].replace("_", "-")
+            out += [f"--{flag}", str(sb[k])]
+        return out
 
     def eval_n(self, split: str) -> int:
         """Rollouts per task on ``split`` (``eval.n_by_split`` overrides ``eval.n``)."""
@@ -167,12 +206,20 @@ def validate_train(train, where: str = "config") -> dict:
     if not isinstance(train, dict):
         raise _err(where, "train", f"expected a mapping of ECreditConfig fields, got {train!r}")
     types = _train_field_types()
+    moved = {f: key for key, f in SANDBOX_FIELDS.items()}
     for k, v in train.items():
         if k in RESERVED_TRAIN:
             raise _err(where, f"train.{k}", "set by the study for every run (use arms/seeds/"
                        "model at the top level)")
         if k not in types:
             raise _err(where, f"train.{k}", "unknown field (not an ECreditConfig field)")
+        if k in moved:
+            raise _err(where, f"train.{k}", f"set it as sandbox.{moved[k]} (the sandbox "
+                       "section applies to training runs and eval.run alike)")
+        if k == "verifier_endpoints" and v:
+            from sandbox import endpoints_retired  # noqa: PLC0415
+
+            raise _err(where, f"train.{k}", endpoints_retired(k).split(": ", 1)[1])
         _check_value(where, k, types[k], v)
     return dict(train)
 
@@ -232,6 +279,38 @@ def _validate_eval(where: str, ev: dict) -> dict:
                        f"{splits!r}")
     ev["in_distribution"] = list(ind)
     return ev
+
+
+def _validate_sandbox(where: str, sb: dict, runtimes: dict[str, str]) -> dict:
+    """Check the ``sandbox`` section (filled with :data:`SANDBOX_DEFAULTS`); ``runtimes``
+    maps ``eval.runtime`` / ``train.runtime`` to their values (ray needs podman for both).
+
+    Raises: StudyConfigError naming ``sandbox.<key>``.
+    """
+    from sandbox import BACKENDS  # noqa: PLC0415
+
+    if sb["backend"] not in BACKENDS:
+        raise _err(where, "sandbox.backend", f"expected one of {', '.join(BACKENDS)}, got "
+                   f"{sb['backend']!r}")
+    if not isinstance(sb["ray_address"], str) or not sb["ray_address"].strip():
+        raise _err(where, "sandbox.ray_address", f"expected 'auto' or HOST:PORT of a running "
+                   f"cluster, got {sb['ray_address']!r}")
+    m = sb["max_in_flight"]
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise _err(where, "sandbox.max_in_flight", f"expected an int >= 1, got {m!r}")
+    url = sb["podman_url"]
+    if not isinstance(url, str) or (url and not url.startswith("unix://")):
+        raise _err(where, "sandbox.podman_url", f"expected \"\" or a node-local unix:// "
+                   f"socket, got {url!r}")
+    reg = sb["image_registry"]
+    if reg is not None and (not isinstance(reg, str) or not reg):
+        raise _err(where, "sandbox.image_registry", f"expected a registry/mirror or null, "
+                   f"got {reg!r}")
+    for key, runtime in runtimes.items():
+        if sb["backend"] == "ray" and runtime != "podman":
+            raise _err(where, "sandbox.backend", f"ray runs every trial in Podman on a "
+                       f"cluster node; {key} must be podman, got {runtime!r}")
+    return sb
 
 
 def _validate_bootstrap(where: str, bs: dict) -> dict:
@@ -303,9 +382,13 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
     pooled = raw.get("pooled_seeds") or "shared"
     if pooled not in POOLED_SEEDS:
         raise _err(where, "pooled_seeds", f"expected one of {POOLED_SEEDS}, got {pooled!r}")
+    sb = _validate_sandbox(where, _section(where, "sandbox", raw.get("sandbox"),
+                                           SANDBOX_DEFAULTS),
+                           {"eval.runtime": ev["runtime"],
+                            "train.runtime": train.get("runtime", "podman")})
     return StudyConfig(name=name, model=model, arms=arms, seeds=seeds, seeds_by_arm=seeds_by_arm,
                        train=train, eval=ev, bootstrap=bs, accelerate_config=acc,
-                       pooled_seeds=pooled, path=path)
+                       pooled_seeds=pooled, sandbox=sb, path=path)
 
 
 def config_from_study_json(path: str | Path) -> StudyConfig:
@@ -370,6 +453,6 @@ def split_dirname(split: str) -> str:
     return split.replace(":", "-")
 
 
-__all__ = ["ARMS", "OMIT_AT_DEFAULT", "POOLED_SEEDS", "StudyConfig", "StudyConfigError",
+__all__ = ["ARMS", "OMIT_AT_DEFAULT", "POOLED_SEEDS", "SANDBOX_DEFAULTS", "StudyConfig", "StudyConfigError",
            "changed_keys", "config_from_dict", "config_from_study_json", "load_study_config",
            "split_dirname", "validate_train"]

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ecredit_trl.study.config import StudyConfig, changed_keys, split_dirname
+from ecredit_trl.study.config import UNHASHED_KEYS, StudyConfig, changed_keys, split_dirname
 from ecredit_trl.study.status import (
     LOCK_NAME,
     Unit,
@@ -78,8 +78,18 @@ def bind_study(cfg: StudyConfig, out: Path, *, allow_changed: bool, command: lis
         return rec
     old = json.loads(path.read_text(encoding="utf-8"))
     if old.get("config_sha256") == new["config_sha256"]:
-        return old
-    keys = changed_keys({k: old.get(k) for k in cfg.resolved()}, cfg.resolved())
+        if old.get("sandbox") == new.get("sandbox"):
+            return old
+        # an unhashed key changed (where trials run): accepted, recorded in the history
+        rec = {k: v for k, v in old.items() if k != "sandbox"}
+        rec.update({k: new[k] for k in UNHASHED_KEYS if k in new})
+        rec["history"] = list(old.get("history", [])) + [{
+            "at": _now(), "command": command, "changed_keys": [
+                k for k in changed_keys(old, new) if k.startswith("sandbox")]}]
+        _write_json(path, rec)
+        return rec
+    keys = [k for k in changed_keys({k: old.get(k) for k in cfg.resolved()}, cfg.resolved())
+            if k.split(".")[0] not in UNHASHED_KEYS]
     if not allow_changed:
         raise StudyRefused(f"{path}: the study config changed ({', '.join(keys) or 'hash'}); "
                            "rerun with --allow-changed to accept it, or use another --out")
@@ -143,13 +153,16 @@ def train_command(cfg: StudyConfig, arm: str, seed: int, run_dir: Path,
     if resume_from is not None:
         extra = (["--allow-changed", "code", "--reason", "study run --allow-changed"]
                  if allow_code_change else [])
-        return cmd + ["--resume-from", str(resume_from), *extra]
+        # the study's sandbox section wins over the run's recorded one (unbound fields)
+        return cmd + [*cfg.sandbox_flags("train"), "--resume-from", str(resume_from), *extra]
     cmd += ["--arm", arm, "--seed", str(seed), "--output_dir", str(run_dir)]
     if cfg.model is not None:
         cmd += ["--model", cfg.model]
     for k, v in cfg.train.items():
         if v is not None:
             cmd += _flag_values(k, v)
+    if cfg.sandbox["backend"] != "local":  # a local run's command stays as it always was
+        cmd += cfg.sandbox_flags("train")
     return cmd
 
 
@@ -163,6 +176,8 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
            "--n", str(cfg.eval_n(split)), "--out", str(out_dir), "--seed", str(ev["seed"]),
            "--concurrency", str(ev["concurrency"]), "--batch-size", str(ev["batch_size"]),
            "--runtime", ev["runtime"]]
+    if cfg.sandbox["backend"] != "local":
+        cmd += cfg.sandbox_flags("eval")
     for key, flag in (("temperature", "--temperature"), ("max_turns", "--max-turns"),
                       ("max_new_tokens", "--max-new-tokens")):
         if ev[key] is not None:
