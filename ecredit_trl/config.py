@@ -66,15 +66,16 @@ class ECreditConfig(GRPOConfig):
         metadata={"help": "retired (issue 25): any value is refused with a migration "
                           "message; trials on other hosts run with sandbox_backend=ray"})
     sandbox_backend: str = field(default="local", metadata={
-        "help": "where verifier trials run: local (this machine's Podman) or ray (Ray tasks "
-                "on an existing cluster's sandbox nodes, each with its own Podman; "
-                "docs/scale-out.md)"})
+        "help": "where verifier trials and agent sandboxes run: local (this machine's "
+                "Podman) or ray (Ray tasks and actors on an existing cluster's sandbox nodes, "
+                "each with its own Podman; docs/scale-out.md)"})
     ray_address: str = field(default="auto", metadata={
         "help": "sandbox_backend=ray: address of the running Ray cluster (auto, HOST:PORT, "
                 "ray://HOST:10001); the trainer never starts a cluster"})
     sandbox_max_in_flight: int = field(default=24, metadata={
-        "help": "sandbox_backend=ray: cluster-wide cap on verifier trials in flight, shared "
-                "by every rank of the run (a named Ray actor)"})
+        "help": "sandbox_backend=ray: cluster-wide cap on verifier trials and agent sandboxes "
+                "in flight together, shared by every rank of the run (a named Ray actor); "
+                "set it above one generation round's rollouts across ranks plus trial slots"})
     ray_podman_url: str = field(default="", metadata={
         "help": "sandbox_backend=ray: each node's Podman socket (e.g. unix:///run/podman/"
                 "podman.sock); empty: a private service per Ray worker"})

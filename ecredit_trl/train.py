@@ -334,7 +334,9 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:
         raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
-    if cfg.runtime == "podman":  # issue 13 §2: one line before any warm start or receipt
+    # issue 13 §2: one line before any warm start or receipt; with sandbox_backend=ray the
+    # sandbox nodes hold (or pull) the images, recorded from their storage in the manifest
+    if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
         from eval.presence import require_task_images
 
         require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
@@ -371,7 +373,8 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
             run_name=run_name, argv=run_argv if resume is None else resume.manifest["argv"],
             config=config, tasks=tasks, task_source=cfg.tasks,
             images={t.image for t in tasks}, world_size=cfg.world_size,
-            model=model_identity(model_path), runtime=cfg.runtime)
+            model=model_identity(model_path), runtime=cfg.runtime,
+            image_ids=_node_image_ids(cfg, run_name))
         if resume is None:
             return start_new_run(cfg=cfg, run_dir=run_dir, run_name=run_name,
                                  manifest=manifest, config=config, task_ids=task_ids,
@@ -401,6 +404,21 @@ def _load_policy(cfg, margs, model_path):
     from ecredit_trl.policy.preflight import lora_config
 
     return tokenizer, model, lora_config(margs, model_path)
+
+
+def _node_image_ids(cfg, run_name: str):
+    """The manifest's image → id lookup on the Ray backend: the sandbox nodes' storage
+    (:func:`sandbox.ray_dispatch.cluster_image_ids`), which is where trials and sandboxes run;
+    None (this machine's Podman) on the local backend."""
+    if cfg.sandbox_backend != "ray":
+        return None
+
+    def lookup(images):
+        from sandbox.ray_dispatch import cluster_image_ids, connect
+
+        connect(cfg.ray_address)  # the runtime made next reuses this connection
+        return cluster_image_ids(images, run_id=run_name, podman_url=cfg.ray_podman_url)
+    return lookup
 
 
 def _make_runtime(cfg, run_name: str):

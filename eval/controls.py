@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.flaky import FLAKY_RULE, find_flaky, flaky_rule
+from eval.presence import runtime_kind, task_image_digests
 from sandbox import add_runtime_args, runtime_from_args
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
@@ -96,16 +97,6 @@ def _write_json(path: Path, obj) -> None:
     from eval.files import write_json as wj
 
     wj(path, obj)
-
-
-def _digests(images: Sequence[str], runtime_kind: str) -> dict[str, str | None]:
-    """Image name → digest (``sandbox.images.image_digest``); None for a local runtime or an
-    image absent locally."""
-    if runtime_kind != "podman":
-        return dict.fromkeys(sorted(set(images)))
-    from sandbox.images import image_digest
-
-    return {name: image_digest(name) for name in sorted(set(images))}
 
 
 # ---------------------------------------------------------------------------
@@ -272,9 +263,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
-    kind = runtime if isinstance(runtime, str) else (
-        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
-    digests = require_task_images(tasks, split, kind)  # issue 13 §2: refuse when missing
+    kind = runtime_kind(runtime)
+    digests = require_task_images(tasks, split, runtime)  # issue 13 §2: refuse when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
@@ -467,10 +457,9 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
         gone = sorted(set(images) - set(now_images))
         raise AdmissionError(f"--admission {p}: images changed (new: {extra[:5]}, "
                              f"no longer used: {gone[:5]})")
-    kind = runtime if isinstance(runtime, str) else (
-        "local" if type(runtime).__name__ == "LocalRuntime" else "podman")
+    kind = runtime_kind(runtime)
     if kind == "podman":
-        now = _digests(now_images, "podman")
+        now = task_image_digests(now_images, runtime)
         changed = [f"{name}: {images[name]} -> {now[name]}" for name in now_images
                    if images[name] != now[name]]
         if changed:

@@ -41,6 +41,18 @@ def missing_message(missing: Sequence[str], total: int, split: str) -> str:
     return line + f"pull them with: {pull_command(split)}"
 
 
+def task_image_digests(images: Sequence[str], runtime) -> dict[str, str | None]:
+    """Image name → digest (``sandbox.images.image_digest``; on the Ray backend the sandbox
+    nodes', ``runtime.image_ids``); None for a local runtime or an image absent."""
+    if runtime_kind(runtime) != "podman":
+        return dict.fromkeys(sorted(set(images)))
+    if hasattr(runtime, "image_ids"):
+        return runtime.image_ids(images)
+    from sandbox.images import image_digest
+
+    return {name: image_digest(name) for name in sorted(set(images))}
+
+
 def require_task_images(tasks: Sequence, split: str, runtime="podman") -> dict[str, str | None]:
     """Check that every task's image is in local Podman storage; return image → digest.
 
@@ -48,7 +60,9 @@ def require_task_images(tasks: Sequence, split: str, runtime="podman") -> dict[s
         tasks: tasks with an ``image`` attribute (``eval.tasks.Task``).
         split: the task source as the user gave it (goes into the pull command).
         runtime: ``"podman"``/``"local"`` or a runtime object; a local runtime uses no
-            image, so nothing is checked and every digest is None.
+            image, so nothing is checked and every digest is None; a runtime with an
+            ``image_ids`` method (the Ray backend) answers for its sandbox nodes' storage
+            (None: on no node yet, pulled on first use).
 
     Returns: ``{image: "sha256:..."}`` for every distinct task image (sorted by name).
 
@@ -57,6 +71,11 @@ def require_task_images(tasks: Sequence, split: str, runtime="podman") -> dict[s
     images = sorted({t.image for t in tasks})
     if runtime_kind(runtime) != "podman":
         return dict.fromkeys(images)
+    if hasattr(runtime, "image_ids"):
+        # a cluster backend (sandbox_backend=ray): what counts is the sandbox nodes' storage,
+        # not this machine's; an image no node holds is pulled on the chosen node on first
+        # use (counted), so it is recorded as None rather than refused
+        return runtime.image_ids(images)
     from sandbox.images.pull import local_image_ids
 
     ids = local_image_ids(images)

@@ -9,10 +9,10 @@ from sandbox.pool import VerifierPool
 from sandbox.trial import Limits, TrialResult, TrialSpec
 
 __all__ = ["BACKENDS", "Limits", "TrialResult", "TrialSpec", "VerifierPool", "check_backend",
-           "endpoints_retired", "make_runtime"]
+           "endpoints_retired", "make_runtime", "runtime_argv"]
 
 BACKENDS = ("local", "ray")
-"""Where verifier trials are dispatched: this machine's runtime, or a Ray cluster."""
+"""Where verifier trials and agent sandboxes run: this machine's runtime, or a Ray cluster."""
 
 
 def endpoints_retired(field: str = "verifier_endpoints") -> str:
@@ -86,16 +86,41 @@ def add_runtime_args(ap) -> None:
     parser (the same names as the trainer's fields, with dashes)."""
     ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
     ap.add_argument("--sandbox-backend", choices=BACKENDS, default="local",
-                    help="where verifier trials run: local (this machine) or ray (tasks on "
-                         "an existing Ray cluster's sandbox nodes; docs/scale-out.md)")
+                    help="where verifier trials and agent sandboxes run: local (this machine) "
+                         "or ray (an existing Ray cluster's sandbox nodes; docs/scale-out.md)")
     ap.add_argument("--ray-address", default="auto",
                     help="ray: address of the running cluster (auto, HOST:PORT)")
     ap.add_argument("--sandbox-max-in-flight", type=int, default=24,
-                    help="ray: cluster-wide cap on trials in flight")
+                    help="ray: cluster-wide cap on trials and agent sandboxes in flight")
     ap.add_argument("--ray-podman-url", default="",
                     help="ray: each node's Podman socket (default: a private service per worker)")
     ap.add_argument("--ray-image-registry", default=None,
                     help="ray: where a node pulls an image it lacks (mirror or docker-archive:DIR)")
+    ap.add_argument("--sandbox-run-id", default=None,
+                    help="ray: join this run's dispatcher (its cap and cleanup) instead of "
+                         "a new one; set by eval.run for its rollout subprocess")
+
+
+def runtime_argv(runtime) -> list[str]:
+    """The :func:`add_runtime_args` flags that rebuild ``runtime`` in a child process: a
+    runtime name (``--runtime NAME``), a ``LocalRuntime`` / ``PodmanRuntime`` (``--runtime``
+    only), or a :class:`sandbox.ray_trials.RayRoutedRuntime`, whose child joins the same run's
+    dispatcher (``--sandbox-run-id``), so parent and child share one cluster-wide cap and the
+    child's sandboxes are reaped with the run."""
+    if isinstance(runtime, str):
+        return ["--runtime", runtime]
+    if type(runtime).__name__ == "LocalRuntime":
+        return ["--runtime", "local"]
+    trials = getattr(runtime, "trials", None)
+    if trials is None or not hasattr(trials, "options"):
+        return ["--runtime", "podman"]
+    o = trials.options
+    argv = ["--runtime", "podman", "--sandbox-backend", "ray", "--ray-address", o.address,
+            "--sandbox-max-in-flight", str(o.max_in_flight), "--ray-podman-url", o.podman_url,
+            "--sandbox-run-id", trials.run_id]
+    if o.registry:
+        argv += ["--ray-image-registry", o.registry]
+    return argv
 
 
 def runtime_from_args(args, run_prefix: str):
@@ -116,5 +141,5 @@ def runtime_from_args(args, run_prefix: str):
 
     opts = RayOptions(address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
                       podman_url=args.ray_podman_url, registry=args.ray_image_registry)
-    return make_runtime(args.runtime, backend="ray", ray=opts,
-                        run_id=f"{run_prefix}-{os.getpid()}")
+    run_id = getattr(args, "sandbox_run_id", None) or f"{run_prefix}-{os.getpid()}"
+    return make_runtime(args.runtime, backend="ray", ray=opts, run_id=run_id)

@@ -117,6 +117,24 @@ def _import_ray():
 _DISPATCHER = None
 
 
+class ImageIndex:
+    """The dispatcher's node → images index (a base of its actor class, as
+    :class:`~sandbox.ray_reaper.RunReaper` is): canonical image names per node id, seeded by
+    each rank's first listing of the nodes and grown as nodes pull. Async like every remote
+    method of the actor, so all run on its one event loop."""
+
+    index: dict[str, list[str]]
+
+    async def get_index(self) -> dict[str, list[str]]:
+        return self.index
+
+    async def set_images(self, node: str, images: list[str]) -> None:
+        self.index[node] = sorted(images)
+
+    async def add_image(self, node: str, image: str) -> None:
+        self.index[node] = sorted({*self.index.get(node, []), image})
+
+
 def dispatcher_class():
     """The dispatcher actor class (defined on first use, so ``sandbox`` imports without Ray).
 
@@ -134,7 +152,7 @@ def dispatcher_class():
     from sandbox.ray_reaper import RunReaper
 
     @ray.remote(num_cpus=0, max_restarts=0)
-    class Dispatcher(RunReaper):
+    class Dispatcher(RunReaper, ImageIndex):
         def __init__(self, cap: int) -> None:
             self.cap = cap
             self.sem = asyncio.Semaphore(cap)
@@ -142,7 +160,7 @@ def dispatcher_class():
             self.peak = 0
             self.attached = 0
             self.attaches = 0
-            self.index: dict[str, list[str]] = {}
+            self.index = {}
             self.reaper_init(dispatcher_name(""), reap_run)
 
         async def attach(self, job: str = "") -> int:
@@ -195,15 +213,6 @@ def dispatcher_class():
                 if node:
                     out[node] = out.get(node, 0) + 1
             return out
-
-        async def get_index(self) -> dict[str, list[str]]:
-            return self.index
-
-        async def set_images(self, node: str, images: list[str]) -> None:
-            self.index[node] = sorted(images)
-
-        async def add_image(self, node: str, image: str) -> None:
-            self.index[node] = sorted({*self.index.get(node, []), image})
 
         async def stats(self) -> dict:
             return {"cap": self.cap, "in_flight": len(self.holders), "peak": self.peak,
@@ -284,6 +293,29 @@ def on_each_node(fn, *args, nodes: list[str] | None = None, timeout_s: float = 1
         except ray.exceptions.RayError:
             pass
     return out
+
+
+def cluster_image_ids(images, *, run_id: str, podman_url: str = "") -> dict[str, str | None]:
+    """image → id over every live sandbox node (:func:`sandbox.ray_node.image_ids_here`), None
+    for an image no node holds (a node pulls it on first use, and the pull is counted). Needs
+    a connected Ray (``ray.init``).
+
+    Raises: ValueError naming the image and the ids when two nodes hold different images under
+    one name (their trials would test different environments).
+    """
+    from sandbox.ray_node import image_ids_here
+
+    seen: dict[str, dict[str, str]] = {}
+    for node, ids in on_each_node(image_ids_here, run_id, podman_url, sorted(set(images))):
+        for image, image_id in ids.items():
+            if image_id is not None:
+                seen.setdefault(image, {})[image_id] = node
+    for image, by_id in seen.items():
+        if len(by_id) > 1:
+            raise ValueError(f"image {image}: sandbox nodes hold different images under this "
+                             f"name ({', '.join(f'{i[:19]} on node {n[:8]}' for i, n in sorted(by_id.items()))}); "
+                             f"pull the same image on every node")
+    return {i: next(iter(seen[i])) if i in seen else None for i in sorted(set(images))}
 
 
 def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[str]]]:

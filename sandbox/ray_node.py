@@ -109,6 +109,21 @@ def list_images(run_id: str, podman_url: str = "") -> tuple[str, list[str]]:
     return ray.get_runtime_context().get_node_id(), sorted(names)
 
 
+def image_ids_here(run_id: str, podman_url: str, images: list[str]) -> tuple[str, dict]:
+    """``(node id, {image: id ("sha256:...") or None})`` for ``images`` in this node's Podman
+    (names compared in canonical form), for the run's recorded digests."""
+    import ray
+
+    from sandbox.images.pull import canonical
+
+    rt = node_runtime(run_id, podman_url)
+    with rt.client() as client:
+        ids = {canonical(tag): "sha256:" + img.id.removeprefix("sha256:")
+               for img in client.images.list() for tag in (img.tags or []) if "<none>" not in tag}
+    return (ray.get_runtime_context().get_node_id(),
+            {i: ids.get(canonical(i)) for i in sorted(set(images))})
+
+
 def gc_here(run_id: str | None) -> tuple[str, list[str]]:
     """``(node id, names removed)``: :func:`sandbox.podman_runtime.gc` on this node."""
     import ray

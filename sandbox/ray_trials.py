@@ -272,6 +272,14 @@ class RayRoutedRuntime(PodmanRuntime):
         """Run ``spec`` on the cluster (:meth:`RayTrials.run_trial`)."""
         return self.trials.run_trial(spec)
 
+    def image_ids(self, images) -> dict[str, str | None]:
+        """image → id in the sandbox nodes' storage (:func:`sandbox.ray_dispatch.cluster_image_ids`):
+        what :func:`eval.presence.require_task_images` checks and records on this backend."""
+        from sandbox.ray_dispatch import cluster_image_ids
+
+        return cluster_image_ids(images, run_id=self.trials.run_id,
+                                 podman_url=self.trials.options.podman_url)
+
     def open_workspace(self, task, site):
         """A rollout's workspace on a sandbox node (:meth:`RayWorkspaces.open`; the agent
         context calls it instead of building the workspace here)."""

@@ -538,7 +538,7 @@ def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
     cmd = [sys.executable, "-m", "eval.run", "--model", str(run / "checkpoint-final"),
            "--split", str(split), "--n", "1", "--out", str(out), "--max-new-tokens", "48",
            "--sandbox-backend", "ray", "--ray-address", address, "--sandbox-max-in-flight",
-           "2"]
+           "4"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env, timeout=600)
     slots = out / "slots.jsonl"
     rows = [json.loads(x) for x in slots.read_text().splitlines() if x.strip()] \
@@ -586,6 +586,7 @@ def train(out_path: str, runs: str) -> None:
         report["hosts_train"] = workspace_hosts(cluster.address)
         if proc.returncode == 0:  # then eval.run of the trained policy, same backend
             report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
+            report["hosts_all"] = workspace_hosts(cluster.address)
     finally:
         cluster.shutdown()
     Path(out_path).write_text(json.dumps(report, indent=1))

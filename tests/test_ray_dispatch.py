@@ -341,6 +341,9 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 6)
     ledger = _jsonl(run / "ledger.jsonl")
     assert [r["step"] for r in ledger] == [1, 2] and sum(r["infra_errors"] for r in ledger) == 0
+    # the recorded image digests are read from the sandbox nodes' storage (no local check)
+    images = json.loads((run / "manifest.json").read_text())["images"]
+    assert images and all(str(v).startswith("sha256:") for v in images.values()), images
     trajs = _jsonl(run / "trajectories.jsonl")
     trials = [t[k] for t in trajs for k in ("factual", "counterfactual") if t.get(k)]
     assert len(trials) >= len(trajs) == 8
@@ -358,3 +361,9 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     assert len(ev["slots"]) == 2
     trial_nodes = [r["trial"]["node"] for r in ev["slots"] if r.get("trial")]
     assert trial_nodes and set(trial_nodes) <= sandbox_nodes
+    # eval.run's rollout subprocess hosted its agent sandboxes on sandbox nodes as well (it
+    # joined the evaluation's dispatcher): host actors beyond the trainer's, none on the head
+    eval_hosts = list(rep["hosts_all"])
+    for h in rep["hosts_train"]:
+        eval_hosts.remove(h)
+    assert eval_hosts and set(eval_hosts) <= sandbox_nodes

@@ -81,6 +81,7 @@ from ecredit_trl.agent.generation import (
 )
 from ecredit_trl.credit.trajectory import turn_writes
 from eval.templatecheck import CHAT_TEMPLATE_HELP
+from sandbox import add_runtime_args, runtime_from_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n", type=int, required=True, help="rollouts per task")
     ap.add_argument("--out", required=True, help="output JSONL (appended; resumable)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (per-rollout derived)")
-    ap.add_argument("--runtime", choices=("podman", "local"), default="podman")
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags (eval.run passes its own)
     ap.add_argument("--max-turns", dest="max_turns", type=int, default=None)
     ap.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None,
                     help="completion budget of a whole episode, tokens")
@@ -282,7 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    runtime = make_runtime(args.runtime, run_id=f"rollouts-{os.getpid()}")
+    try:
+        runtime = runtime_from_args(args, "rollouts")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if isinstance(runtime, str):
+        runtime = make_runtime(runtime, run_id=f"rollouts-{os.getpid()}")
     try:
         summary = run_rollouts(policy, tasks, args.out, n=args.n, seed=args.seed,
                                settings=settings, runtime=runtime, binding=args.binding,

@@ -160,14 +160,16 @@ def sealed_holdouts() -> dict:
 
 
 def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_source: str,
-                   images, world_size: int, model: dict, runtime: str) -> dict:
+                   images, world_size: int, model: dict, runtime: str,
+                   image_ids=None) -> dict:
     """The manifest dict of a starting run (see the module docstring); nothing is written.
 
     Args:
         config: the resolved configuration (``{"ecredit": ..., "model": ...}``).
         tasks: the training tasks (``eval.tasks.Task``).
         images: image names the run's sandboxes use (digests are looked up when
-            ``runtime == "podman"``).
+            ``runtime == "podman"``: by ``image_ids(images)`` when given, e.g. the Ray
+            backend's sandbox nodes, else this machine's Podman).
         world_size: accelerate processes.
         model: what the policy is (path, and whatever identifies its weights).
     """
@@ -177,7 +179,8 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
         "config": config, "config_sha256": sha256_json(bound_config(config)),
         "tasks": tasks_record(tasks, task_source), "code": code_version(),
         "packages": package_versions(),
-        "images": image_digests(images) if runtime == "podman" else {i: None for i in set(images)},
+        "images": (image_ids or image_digests)(images) if runtime == "podman"
+        else {i: None for i in set(images)},
         "sealed_holdouts": sealed_holdouts(), "world_size": int(world_size), "model": model,
         # issue 23: the LoRA actually applied (architecture defaults resolved), None = full
         "lora": (config.get("model") or {}).get("lora"),

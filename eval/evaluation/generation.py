@@ -16,6 +16,7 @@ from pathlib import Path
 
 from eval.evaluation.slots import EvalInputError, read_rows, text_sha256
 from eval.modelref import ModelRef
+from sandbox import runtime_argv
 
 
 def rollouts_source(path: Path) -> str:
@@ -63,9 +64,7 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
     ``engine.name == "vllm"``)."""
     cmd = [python or sys.executable, "-m", "ecredit_trl.agent.rollouts", "--model", model,
            "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
-           "--runtime", runtime if isinstance(runtime, str) else (
-               "local" if type(runtime).__name__ == "LocalRuntime" else "podman"),
-           "--binding", binding]
+           *runtime_argv(runtime), "--binding", binding]
     for k, flag in (("max_turns", "--max-turns"), ("max_new_tokens", "--max-new-tokens"),
                     ("temperature", "--temperature"), ("chat_template", "--chat-template")):
         if k in overrides:
