@@ -336,6 +336,10 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
         raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
     # issue 13 §2: one line before any warm start or receipt; with sandbox_backend=ray the
     # sandbox nodes hold (or pull) the images, recorded from their storage in the manifest
+    if cfg.sandbox_backend == "ray":  # the cluster answers, or one line (no warm start yet)
+        from sandbox.ray_dispatch import connect
+
+        connect(cfg.ray_address)  # the run's runtime reuses this connection
     if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
         from eval.presence import require_task_images
 
@@ -472,10 +476,12 @@ def cli(argv: list[str] | None = None) -> int:
     (exit 2), not a traceback. Errors after training started keep their traceback."""
     from ecredit_trl.runs.receipts import CheckpointError
     from eval.templatecheck import TemplateRefused
+    from sandbox.ray_dispatch import RayUnavailable
 
     try:
         return main(argv)
-    except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused) as exc:
+    except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused,
+            RayUnavailable) as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

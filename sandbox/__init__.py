@@ -3,6 +3,7 @@
 Knows nothing of training or grading (DESIGN.md §1).
 """
 
+import argparse
 import uuid
 
 from sandbox.pool import VerifierPool
@@ -96,9 +97,9 @@ def add_runtime_args(ap) -> None:
                     help="ray: each node's Podman socket (default: a private service per worker)")
     ap.add_argument("--ray-image-registry", default=None,
                     help="ray: where a node pulls an image it lacks (mirror or docker-archive:DIR)")
-    ap.add_argument("--sandbox-run-id", default=None,
-                    help="ray: join this run's dispatcher (its cap and cleanup) instead of "
-                         "a new one; set by eval.run for its rollout subprocess")
+    # internal: eval.run's rollout subprocess joins the evaluation's dispatcher (its cap and
+    # its cleanup) instead of making a new one
+    ap.add_argument("--sandbox-run-id", default=None, help=argparse.SUPPRESS)
 
 
 def runtime_argv(runtime) -> list[str]:
@@ -130,7 +131,9 @@ def runtime_from_args(args, run_prefix: str):
     :class:`sandbox.ray_trials.RayRoutedRuntime` (run id ``<run_prefix>-<pid>``), closed when
     the process exits (its ``atexit`` hook).
 
-    Raises: ValueError naming the flag's field; RayUnavailable when no cluster answers.
+    Raises: ValueError naming the flag's field, or with the one-line
+    :class:`sandbox.ray_dispatch.RayUnavailable` message when no cluster answers (the CLIs
+    print a ValueError as one ``error:`` line and exit 2).
     """
     import os
 
@@ -141,5 +144,10 @@ def runtime_from_args(args, run_prefix: str):
 
     opts = RayOptions(address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
                       podman_url=args.ray_podman_url, registry=args.ray_image_registry)
+    from sandbox.ray_dispatch import RayUnavailable
+
     run_id = getattr(args, "sandbox_run_id", None) or f"{run_prefix}-{os.getpid()}"
-    return make_runtime(args.runtime, backend="ray", ray=opts, run_id=run_id)
+    try:
+        return make_runtime(args.runtime, backend="ray", ray=opts, run_id=run_id)
+    except RayUnavailable as exc:
+        raise ValueError(str(exc)) from exc

@@ -237,6 +237,28 @@ def reap_run(run_id: str) -> list[tuple[str, list[str]]]:
     return out + on_each_node(gc_here, run_id)
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a ``HOST:PORT`` / ``ray://HOST:PORT`` address nothing listens on, in one line:
+    ``ray.init`` itself retries such an address for minutes (Ray's GCS client backs off and
+    tries again), which reads as a hang. ``auto`` is left to ``ray.init``, which fails fast.
+
+    Raises: RayUnavailable naming ``ray_address``.
+    """
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RayUnavailable(
+            f"ray_address={address!r}: nothing answers at {host}:{port} ({exc.strerror or exc}); "
+            f"start the cluster first (`ray start --head --port {port}` on the head node; "
+            "docs/scale-out.md) or correct the address") from exc
+
+
 def connect(address: str):
     """``ray.init`` against an existing cluster (never starts one). Returns True when this
     call initialised Ray (so the caller shuts it down), False when it already was.
@@ -246,6 +268,7 @@ def connect(address: str):
     ray = _import_ray()
     if ray.is_initialized():
         return False
+    _reachable(address)
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="warning", configure_logging=False)

@@ -101,14 +101,21 @@ def _check_credit(seen: list[dict], rows: list[dict]) -> int:
 
 
 @pytest.mark.parametrize("template", E2E_FAMILIES)
-def test_family_end_to_end(template, e2e_tasks, tmp_path, monkeypatch, podman_runtime):
+def test_family_end_to_end(template, e2e_tasks, tmp_path, monkeypatch, podman_runtime, capsys):
     from ecredit_trl.policy.families import FAMILIES
     from ecredit_trl.policy.family_warmstart import ensure_family_policy
+    from ecredit_trl.policy.family_warmstart import main as family_cli
     from ecredit_trl.policy.lora_defaults import LORA_TARGETS
     from eval.run import evaluate
 
-    tasks, split = e2e_tasks
-    policy = ensure_family_policy(template, tasks)
+    tasks, _ = e2e_tasks
+    # the documented path: `family_warmstart build TEMPLATE --write-tasks FILE` prints the
+    # model dir and writes the tasks it knows; training and evaluation use that file
+    split = tmp_path / "family-tasks.jsonl"
+    assert family_cli(["build", template, "--write-tasks", str(split)]) == 0
+    policy = capsys.readouterr().out.strip().splitlines()[-1]
+    assert policy == str(ensure_family_policy(template, tasks))
+    assert [r["instance_id"] for r in _jsonl(split)] == [t.instance_id for t in tasks]
     warm = json.loads((Path(policy) / "warmstart.json").read_text())
     assert warm["chat_template_ok"] and warm["arch"] == FAMILIES[template].arch
 

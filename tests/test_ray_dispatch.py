@@ -21,6 +21,8 @@ import pytest
 from sandbox import check_backend, make_runtime
 from sandbox.ray_dispatch import RayOptions, choose_node
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 DRIVER = Path(__file__).resolve().parent / "ray_cluster_driver.py"
 IMG = "localhost/task:1"
 OTHER = "docker.io/swebench/sweb.eval.x86_64.a:latest"
@@ -367,3 +369,29 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     for h in rep["hosts_train"]:
         eval_hosts.remove(h)
     assert eval_hosts and set(eval_hosts) <= sandbox_nodes
+
+
+def test_an_address_nothing_listens_on_is_one_line_at_once_and_starts_nothing(tmp_path):
+    """``--ray_address HOST:PORT`` with no cluster there: ``ray.init`` alone retried it for
+    minutes (a new user saw Ray's GCS retry loop and no error after 5 min). Now train.py and
+    eval.run refuse in one ``error:`` line, exit 2, before any warm start or run directory,
+    and no Ray process is left."""
+    import time
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    cmds = {"train": [sys.executable, "ecredit_trl/train.py", "--arm", "M", "--sandbox_backend",
+                      "ray", "--ray_address", "127.0.0.1:1", "--output_dir", str(tmp_path / "runs"),
+                      "--report_to", "none"],
+            "eval": [sys.executable, "-m", "eval.run", "--split", "bundled:holdout", "--n", "1",
+                     "--out", str(tmp_path / "ev"), "--sandbox-backend", "ray",
+                     "--ray-address", "127.0.0.1:1"]}
+    for name, cmd in cmds.items():
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert time.monotonic() - t0 < 120, name
+        assert proc.returncode == 2, (name, proc.stderr[-2000:])
+        lines = [x for x in proc.stderr.splitlines() if "error:" in x]
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, (name, proc.stderr[-2000:])
+        assert "ray_address='127.0.0.1:1': nothing answers at 127.0.0.1:1" in lines[0], name
+    assert not (tmp_path / "runs").exists()

@@ -399,12 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         tasks = load_tasks(args.tasks)
         trajs = load_trajectories(args.trajectories)
+        runtime = runtime_from_args(args, "pilot")
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     table = run_pilot(tasks, trajs, args.out, seed=args.seed, credit_lambda=args.credit_lambda,
                       credit_cap=args.credit_cap, concurrency=args.concurrency,
-                      runtime=runtime_from_args(args, "pilot"), max_retries=args.max_retries,
+                      runtime=runtime, max_retries=args.max_retries,
                       timeout_s=args.timeout_s,
                       test_patterns=tuple(args.test_pattern or DEFAULT_TEST_PATTERNS))
     print(render_markdown(table, table["meta"]))

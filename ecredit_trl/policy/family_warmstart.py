@@ -307,8 +307,10 @@ def train_family_dir(job: str | Path, log=print) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``build TEMPLATE``: print the warm-started model directory of ``TEMPLATE`` on
-    :data:`DEFAULT_TASKS` (trained once, then cached); ``train JOB_DIR``: the training child
+    """``build TEMPLATE [--write-tasks FILE]``: print the warm-started model directory of
+    ``TEMPLATE`` on :data:`DEFAULT_TASKS` (trained once, then cached), and write those tasks
+    as a task file for ``train.py --tasks`` / ``eval.run --split`` (the model knows only
+    them); ``train JOB_DIR``: the training child
     of :func:`ensure_family_policy`. Returns the exit status (2: bad arguments)."""
     import argparse
 
@@ -324,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"TRL template name: {', '.join(FAMILIES)}")
     b.add_argument("--steps", type=int, default=None,
                    help=f"SFT steps (default {FAMILY_RECIPE['steps']})")
+    b.add_argument("--write-tasks", metavar="FILE", default=None,
+                   help="also write the tasks it was warm-started on (JSONL) to FILE: train "
+                        "and evaluate on them (train.py --tasks FILE, eval.run --split FILE)")
     t = sub.add_parser("train", help="(internal) train one job directory")
     t.add_argument("job_dir")
     args = ap.parse_args(argv)
@@ -331,9 +336,14 @@ def main(argv: list[str] | None = None) -> int:
         train_family_dir(args.job_dir, log=print)
         return 0
     try:
-        path = ensure_family_policy(args.template, default_tasks(), steps=args.steps,
+        tasks = default_tasks()
+        path = ensure_family_policy(args.template, tasks, steps=args.steps,
                                     log=lambda m: print(m, file=sys.stderr))
-    except ValueError as exc:
+        if args.write_tasks:
+            from eval.tasks import save_tasks
+
+            save_tasks(tasks, args.write_tasks)
+    except (ValueError, OSError) as exc:
         print(f"family_warmstart: error: {exc}", file=sys.stderr)
         return 2
     print(path)
