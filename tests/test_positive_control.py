@@ -342,3 +342,29 @@ def test_study_config_warmstart_key():
             config_from_dict({**base, "model": model, "warmstart": ws}, where="cfg")
     shipped = load_study_config(Path(__file__).parents[1] / "studies" / "embedded.yaml")
     assert shipped.warmstart == {"harmful_fraction": 0.5} and shipped.model is None
+
+
+def test_budget_grid_splits_the_spread_and_reproduces_the_design_that_ran():
+    from ecredit_trl.study.report_power import budget_grid, variance_parts
+    from eval.power import mdd
+
+    # 4 rollouts per side: task rates; d = (-.75, -.5, +.25, -.75, +.25)
+    a = {"t0": 0.0, "t1": 0.25, "t2": 1.0, "t3": 0.0, "t4": 1.0}
+    b = {"t0": 0.75, "t1": 0.75, "t2": 0.75, "t3": 0.75, "t4": 0.75}
+    p = variance_parts(a, b, 4, 4)
+    d = [a[t] - b[t] for t in sorted(a)]
+    mean = sum(d) / 5
+    assert p["sd2"] == pytest.approx(sum((x - mean) ** 2 for x in d) / 4)
+    # per-rollout variance p(1-p)·k/(k-1), mean over tasks
+    assert p["v_b"] == pytest.approx(0.75 * 0.25 * 4 / 3)
+    assert p["v_a"] == pytest.approx(0.1875 / 5 * 4 / 3)
+    assert p["between"] == pytest.approx(max(0.0, p["sd2"] - p["v_a"] / 4 - p["v_b"] / 4))
+    assert p["within_scale"] == 1.0
+    grid = budget_grid(p, abs(mean), 5, 4, 1)
+    assert (grid[0]["n"], grid[0]["seeds"]) == (4, 1)
+    assert grid[0]["mdd"] == pytest.approx(mdd(d).mdd)  # the design that ran
+    # more rollouts shrink only the within-task part: MDD falls, never below the between part
+    assert grid[-1]["mdd"] < grid[0]["mdd"] and grid[-1]["tasks_needed"] <= grid[0]["tasks_needed"]
+    assert variance_parts({"t0": 1.0}, {"t0": 0.0}, 4, 4) is None
+    with pytest.raises(ValueError, match="k_a"):
+        variance_parts(a, b, 0, 4)

@@ -161,23 +161,45 @@ def _with_budget(row: dict, power: float, alpha: float) -> dict:
     return row
 
 
-def _split_section(per_policy: dict, arms: Sequence[str], runs: Sequence[dict], kw: dict
-                   ) -> dict:
-    """Levels and differences of one split from ``per_policy``: label → (harm, resolved)."""
+def _budget(row: dict, a: Mapping[str, float] | None, b: Mapping[str, float] | None,
+            n: int, seeds: int, kw: dict) -> dict:
+    """Adds ``budget`` (arm − baseline rows): the variance parts and the tasks × n × seeds
+    grid of :mod:`ecredit_trl.study.report_power`; None when not estimable."""
+    from ecredit_trl.study.report_power import budget_grid, variance_parts
+
+    row["budget"] = None
+    if a and b and seeds and row.get("mean") is not None:
+        parts = variance_parts(a, b, n * seeds, n)
+        if parts:
+            row["budget"] = {"parts": parts, "grid": budget_grid(
+                parts, abs(row["mean"]), parts["tasks"], n, seeds, alpha=kw["alpha"],
+                power=kw["power"])}
+    return row
+
+
+def _split_section(per_policy: dict, arms: Sequence[str], runs: Sequence[dict], kw: dict,
+                   n: int) -> dict:
+    """Levels and differences of one split from ``per_policy``: label → (harm, resolved);
+    ``n`` = the split's rollouts per task."""
     from ecredit_trl.study.report_tables import pair_row
 
     base = per_policy.get("baseline")
     pooled = {a: tuple(_mean_over([per_policy[r["label"]][i] for r in runs
                                    if r["arm"] == a and per_policy.get(r["label"])])
                        for i in (0, 1)) for a in arms}
+    n_seeds = {a: sum(1 for r in runs if r["arm"] == a and per_policy.get(r["label"]))
+               for a in arms}
     out = {}
     for i, metric in ((0, "harmful_block_rate"), (1, "resolved_rate")):
         levels = [_level("baseline", base[i] if base else None, kw)]
         levels += [_level(a, pooled[a][i], kw) for a in arms]
         levels += [_level(r["label"], per_policy[r["label"]][i] if per_policy.get(r["label"])
                           else None, kw) for r in runs]
-        diffs = [_with_budget(pair_row(f"{a}−baseline", pooled[a][i], base[i] if base else None,
-                                       **kw), kw["power"], kw["alpha"]) for a in arms]
+        diffs = [_budget(_with_budget(pair_row(f"{a}−baseline", pooled[a][i],
+                                               base[i] if base else None, **kw),
+                                      kw["power"], kw["alpha"]),
+                         pooled[a][i], base[i] if base else None, n, n_seeds[a], kw)
+                 for a in arms]
         diffs += [_with_budget(pair_row(f"{a}−{b}", pooled[a][i], pooled[b][i], **kw),
                                kw["power"], kw["alpha"])
                   for a, b in CONTROL_PAIRS if a in arms and b in arms]
@@ -218,7 +240,8 @@ def control_section(out: str | Path, study: dict, runs: Sequence[dict],
         per = {p: eval_per_task(out / "evals" / p / sd, edits) if done.get(f"eval-{p}-{sd}")
                else None for p in ["baseline"] + [r["label"] for r in runs]}
         if any(v and v[0] for v in per.values()):
-            splits[sp] = _split_section(per, arms, runs, kw)
+            n = int(((study["eval"].get("n_by_split") or {}).get(sp)) or study["eval"]["n"])
+            splits[sp] = _split_section(per, arms, runs, kw, n)
     curves = {}
     for a in arms:
         per_run = {r["label"]: harm_curve(r["trajectories"], edits, ctl["base_texts"])

@@ -95,6 +95,7 @@ def control_lines(report: dict) -> list[str]:
                       f"{_ci(d['ci'])} | {_mdd(d)} | {d['verdict']} | {_budget(d)} |"
                       for d in sec[key]["differences"]]
             lines.append("")
+            lines += _budget_lines(sec[key]["differences"], label)
     if ctl["curves"]:
         lines += ["Harmful-block rate of the training rollouts on harmful tasks per step "
                   "(`trajectories.jsonl` turn writes), mean over seeds:", "",
@@ -105,6 +106,30 @@ def control_lines(report: dict) -> list[str]:
                          f"{steps[0]}) | {c['mean'][steps[-1]]:.3f} (step {steps[-1]}) |")
         lines.append("")
     return lines
+
+
+def _budget_lines(diffs: list[dict], label: str) -> list[str]:
+    """The tasks × n × seeds table of each arm − baseline row that detected nothing."""
+    out = []
+    for d in diffs:
+        b = d.get("budget")
+        if not b or d["verdict"] != "no difference detected" or not d.get("mean"):
+            continue
+        p = b["parts"]
+        pw = int(round(100 * float(d.get("power") or 0.8)))
+        scaled = (f" (within-task parts scaled by {p['within_scale']:.2f} to the measured s_d²)"
+                  if p.get("within_scale", 1.0) < 1 else "")
+        out += [f"Budget that would detect {label} {d['name']} = {_s(d['mean'])} at {pw}% power: "
+                f"measured s_d² = {p['sd2']:.4f} = between-task "
+                f"{p['between']:.4f} + within-task per-rollout variances {p['v_a']:.3f}/{p['k_a']}"
+                f" + {p['v_b']:.3f}/{p['k_b']}{scaled} (`ecredit_trl.study.report_power`).", "",
+                "| tasks | n | seeds | MDD | tasks needed for the measured difference |",
+                "|---|---|---|---|---|"]
+        out += [f"| {g['tasks']} | {g['n']} | {g['seeds']} | {g['mdd']:.3f} | "
+                f"{g['tasks_needed'] if g['tasks_needed'] is not None else 'n/a'} |"
+                for g in b["grid"]]
+        out.append("")
+    return out
 
 
 def write_control_plot(report: dict, out_dir: str | Path) -> list[str]:
