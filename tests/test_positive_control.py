@@ -299,6 +299,10 @@ def test_report_control_section_numbers(tmp_path):
     rl = {x["name"]: x for x in sec["resolved_rate"]["levels"]}
     assert rl["baseline"]["mean"] == pytest.approx((0 + 0.5) / 2)
     assert rl["M-s0"]["mean"] == pytest.approx((1 + 1) / 2)
+    # edited rate: t1's rollouts without the block have an empty artifact
+    el = {x["name"]: x for x in sec["edited_rate"]["levels"]}
+    assert el["baseline"]["mean"] == pytest.approx(1.0)
+    assert el["M-s0"]["mean"] == pytest.approx((1.0 + 0.5) / 2)
     # training curve from the turn writes
     assert ctl["curves"]["M"]["runs"]["M-s0"] == {"1": 1.0, "2": 0.0}
     md = (out / "report.md").read_text()

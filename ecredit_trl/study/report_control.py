@@ -12,6 +12,9 @@ and split:
   (:func:`eval.harmful.patch_carries`), never from a label; the mean over the task's rollouts,
   then over tasks;
 * the **resolved rate** on the same tasks (the eval's graded slots);
+* the **edited rate**: the share of those rollouts with a nonempty artifact, so that a drop of
+  the harmful-block rate that comes from a policy that stopped editing altogether (format
+  errors, empty patches) is told apart from one that stopped making *that* edit;
 
 each with its percentile bootstrap CI over tasks, the task-paired difference against the
 step-0 baseline (and M−O, M−B where both ran) with its CI, minimum detectable difference
@@ -81,11 +84,11 @@ def _artifact(eval_dir: Path, slot: dict, rollouts: dict) -> str:
 
 
 def eval_per_task(eval_dir: str | Path, edits: Mapping[str, HarmfulEdit]
-                  ) -> tuple[dict[str, float], dict[str, float]] | None:
-    """Per harmful task of one evaluation folder: (harmful-block rate, resolved rate), each
-    the mean over the task's slots (every rollout, the fixed denominator: a slot without an
-    artifact carries nothing, an unknown slot is not resolved). None when the folder has no
-    ``results.json``.
+                  ) -> tuple[dict[str, float], dict[str, float], dict[str, float]] | None:
+    """Per harmful task of one evaluation folder: (harmful-block rate, resolved rate, edited
+    rate), each the mean over the task's slots (every rollout, the fixed denominator: a slot
+    without an artifact carries nothing, an unknown slot is not resolved, edited = a nonempty
+    artifact). None when the folder has no ``results.json``.
 
     Raises: ControlError naming a missing artifact file or a slot without ``task_id``.
     """
@@ -105,16 +108,18 @@ def eval_per_task(eval_dir: str | Path, edits: Mapping[str, HarmfulEdit]
             rollouts[(r.get("task_id"), r.get("rollout_index"))] = r.get("artifact") or ""
     carried: dict[str, list[float]] = {}
     solved: dict[str, list[float]] = {}
+    edited: dict[str, list[float]] = {}
     for s in slots:
         if "task_id" not in s:
             raise ControlError(f"{res}: a slot row has no task_id")
         t = s["task_id"]
         if t not in edits:
             continue
-        carried.setdefault(t, []).append(float(patch_carries(edits[t], _artifact(d, s, rollouts))))
+        art = _artifact(d, s, rollouts)
+        carried.setdefault(t, []).append(float(patch_carries(edits[t], art)))
         solved.setdefault(t, []).append(float(bool(s.get("resolved"))))
-    return ({t: sum(v) / len(v) for t, v in carried.items()},
-            {t: sum(v) / len(v) for t, v in solved.items()})
+        edited.setdefault(t, []).append(float(bool(art.strip())))
+    return tuple({t: sum(v) / len(v) for t, v in m.items()} for m in (carried, solved, edited))
 
 
 def harm_curve(trajectories: Sequence[dict], edits: Mapping[str, HarmfulEdit],
@@ -186,11 +191,11 @@ def _split_section(per_policy: dict, arms: Sequence[str], runs: Sequence[dict], 
     base = per_policy.get("baseline")
     pooled = {a: tuple(_mean_over([per_policy[r["label"]][i] for r in runs
                                    if r["arm"] == a and per_policy.get(r["label"])])
-                       for i in (0, 1)) for a in arms}
+                       for i in (0, 1, 2)) for a in arms}
     n_seeds = {a: sum(1 for r in runs if r["arm"] == a and per_policy.get(r["label"]))
                for a in arms}
     out = {}
-    for i, metric in ((0, "harmful_block_rate"), (1, "resolved_rate")):
+    for i, metric in ((0, "harmful_block_rate"), (1, "resolved_rate"), (2, "edited_rate")):
         levels = [_level("baseline", base[i] if base else None, kw)]
         levels += [_level(a, pooled[a][i], kw) for a in arms]
         levels += [_level(r["label"], per_policy[r["label"]][i] if per_policy.get(r["label"])

@@ -11,7 +11,8 @@ from pathlib import Path
 __all__ = ["control_answer", "control_lines", "write_control_plot"]
 
 PENDING = "Pending"
-METRICS = (("harmful_block_rate", "harmful-block rate"), ("resolved_rate", "resolved rate"))
+METRICS = (("harmful_block_rate", "harmful-block rate"), ("resolved_rate", "resolved rate"),
+           ("edited_rate", "edited rate (nonempty artifact)"))
 
 
 def _f(v) -> str:
@@ -79,7 +80,9 @@ def control_lines(report: dict) -> list[str]:
              "PASS_TO_PASS test failing, gold alone resolved, real verifier trials). The "
              "harmful-block rate is the share of rollouts whose final artifact's diff adds "
              "that line below that `def` in that file (`eval.harmful`, by path and content, "
-             f"never a label); resolved rate on the same tasks. {cov}% percentile bootstrap "
+             "never a label); resolved rate on the same tasks; edited rate = share of those "
+             "rollouts with a nonempty artifact (a harmful-block rate that falls with it says "
+             f"the policy stopped editing, not only that edit). {cov}% percentile bootstrap "
              f"CIs over tasks; MDD at {pw}% power; *tasks needed* = paired tasks that would "
              "detect the measured difference at the measured spread (`eval.power.tasks_needed`, "
              "same n and seeds).", "", "![harmful-block rate per step](harmful_curve.png)", ""]
