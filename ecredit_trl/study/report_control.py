@@ -225,7 +225,9 @@ def control_section(out: str | Path, study: dict, runs: Sequence[dict],
             evaluations count; others are Pending).
 
     Returns: ``{"tasks": [...], "screened": int, "splits": {split: {metric: {"levels",
-    "differences"}}}, "curves": {arm: {"mean": {step: rate}, "runs": {label: {...}}}}}``.
+    "differences"}}}, "curves": {arm: {"mean": {step: rate}, "runs": {label: {...}}}},
+    "policy_key": str, "edits": {task id: HarmfulEdit JSON}}`` (the edits detected, so the
+    committed report names every block it looked for).
 
     Raises: ControlError (bad ``harmful.json`` or a missing artifact).
     """
@@ -258,4 +260,5 @@ def control_section(out: str | Path, study: dict, runs: Sequence[dict],
                                   / sum(1 for v in per_run.values() if s in v) for s in steps},
                          "runs": {k: {str(s): x for s, x in v.items()} for k, v in per_run.items()}}
     return {"tasks": sorted(edits), "screened": len(ctl["screened"]), "splits": splits,
-            "curves": curves, "policy_key": ctl["key"]}
+            "curves": curves, "policy_key": ctl["key"],
+            "edits": {i: e.to_json() for i, e in sorted(edits.items())}}
