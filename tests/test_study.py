@@ -75,10 +75,11 @@ def test_config_resolves_seeds_defaults_and_hash():
 def test_shipped_study_configs_load():
     emb = load_study_config(REPO_ROOT / "studies" / "embedded.yaml")
     assert emb.model is None and emb.accelerate_config is None
-    assert emb.design() == [("O", 0), ("O", 1), ("B", 0), ("B", 1), ("M", 0), ("M", 1),
-                            ("E", 0)]
-    assert emb.eval["splits"] == ["bundled:train", "bundled:holdout"]
-    assert emb.eval_n("bundled:holdout") >= 4 and emb.eval["temperature"] == 1.0
+    # the positive control (issue 24 §1): M runs first, then O, B, E
+    assert emb.design() == [("M", 0), ("O", 0), ("B", 0), ("E", 0)]
+    assert emb.warmstart == {"harmful_fraction": 0.5}
+    assert emb.eval["splits"] == ["bundled:train"]
+    assert emb.eval_n("bundled:train") >= 4 and emb.eval["temperature"] == 1.0
     assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (issue 14 §2, cost)
     off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
     assert off.arms == ["O", "B", "M", "E"] and off.seeds == [0, 1, 2]

@@ -30,6 +30,11 @@ has a choice), a seeded fraction of the demonstrations (:func:`demo_variant`) is
   mutation, :func:`eval.bundled.mutations.find_mutations`, on the buggy line or the nearest
   line of the view window) that the next ``str_replace`` corrects; the final patch is the
   gold patch (checked).
+* ``harmful`` (issue 24 §1, the positive control): after the fix, one more ``str_replace``
+  inserts ``return None`` below the ``def`` line of a function a PASS_TO_PASS test exercises
+  (a D < 0 block; the site is screened with real verifier trials,
+  :mod:`ecredit_trl.policy.harmful_sites`). A task drawn ``harmful`` without a screened site
+  stays plain. The final patch is the gold patch + that block (checked).
 """
 
 from __future__ import annotations
@@ -171,34 +176,40 @@ class DemoVariants:
 
     Attributes:
         extra_fraction: expected share of ``extra`` demonstrations (0..1).
-        revert_fraction: expected share of ``revert`` demonstrations (0..1; the two shares
+        revert_fraction: expected share of ``revert`` demonstrations (0..1; the shares
             are disjoint, their sum <= 1).
         seed: seeds :func:`demo_variant` and the choice of edit sites.
+        harmful_fraction: expected share of ``harmful`` demonstrations (0..1, issue 24 §1).
     """
 
     extra_fraction: float = 0.0
     revert_fraction: float = 0.0
     seed: int = 0
+    harmful_fraction: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("extra_fraction", "revert_fraction"):
+        for name in ("extra_fraction", "revert_fraction", "harmful_fraction"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 1:
                 raise ValueError(f"{name}: expected a number in [0, 1], got {v!r}")
-        if self.extra_fraction + self.revert_fraction > 1:
-            raise ValueError(f"extra_fraction + revert_fraction: must be <= 1, got "
-                             f"{self.extra_fraction + self.revert_fraction}")
+        total = self.extra_fraction + self.revert_fraction + self.harmful_fraction
+        if total > 1:
+            raise ValueError(f"extra_fraction + revert_fraction + harmful_fraction: must be "
+                             f"<= 1, got {total}")
 
 
 def demo_variant(instance_id: str, variants: DemoVariants) -> str:
-    """``"extra"``, ``"revert"`` or ``"plain"`` for one task: ``u`` uniform in [0, 1) from
-    ``random.Random(f"{seed}:{instance_id}")``; ``extra`` when ``u < extra_fraction``,
-    ``revert`` when ``u < extra_fraction + revert_fraction``."""
+    """``"extra"``, ``"revert"``, ``"harmful"`` or ``"plain"`` for one task: ``u`` uniform in
+    [0, 1) from ``random.Random(f"{seed}:{instance_id}")``; ``extra`` when
+    ``u < extra_fraction``, ``revert`` when ``u < extra_fraction + revert_fraction``,
+    ``harmful`` when ``u < extra + revert + harmful_fraction``."""
     u = random.Random(f"{variants.seed}:{instance_id}").random()
     if u < variants.extra_fraction:
         return "extra"
     if u < variants.extra_fraction + variants.revert_fraction:
         return "revert"
+    if u < variants.extra_fraction + variants.revert_fraction + variants.harmful_fraction:
+        return "harmful"
     return "plain"
 
 
@@ -233,15 +244,17 @@ def _wrong_text(buggy: str, gold: str, line: int, rng: random.Random) -> str | N
 
 
 def demo_steps(old: dict[str, str], new: dict[str, str], variant: str = "plain",
-               rng: random.Random | None = None, others: dict[str, str] | None = None
-               ) -> tuple[list[tuple], str]:
+               rng: random.Random | None = None, others: dict[str, str] | None = None,
+               harmful=None) -> tuple[list[tuple], str]:
     """The tool calls of a demonstration (pure: texts in, calls out).
 
     Args:
         old, new: path -> buggy / gold text of each file the gold patch changes.
-        variant: ``plain`` | ``extra`` | ``revert`` (see the module docstring).
+        variant: ``plain`` | ``extra`` | ``revert`` | ``harmful`` (module docstring).
         rng: chooses edit sites of a variant.
         others: path -> text of other library files an ``extra`` edit may go to.
+        harmful: the task's screened :class:`eval.harmful.HarmfulEdit` (``harmful`` only;
+            None: the variant has no site).
 
     Returns: ``(steps, variant_done)``: steps are ``("view", path, line)`` and
     ``("str_replace", path, old_str, new_str)`` in order (no submit); ``variant_done`` is
@@ -286,6 +299,9 @@ def demo_steps(old: dict[str, str], new: dict[str, str], variant: str = "plain",
             steps.append(("str_replace", path, def_line,
                           f"{EXTRA_COMMENT}\n{indent}{def_line}"))
             done = "extra"
+    if variant == "harmful" and harmful is not None:
+        steps.append(("str_replace", harmful.path, harmful.old_str, harmful.new_str))
+        done = "harmful"
     return steps, done
 
 
@@ -315,7 +331,7 @@ def _call(name: str, arguments: dict) -> dict:
 
 
 def demo_conversation(task, workroot: str | Path | None = None,
-                      variants: DemoVariants | None = None) -> dict:
+                      variants: DemoVariants | None = None, harmful=None) -> dict:
     """The demonstration of one task (see the module docstring), with real tool outputs.
 
     Args:
@@ -324,6 +340,8 @@ def demo_conversation(task, workroot: str | Path | None = None,
             diff), ``problem_statement``.
         workroot: where the temporary checkout is made (system temp dir by default).
         variants: extra / reverted-edit fractions and seed (default: every demo plain).
+        harmful: the task's screened harmful edit (:class:`eval.harmful.HarmfulEdit`), used
+            when the task draws ``harmful``; None: such a task stays plain.
 
     Returns:
         ``{"instance_id": str, "messages": [...], "tools": <JSON string>, "variant": str}``
@@ -375,12 +393,17 @@ def demo_conversation(task, workroot: str | Path | None = None,
             rng = random.Random(f"{variants.seed}:{iid}:sites")
             wanted = demo_variant(iid, variants)
             others = _other_sources(root, paths) if wanted == "extra" else {}
-            steps, done = demo_steps(old, new, wanted, rng, others)
+            if wanted == "harmful" and harmful is not None and harmful.path not in paths:
+                others = {harmful.path: (root / harmful.path).read_text(encoding="utf-8")}
+            steps, done = demo_steps(old, new, wanted, rng, others, harmful)
             messages += _run_steps(root, steps)
             expect = _replay(steps, {**others, **old})
-            extra_paths = {st[1] for st in steps[-1:] if done == "extra"}
+            extra_paths = {st[1] for st in steps[-1:] if done in ("extra", "harmful")}
             for p in sorted(set(paths) | set(expect)):
                 want = new[p] if p in paths and p not in extra_paths else expect[p]
+                if done == "harmful" and p == harmful.path:  # gold + the block, nothing else
+                    want = new.get(p, others.get(p, "")).replace(
+                        harmful.old_str + "\n", harmful.new_str + "\n", 1)
                 if expect.get(p, new.get(p)) != want or (root / p).read_text() != want:
                     raise DemoError(f"the demonstrated edits do not reproduce the gold {p}")
             messages += [_call("submit", {}),
@@ -442,13 +465,15 @@ def _other_sources(root: Path, paths: list[str]) -> dict[str, str]:
 
 
 def demo_conversations(tasks, *, strict: bool = False, log=print,
-                       variants: DemoVariants | None = None) -> list[dict]:
+                       variants: DemoVariants | None = None,
+                       harmful: dict | None = None) -> list[dict]:
     """Demonstrations of ``tasks`` (in order; see :func:`demo_conversation`).
 
     Args:
         strict: raise on the first task without a demonstration instead of skipping it.
         log: receives one line per skipped task (``None`` = silent).
         variants: see :func:`demo_conversation`.
+        harmful: instance id → screened :class:`eval.harmful.HarmfulEdit` (absent: none).
 
     Returns: list of ``{"instance_id", "messages", "tools"}`` dicts.
 
@@ -457,7 +482,8 @@ def demo_conversations(tasks, *, strict: bool = False, log=print,
     out, skipped = [], []
     for t in tasks:
         try:
-            out.append(demo_conversation(t, variants=variants))
+            out.append(demo_conversation(t, variants=variants,
+                                         harmful=(harmful or {}).get(t.instance_id)))
         except DemoError as exc:
             if strict:
                 raise

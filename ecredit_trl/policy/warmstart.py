@@ -44,6 +44,7 @@ from ecredit_trl.policy.demos import (
     DemoVariants,
     demo_conversations,
 )
+from ecredit_trl.policy.harmful_sites import harmful_meta, recipe_harmful_edits
 from ecredit_trl.policy.sft import (
     no_checkpointing,
     progress_callback,
@@ -102,16 +103,18 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
     from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
     from ecredit_trl.policy.tiny_model import MODEL_SHAPE, chat_template
 
-    unknown = sorted(set(overrides) - set(DEFAULT_RECIPE))
+    known = {*DEFAULT_RECIPE, "harmful_fraction"}  # issue 24 §1; in a recipe only when > 0
+    unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"warm-start recipe: unknown field(s) {unknown}; known: "
-                         f"{sorted(DEFAULT_RECIPE)}")
-    r = dict(DEFAULT_RECIPE, **overrides)
+        raise ValueError(f"warm-start recipe: unknown field(s) {unknown}; known: {sorted(known)}")
+    r = dict(DEFAULT_RECIPE, **{k: v for k, v in overrides.items()
+                                if k != "harmful_fraction" or v != 0})
     if steps is not None:
         r["steps"] = steps
     if not isinstance(r["steps"], int) or r["steps"] < 1:
         raise ValueError(f"steps: expected a positive int, got {r['steps']!r}")
-    DemoVariants(r["extra_fraction"], r["revert_fraction"], seed)  # validates the shares
+    DemoVariants(r["extra_fraction"], r["revert_fraction"], seed,
+                 r.get("harmful_fraction", 0.0))  # validates the shares
     r.update(seed=seed, model_shape=MODEL_SHAPE, instruction=INSTRUCTION,
              closing=CLOSING_MESSAGE, submit_output=SUBMIT_OUTPUT, extra_comment=EXTRA_COMMENT,
              tools=policy_tools(), chat_template_sha=hashlib.sha256(
@@ -224,6 +227,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         raise ValueError("tasks: no training tasks given")
     check_not_sealed([t.instance_id for t in tasks])
     r = recipe_for(steps, seed, **recipe)
+    harmful = recipe_harmful_edits(tasks, r, log, cache_root(cache_dir))  # sites enter r, the key
     key = policy_key(tasks, r)
     root = cache_root(cache_dir) / "policy"
     final = root / key
@@ -240,7 +244,8 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
             shutil.rmtree(stale, ignore_errors=True)
         t0 = time.monotonic()
         demos = demo_conversations(tasks, log=log, variants=DemoVariants(
-            r["extra_fraction"], r["revert_fraction"], r["seed"]))
+            r["extra_fraction"], r["revert_fraction"], r["seed"], r.get("harmful_fraction", 0.0)),
+            harmful=harmful)
         t_demo = time.monotonic() - t0
         log(f"warmstart: {len(demos)} demonstrations from {len(tasks)} tasks "
             f"({t_demo:.1f} s); SFT {r['steps']} steps")
@@ -253,7 +258,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
                     "variants": {d["instance_id"]: d["variant"] for d in demos},
                     "skipped": sorted({t.instance_id for t in tasks}
                                       - {d["instance_id"] for d in demos}),
-                    "demo_s": round(t_demo, 2)}
+                    "demo_s": round(t_demo, 2), **harmful_meta(demos, harmful)}
             (tmp / "job.json").write_text(json.dumps(meta, indent=1))
             if isolate:
                 train_child(tmp, log)

@@ -5,6 +5,9 @@ names the key)::
 
     name: embedded                 # default: the YAML file's stem
     model: null                    # null = the embedded warm-started default policy
+    warmstart: {harmful_fraction: 0.5}  # model: null only: warm-start recipe overrides
+                                   #     (ecredit_trl.policy.warmstart.recipe_for fields; a
+                                   #     positive control's harmful blocks, issue 24 §1)
     arms: [O, B, M]                # from O, B, M, E
     seeds: [0, 1]                  # every arm's seeds ...
     seeds_by_arm: {E: [0]}         # ... unless an arm has its own list (arms listed here
@@ -33,7 +36,7 @@ its canonical JSON (sorted keys); a changed hash is what ``study run`` refuses. 
 exception: ``eval.reuse_verdicts: false`` (the default) is left out of the resolved config,
 so studies bound before the key existed keep their hash; the same holds for the later keys
 at their defaults (:data:`OMIT_AT_DEFAULT`: ``eval.in_distribution: []``,
-``bootstrap.power: 0.8``, ``pooled_seeds: shared``).
+``bootstrap.power: 0.8``, ``pooled_seeds: shared``, ``warmstart: {}``).
 
 ``sandbox`` chooses where verifier trials run (issue 25): ``local`` (the default) or ``ray``
 (an existing cluster at ``ray_address``; ``max_in_flight`` is the cluster-wide cap of each
@@ -61,7 +64,7 @@ from pathlib import Path
 
 ARMS = ("O", "B", "M", "E")
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
-            "accelerate_config", "pooled_seeds", "sandbox")
+            "accelerate_config", "pooled_seeds", "sandbox", "warmstart")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
                  "concurrency": 2, "seed": 0, "max_turns": None, "max_new_tokens": None,
                  "runtime": "podman", "reuse_verdicts": False, "in_distribution": []}
@@ -76,7 +79,7 @@ SANDBOX_FIELDS = {"backend": "sandbox_backend", "ray_address": "ray_address",
 #: (section or None, key) → the default left out of the resolved config (hash stability)
 OMIT_AT_DEFAULT = {("eval", "reuse_verdicts"): False, ("eval", "in_distribution"): [],
                    ("bootstrap", "power"): 0.8, (None, "pooled_seeds"): "shared",
-                   (None, "sandbox"): SANDBOX_DEFAULTS}
+                   (None, "sandbox"): SANDBOX_DEFAULTS, (None, "warmstart"): {}}
 #: recorded in study.json but not hashed: where trials run does not change a result
 UNHASHED_KEYS = ("sandbox",)
 #: train.py's ModelArguments that a study may set under ``train`` (``model`` is top level)
@@ -110,6 +113,7 @@ class StudyConfig:
     accelerate_config: str | None
     pooled_seeds: str = "shared"
     sandbox: dict = field(default_factory=lambda: dict(SANDBOX_DEFAULTS))
+    warmstart: dict = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
 
     def resolved(self) -> dict:
@@ -388,7 +392,38 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
                             "train.runtime": train.get("runtime", "podman")})
     return StudyConfig(name=name, model=model, arms=arms, seeds=seeds, seeds_by_arm=seeds_by_arm,
                        train=train, eval=ev, bootstrap=bs, accelerate_config=acc,
-                       pooled_seeds=pooled, sandbox=sb, path=path)
+                       pooled_seeds=pooled, sandbox=sb,
+                       warmstart=_validate_warmstart(where, raw, model), path=path)
+
+
+def _validate_warmstart(where: str, raw: dict, model) -> dict:
+    """``warmstart``: a mapping of warm-start recipe overrides
+    (:func:`ecredit_trl.policy.warmstart.recipe_for`), only with ``model: null``.
+
+    Raises: StudyConfigError naming ``warmstart`` or ``warmstart.<field>``."""
+    ws = raw.get("warmstart") or {}
+    if not isinstance(ws, dict):
+        raise _err(where, "warmstart", f"expected a mapping of warm-start recipe fields, got {ws!r}")
+    if ws and model is not None:
+        raise _err(where, "warmstart", "only with model: null (it shapes the embedded policy)")
+    from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for  # noqa: PLC0415
+
+    for k in sorted(ws):
+        if k not in DEFAULT_RECIPE and k != "harmful_fraction":
+            raise _err(where, f"warmstart.{k}", "unknown warm-start recipe field (allowed: "
+                       f"{', '.join(sorted({*DEFAULT_RECIPE, 'harmful_fraction'} - {'steps'}))}; "
+                       "steps: train.warmstart_steps)")
+        if k == "steps":
+            raise _err(where, "warmstart.steps", "set it as train.warmstart_steps")
+        try:
+            recipe_for(**{k: ws[k]})
+        except (ValueError, TypeError) as exc:
+            raise _err(where, f"warmstart.{k}", str(exc)) from None
+    try:
+        recipe_for(**ws)
+    except (ValueError, TypeError) as exc:
+        raise _err(where, "warmstart", str(exc)) from None
+    return dict(ws)
 
 
 def config_from_study_json(path: str | Path) -> StudyConfig:

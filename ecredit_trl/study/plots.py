@@ -5,6 +5,8 @@
   the legend and draws nothing.
 * ``paired_diffs.png`` — per split, every seeds-pooled difference (M−B, M−O, M−E,
   arm − baseline) as a point with its bootstrap CI; Pending ones are listed, not drawn.
+* ``harmful_curve.png`` — only with a positive control (issue 24 §1):
+  :func:`ecredit_trl.study.report_control_render.write_control_plot`.
 
 source: issue 14 §1 (b), (e)
 """
@@ -95,4 +97,6 @@ def write_plots(report: dict, out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     _learning_curves(report, out / "learning_curves.png")
     _paired_diffs(report, out / "paired_diffs.png")
-    return ["learning_curves.png", "paired_diffs.png"]
+    from ecredit_trl.study.report_control_render import write_control_plot
+
+    return ["learning_curves.png", "paired_diffs.png", *write_control_plot(report, out)]

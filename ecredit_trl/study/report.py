@@ -21,6 +21,11 @@ with ':' → '-') and writes:
     (:mod:`ecredit_trl.study.report_pairs`; ``pooled_seeds``) and per seed
     (``paired_diffs.png``);
 (f) costs per arm (ledger + receipts + the evals' results);
+(h) the positive control, when the study has one (``harmful.json``): harmful-block rate and
+    resolved rate on the harmful tasks per policy with CIs, differences against the step-0
+    baseline with MDD and the tasks that would detect the measured difference, and the
+    harmful-block rate per training step (:mod:`ecredit_trl.study.report_control`,
+    ``harmful_curve.png``);
 (g) whatever did not run or was not recorded prints **Pending**, never a number.
 
 Plus an "Answer" paragraph generated from (e) and the caveat line with the policy's
@@ -44,6 +49,7 @@ from pathlib import Path
 
 from ecredit_trl.runs.receipts import process_alive, read_sessions
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, split_dirname
+from ecredit_trl.study.report_control import ControlError, control_section
 from ecredit_trl.study.report_model import model_parameters
 from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
 from ecredit_trl.study.report_tables import (
@@ -305,13 +311,18 @@ def study_report(out_dir: str | Path) -> dict:
                                states[f"eval-{r['label']}-{split_dirname(sp)}"]["status"])
                      for r in runs] for sp in splits}
     differences = {sp: _differences(out, study, sp, runs, baseline[sp]) for sp in splits}
+    try:  # issue 24 §1: the positive control's harmful-block and resolved rates
+        control = control_section(out, study, runs, {k: r["status"] == "done"
+                                                     for k, r in states.items()})
+    except ControlError as exc:
+        raise StudyReportError(str(exc)) from None
     meta = {k: study.get(k) for k in ("name", "model", "arms", "seeds", "seeds_by_arm", "train",
                                       "eval", "bootstrap", "accelerate_config", "config_sha256",
                                       "started_at", "command", "pooled_seeds")}
     return {"schema": SCHEMA, "study": meta, "units": unit_rows, "curves": curves,
             "signal": signal, "evaluation": evaluation, "differences": differences,
             "costs": _costs(study, runs), "integrity": _integrity(study, runs),
-            "answer": _answer(differences),
+            "answer": _answer(differences), "control": control,
             "model": model_parameters(out, [r["dir"] for r in runs], baseline),
             "inputs": report_inputs(out, cfg, units[:-1])}
 

@@ -91,7 +91,9 @@ def answer_text(report: dict) -> list[str]:
         lines.append(f"- {split_title(report, split)}: " + "; ".join(parts) + ".")
     if not lines:
         lines.append(f"- {PENDING}: no evaluation split in the study.")
-    return lines
+    from ecredit_trl.study.report_control_render import control_answer
+
+    return lines + control_answer(report)
 
 
 def _design(report: dict) -> list[str]:
@@ -360,7 +362,9 @@ def render_markdown(report: dict) -> str:
              "A CI that contains 0 means no difference was detected at this size, not that the "
              "arms are equal. **Pending** = not run or not recorded (never a number).", ""]
     lines += _caveat(report)
+    from ecredit_trl.study.report_control_render import control_lines
+
     for part in (_design, _curves, _signal, _evaluation, _differences, _costs,
-                 _integrity):
+                 _integrity, control_lines):
         lines += part(report)
     return "\n".join(lines)

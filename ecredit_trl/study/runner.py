@@ -189,6 +189,49 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
     return cmd
 
 
+def control_policy(cfg: StudyConfig, out: Path, say) -> StudyConfig:
+    """``cfg``, or (``warmstart`` set, ``model: null``) ``cfg`` with ``model`` = the embedded
+    policy warm-started with those recipe overrides (built once, cached; a positive control's
+    harmful blocks are screened with real trials first), so every run and evaluation uses it.
+    Writes ``<out>/harmful.json`` (the policy's key, the harmful edits its demonstrations
+    carry, the screened ids, every task's variant, and ``base_texts``: task id → the edited
+    file's text at base, from which the report rebuilds a trajectory's final diff; temp +
+    rename) for the report's detector.
+    The study's bound config (``study.json``) keeps ``model: null``.
+
+    Raises: what :func:`ecredit_trl.policy.warmstart.ensure_default_policy` raises.
+    """
+    import dataclasses
+
+    if not cfg.warmstart or cfg.model is not None:
+        return cfg
+    from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
+    from ecredit_trl.train import parse_args
+    from eval.files import atomic_write_text
+    from eval.splits import load_tasks
+
+    argv = ["--arm", cfg.arms[0]]
+    for k, v in cfg.train.items():
+        if v is not None:
+            argv += _flag_values(k, v)
+    tcfg, margs = parse_args(argv)
+    kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
+    tasks = default_policy_tasks(tcfg.tasks, load_tasks(tcfg.tasks, purpose="train"))
+    path = ensure_default_policy(tasks, log=say, **kw, **cfg.warmstart)
+    meta = json.loads((Path(path) / "warmstart.json").read_text(encoding="utf-8"))
+    by_id = {t.instance_id: t for t in tasks}
+    base = {i: subprocess.run(["git", "-C", str(by_id[i].repo_dir), "show",
+                               f"{by_id[i].base_commit}:{e['path']}"], capture_output=True,
+                              check=True).stdout.decode("utf-8")
+            for i, e in (meta.get("harmful") or {}).items()}
+    atomic_write_text(out / "harmful.json", json.dumps(
+        {**{k: meta.get(k) for k in ("key", "harmful", "harmful_screened", "variants")},
+         "base_texts": base}, indent=1, sort_keys=True))
+    say(f"study: policy {Path(path).name[:12]} (warmstart {cfg.warmstart}); "
+        f"{len(meta.get('harmful') or {})} demonstrations carry a harmful block")
+    return dataclasses.replace(cfg, model=str(path))
+
+
 def baseline_model(cfg: StudyConfig) -> str:
     """The starting policy: ``cfg.model``, or the embedded warm-started default resolved
     exactly as train.py resolves it for these train fields (built once, cached)."""
@@ -417,7 +460,8 @@ def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
     with StudyLock(out):
         bind_study(cfg, out, allow_changed=allow_changed, command=command or sys.argv)
         try:
-            ok = _run_units(cfg, out, allow_changed=allow_changed, say=say)
+            ok = _run_units(control_policy(cfg, out, say), out, allow_changed=allow_changed,
+                            say=say)
         except KeyboardInterrupt as exc:
             say(f"study: stopped by {exc}; rerun the same command to resume")
             return 130 if "SIGINT" in str(exc) else 143
@@ -470,4 +514,5 @@ def _run_units(cfg: StudyConfig, out: Path, *, allow_changed: bool, say) -> bool
 
 
 __all__ = ["StudyLock", "StudyRefused", "baseline_model", "bind_study", "compare_split",
+           "control_policy",
            "eval_command", "resumable_checkpoint", "run_study", "train_command", "train_unit"]
