@@ -63,7 +63,7 @@ class ECreditConfig(GRPOConfig):
                           "local service"})
     verifier_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"help": "retired (issue 25): any value is refused with a migration "
+        metadata={"help": "retired: any value is refused with a migration "
                           "message; trials on other hosts run with sandbox_backend=ray"})
     sandbox_backend: str = field(default="local", metadata={
         "help": "where verifier trials and agent sandboxes run: local (this machine's "
@@ -115,7 +115,7 @@ class ECreditConfig(GRPOConfig):
     pipeline: str = field(default="overlapped", metadata={
         "help": "overlapped: tool calls of the rollouts in parallel (agent_concurrency), each "
                 "rollout's trials submitted when its episode ends; sequential: one rollout's "
-                "tool calls after another, all trials after the last episode (issue 15)"})
+                "tool calls after another, all trials after the last episode"})
     agent_concurrency: int = field(default=8, metadata={
         "help": "rollouts whose tool calls run at once (overlapped pipeline)"})
     chat_template: str | None = field(default=None, metadata={"help": CHAT_TEMPLATE_HELP})

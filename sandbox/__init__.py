@@ -20,12 +20,12 @@ def endpoints_retired(field: str = "verifier_endpoints") -> str:
     """The one-line refusal of a remote Podman endpoint list, naming ``field`` and the Ray
     settings that replace it (issue 25: one scheduler, Ray's; docs/scale-out.md, migrating
     from verifier_endpoints)."""
-    return (f"{field}: retired (issue 25): verifier trials on other hosts run on a Ray cluster "
-            "with Podman on every node, not on a list of Podman endpoints; set "
-            "sandbox_backend=ray and ray_address=HEAD:PORT (sandbox_max_in_flight, "
-            "ray_podman_url, ray_image_registry as needed) and join each Podman host with "
+    return (f"{field}: retired: verifier trials on other hosts run on a Ray cluster with Podman "
+            "on every node, not on a list of Podman endpoints; pass --sandbox_backend ray "
+            "--ray_address HEAD:PORT (--sandbox_max_in_flight, --ray_podman_url, "
+            "--ray_image_registry as needed) and join each Podman host with "
             f"`ray start --address HEAD:PORT --num-gpus 0 --resources "
-            f"'{{\"ecredit_sandbox\": 24}}'` (docs/scale-out.md)")
+            f"'{{\"ecredit_sandbox\": 24}}'` (docs/scale-out.md#migrate-endpoints)")
 
 
 def check_backend(backend: str, kind: str = "podman", endpoints=None,

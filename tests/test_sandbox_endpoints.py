@@ -20,7 +20,7 @@ from sandbox.podman_runtime import (
 from sandbox.session import PodmanSession
 
 REMOTE = "ssh://core@build.example:22/run/podman/podman.sock"
-MIGRATION = re.escape("retired (issue 25): verifier trials on other hosts run on a Ray "
+MIGRATION = re.escape("retired: verifier trials on other hosts run on a Ray "
                       "cluster with Podman on every node")
 
 
@@ -49,9 +49,9 @@ def test_remote_agent_endpoints_are_refused_naming_the_field():
 def test_the_migration_message_is_one_line_naming_the_ray_settings():
     msg = endpoints_retired("verifier_endpoints")
     assert re.match("verifier_endpoints: " + MIGRATION, msg) and "\n" not in msg
-    for setting in ("sandbox_backend=ray", "ray_address=HEAD:PORT", "sandbox_max_in_flight",
-                    "ray_podman_url", "ray_image_registry", "--num-gpus 0",
-                    "'{\"ecredit_sandbox\": 24}'", "docs/scale-out.md"):
+    for setting in ("--sandbox_backend ray", "--ray_address HEAD:PORT", "--sandbox_max_in_flight",
+                    "--ray_podman_url", "--ray_image_registry", "--num-gpus 0",
+                    "'{\"ecredit_sandbox\": 24}'", "docs/scale-out.md#migrate-endpoints"):
         assert setting in msg, setting
 
 

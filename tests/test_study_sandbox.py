@@ -46,7 +46,7 @@ def _cfg(**over):
     ({"train": {"sandbox_max_in_flight": 8}}, "t.yaml: train.sandbox_max_in_flight: set it as "
                                               "sandbox.max_in_flight"),
     ({"train": {"verifier_endpoints": ["ssh://u@h/s.sock"]}},
-     "t.yaml: train.verifier_endpoints: retired (issue 25)"),
+     "t.yaml: train.verifier_endpoints: retired"),
 ])
 def test_sandbox_errors_name_the_key_in_one_line(over, named):
     with pytest.raises(StudyConfigError) as ei:

@@ -333,7 +333,7 @@ def _counts(d: dict) -> str:
 
 def _integrity(report: dict) -> list[str]:
     lines = ["## (g) Reward integrity per arm", "",
-             "From `ledger.jsonl` (issue 21 §2). Masked = rollouts whose reward was None "
+             "From `ledger.jsonl`. Masked = rollouts whose reward was None "
              "(TRL gives them advantage 0: infrastructure failures and excluded rollouts); "
              "attributed = failures charged to the policy (its trial broke its limits or did "
              "not apply while the control was healthy and a retry broke too, or its agent "
