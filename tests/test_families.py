@@ -6,6 +6,9 @@ its turn map (``policy_token_turns``) and tool mask checked token by token."""
 
 import pytest
 
+# the ids a model emits for an assistant turn: the warm start's own rule (shared, so the
+# round trips and the SFT rows agree on where a turn ends)
+from ecredit_trl.policy.corpus import generated_turn_ids
 from ecredit_trl.policy.families import FAMILIES
 
 #: One episode: the calls of each assistant turn. Llama 3 renders at most one call per turn
@@ -44,29 +47,6 @@ def _text(policy, msgs, gen_prompt: bool) -> str:
         add_generation_prompt=gen_prompt)
 
 
-def _generated_ids(policy, msgs, at: int) -> list[int]:
-    """The ids a model emits for assistant message ``at``: the template's rendering of that
-    message minus what the generation prompt already wrote, up to and including the first
-    end-of-turn token (where generation stops)."""
-    before = _text(policy, msgs[:at], False)
-    prompt_tail = _text(policy, msgs[:at], True)[len(before):]
-    block = _text(policy, msgs[: at + 1], False)[len(before):]
-    # a thinking template's prompt may open the reasoning ("<think>\n") that its history
-    # renders closed ("<think></think>"): the model continues after the common part
-    n = 0
-    while n < min(len(block), len(prompt_tail)) and block[n] == prompt_tail[n]:
-        n += 1
-    ids = policy.tokenizer(block[n:], add_special_tokens=False)["input_ids"]
-    stops = [i for i, t in enumerate(ids) if t in policy.eos_token_ids]
-    if stops:
-        return ids[: stops[0] + 1]
-    # GLM-4 writes no end token after a call: the model stops on what the template writes
-    # next (<|observation|>, an end-of-turn id of its generation config)
-    nxt = policy.tokenizer(_text(policy, msgs[: at + 2], False)[len(before) + len(block):],
-                           add_special_tokens=False)["input_ids"][:1]
-    return ids + nxt
-
-
 def _calls(parsed) -> list[tuple[str, dict]]:
     return [((c.get("function") or c)["name"], (c.get("function") or c)["arguments"])
             for c in parsed.get("tool_calls") or []]
@@ -87,7 +67,7 @@ def test_round_trip(template):
     at = 1  # index of the next assistant message
     for k, calls in enumerate(turns):
         context = prompt + completion
-        gen = _generated_ids(policy, msgs, at)
+        gen = generated_turn_ids(policy, msgs, at)
         assert gen and gen[-1] in policy.eos_token_ids, f"turn {k + 1}: no end-of-turn token"
         got = _calls(policy.parse(gen, context))
         assert got == calls, f"turn {k + 1}: {policy.tokenizer.decode(gen)!r}"
@@ -171,7 +151,7 @@ def test_argument_text_some_parsers_lose(template):
     for name, args in LOSSY.items():
         msgs = _messages([[(name, args)]])
         prompt = policy.render_prompt(msgs[:1])
-        got = _calls(policy.parse(_generated_ids(policy, msgs, 1), prompt))
+        got = _calls(policy.parse(generated_turn_ids(policy, msgs, 1), prompt))
         assert [n for n, _ in got] == [name]
         exact &= got[0][1] == args
     assert exact == (template not in LOSES_ARGUMENT_TEXT)
