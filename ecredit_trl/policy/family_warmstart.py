@@ -25,16 +25,15 @@ It memorises a handful of training tasks; it shows the plumbing, not learning.
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from ecredit_trl.policy.sft import (
+    cached_model_dir,
     no_checkpointing,
     progress_callback,
     save_model,
@@ -146,41 +145,19 @@ def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = No
     check_not_sealed([t.instance_id for t in tasks])
     r = family_recipe(template, steps, seed, **recipe)
     key = _key(tasks, r)
-    root = cache_root(cache_dir) / "family-policy"
-    final = root / f"{template}-{key[:16]}"
-    if (final / "warmstart.json").is_file():
-        log(f"warmstart: reusing cached {template} policy {final}")
-        return str(final)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "warmstart.json").is_file():
-            return str(final)
-        for stale in root.glob(f".{final.name}-tmp-*"):  # a killed run's (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+
+    def make_job():
         t0 = time.monotonic()
         demos = demo_conversations(tasks, log=log, variants=DemoVariants(0.0, 0.0, seed))
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-tmp-", dir=root))
-        try:
-            with open(tmp / "demos.jsonl", "w", encoding="utf-8") as fh:
-                for d in demos:
-                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
-            write_json(tmp / "job.json", {"key": key, "recipe": r,
-                                          "tasks": [d["instance_id"] for d in demos],
-                                          "demo_s": round(time.monotonic() - t0, 2)})
-            if isolate:
-                train_child(tmp, log, module="ecredit_trl.policy.family_warmstart")
-            else:
-                train_family_dir(tmp, log=log)
-            model_dir = tmp / "model"
-            m = json.loads((model_dir / "warmstart.json").read_text())
-            m["total_s"] = round(time.monotonic() - t0, 2)
-            write_json(model_dir / "warmstart.json", m)
-            model_dir.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        log(f"warmstart: {template} policy saved to {final} ({time.monotonic() - t0:.0f} s)")
-        return str(final)
+        return demos, {"key": key, "recipe": r, "tasks": [d["instance_id"] for d in demos],
+                       "demo_s": round(time.monotonic() - t0, 2)}
+
+    final = cache_root(cache_dir) / "family-policy" / f"{template}-{key[:16]}"
+    return cached_model_dir(
+        final, make_job,
+        (lambda job: train_child(job, log, module="ecredit_trl.policy.family_warmstart"))
+        if isolate else (lambda job: train_family_dir(job, log=log)),
+        log=log, what=f"{template} policy")
 
 
 def _as_loaded(fam, texts: list[str], r: dict, seed: int):

@@ -6,11 +6,13 @@ child, atomic JSON writes, progress lines, saving, and the CPU thread count.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +31,57 @@ def write_json(path: Path, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, path)
+
+
+def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy") -> str:
+    """The cache entry ``final`` (a model directory with ``warmstart.json``), built once.
+
+    Shared by the embedded and the family warm starts: a file lock beside the entry, a second
+    look once it is held, leftovers of a killed build removed, then the job built and trained
+    in a temporary directory that is renamed into place (a reader never sees half an entry).
+
+    Args:
+        final: the entry's path (its parent is the cache root).
+        make_job: ``() -> (demos, meta)``, run under the lock: the demonstrations (written to
+            ``demos.jsonl``) and the job record (``job.json``) the trainer reads.
+        train: ``(job_dir) -> None``, leaves the trained model in ``job_dir/model``.
+        log: progress lines. what: the entry's name in them.
+
+    Returns: ``str(final)``.
+
+    Raises: whatever ``make_job`` / ``train`` raise; the cache is left as it was.
+    """
+    if (final / "warmstart.json").is_file():
+        log(f"warmstart: reusing cached {what} {final}")
+        return str(final)
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    prefix = f".{final.name}-tmp-"
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "warmstart.json").is_file():
+            log(f"warmstart: reusing cached {what} {final}")
+            return str(final)
+        for stale in root.glob(f"{prefix}*"):  # left by a killed run (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        t0 = time.monotonic()
+        demos, meta = make_job()
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        try:
+            with open(tmp / "demos.jsonl", "w", encoding="utf-8") as fh:
+                for d in demos:
+                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+            write_json(tmp / "job.json", meta)
+            train(tmp)
+            model_dir = tmp / "model"
+            m = json.loads((model_dir / "warmstart.json").read_text())
+            m["total_s"] = round(time.monotonic() - t0, 2)
+            write_json(model_dir / "warmstart.json", m)
+            os.rename(model_dir, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        log(f"warmstart: {what} saved to {final} ({time.monotonic() - t0:.0f} s)")
+        return str(final)
 
 
 def train_child(job: Path, log, module: str = "ecredit_trl.policy.warmstart") -> None:

@@ -26,13 +26,10 @@ failing tests, not the file or line): do not read generalisation into it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +43,7 @@ from ecredit_trl.policy.demos import (
 )
 from ecredit_trl.policy.harmful_sites import harmful_meta, recipe_harmful_edits
 from ecredit_trl.policy.sft import (
+    cached_model_dir,
     no_checkpointing,
     progress_callback,
     save_model,
@@ -229,19 +227,8 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
     r = recipe_for(steps, seed, **recipe)
     harmful = recipe_harmful_edits(tasks, r, log, cache_root(cache_dir))  # sites enter r, the key
     key = policy_key(tasks, r)
-    root = cache_root(cache_dir) / "policy"
-    final = root / key
-    if (final / "warmstart.json").is_file():
-        log(f"warmstart: reusing cached policy {final}")
-        return str(final)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "warmstart.json").is_file():
-            log(f"warmstart: reusing cached policy {final}")
-            return str(final)
-        for stale in root.glob(f".{key[:12]}-tmp-*"):  # left by a killed run (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+
+    def make_job():
         t0 = time.monotonic()
         demos = demo_conversations(tasks, log=log, variants=DemoVariants(
             r["extra_fraction"], r["revert_fraction"], r["seed"], r.get("harmful_fraction", 0.0)),
@@ -249,30 +236,15 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         t_demo = time.monotonic() - t0
         log(f"warmstart: {len(demos)} demonstrations from {len(tasks)} tasks "
             f"({t_demo:.1f} s); SFT {r['steps']} steps")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-tmp-", dir=root))
-        try:
-            with open(tmp / "demos.jsonl", "w", encoding="utf-8") as fh:
-                for d in demos:
-                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
-            meta = {"key": key, "recipe": r, "tasks": [d["instance_id"] for d in demos],
-                    "variants": {d["instance_id"]: d["variant"] for d in demos},
-                    "skipped": sorted({t.instance_id for t in tasks}
-                                      - {d["instance_id"] for d in demos}),
-                    "demo_s": round(t_demo, 2), **harmful_meta(demos, harmful)}
-            (tmp / "job.json").write_text(json.dumps(meta, indent=1))
-            if isolate:
-                train_child(tmp, log)
-            else:
-                train_dir(tmp, log=log)
-            model_dir = tmp / "model"
-            m = json.loads((model_dir / "warmstart.json").read_text())
-            m["total_s"] = round(time.monotonic() - t0, 2)
-            write_json(model_dir / "warmstart.json", m)
-            os.rename(model_dir, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        log(f"warmstart: policy saved to {final} ({time.monotonic() - t0:.0f} s)")
-        return str(final)
+        return demos, {"key": key, "recipe": r, "tasks": [d["instance_id"] for d in demos],
+                       "variants": {d["instance_id"]: d["variant"] for d in demos},
+                       "skipped": sorted({t.instance_id for t in tasks}
+                                         - {d["instance_id"] for d in demos}),
+                       "demo_s": round(t_demo, 2), **harmful_meta(demos, harmful)}
+
+    return cached_model_dir(cache_root(cache_dir) / "policy" / key, make_job,
+                            (lambda job: train_child(job, log)) if isolate
+                            else (lambda job: train_dir(job, log=log)), log=log)
 
 
 # ---------------------------------------------------------------------------
