@@ -184,17 +184,24 @@ def main() -> None:
     if args.inside:
         inside(args)
         return
+    sys.exit(run_in_loopback_namespace(Path(__file__), [
+        "--n", str(args.n), "--burst", str(args.burst), "--slots", str(args.slots)]))
+
+
+def run_in_loopback_namespace(script: Path, args: list[str]) -> int:
+    """Re-run ``script --inside ARGS`` in a loopback-only network namespace (``unshare -n``,
+    root) so the benchmark's local Ray cluster talks over 127.0.0.1 only; its exit status.
+    Also used by ``benchmarks/ray_sandbox.py``."""
     os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf"))
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    cmd = " ".join(["ip link set lo up && exec", sys.executable, str(Path(__file__).resolve()),
-                    "--inside", "--n", str(args.n), "--burst", str(args.burst),
-                    "--slots", str(args.slots)])
+    cmd = " ".join(["ip link set lo up && exec", sys.executable, str(script.resolve()),
+                    "--inside", *args])
     proc = subprocess.run(["unshare", "-n", "bash", "-c", cmd], env=env,
                           stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:  # Ray's own log lines go to stderr: shown only on failure
         print(proc.stderr[-3000:], file=sys.stderr)
-    sys.exit(proc.returncode)
+    return proc.returncode
 
 
 if __name__ == "__main__":
