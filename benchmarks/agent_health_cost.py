@@ -1,12 +1,12 @@
 """What telling agent-caused exec failures from infrastructure costs (issue 21 §2).
 
-On real Podman agent sessions (:class:`sandbox.session.PodmanSession`, the offline sandbox
+On real Podman agent sessions (:class:`sandbox.workspace.session.PodmanSession`, the offline sandbox
 image), medians over ``--sessions`` sessions of:
 
 * session start (create + start + the added inspect for the cgroup path and the image's
   user), and the added part alone (``container.reload`` + ``_image_user``);
 * one ``bash`` call (``true``), which now includes the host-side cgroup sample after it;
-* the sample alone (:func:`sandbox.agent_health.read_cgroup`);
+* the sample alone (:func:`sandbox.workspace.health.read_cgroup`);
 * :meth:`PodmanSession.diagnose` (ping + inspect + cgroup read: paid once, on a failed exec).
 
     PYTHONPATH=. CONTAINERS_CONF=sandbox/containers.conf \\
@@ -20,10 +20,10 @@ import statistics
 import tempfile
 import time
 
-from sandbox.agent_health import read_cgroup
 from sandbox.images import build_offline, default_image
-from sandbox.podman_runtime import PodmanRuntime
-from sandbox.session import PodmanSession, _image_user
+from sandbox.runtimes.podman_runtime import PodmanRuntime
+from sandbox.workspace.health import read_cgroup
+from sandbox.workspace.session import PodmanSession, _image_user
 
 
 def _ms(xs: list[float]) -> str:

@@ -75,8 +75,7 @@ def rollouts_only(model: str, tasks: list, args) -> dict:
     wall seconds and rollouts per minute of each, and whether the rows agree."""
     from ecredit_trl.agent.generation import GenerationSettings, load_rollout_policy
     from ecredit_trl.agent.rollouts import run_rollouts
-    from sandbox import make_runtime
-
+    from sandbox.backend import make_runtime
     policy = load_rollout_policy(model, device="cpu")
     settings = GenerationSettings(temperature=args.temperature,
                                   max_new_tokens=args.max_new_tokens)
@@ -113,8 +112,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     model = ensure_default_policy(load_tasks("bundled:train", purpose="train"))
     tasks = load_tasks("bundled:train", purpose="eval")[: args.tasks]

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     from ecredit_trl.policy.family_warmstart import default_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
 
     tasks = default_tasks()
     split = out / "tasks.jsonl"

@@ -65,7 +65,7 @@ def _load(length: int, prompt_len: int):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from ecredit_trl.policy.warmstart import ensure_default_policy, load_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     path = ensure_default_policy(load_tasks("bundled:train", purpose="train"), log=None)
     model, tok = load_policy(path)
@@ -83,8 +83,8 @@ def _prompt_ids() -> list[int]:
     from ecredit_trl.agent.generation import Policy
     from ecredit_trl.agent.prompts import task_prompt
     from ecredit_trl.policy.warmstart import ensure_default_policy, load_policy
-    from eval.modelref import resolve_model
-    from eval.splits import load_tasks
+    from eval.evaluation.modelref import resolve_model
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks("bundled:train", purpose="train")
     path = ensure_default_policy(tasks, log=None)

@@ -8,7 +8,7 @@ two sandbox nodes) and prints:
 
 1. the same tiny verifier trial (fresh container, empty artifact, an ``echo`` eval script)
    run one at a time through ``VerifierPool`` on the local ``PodmanRuntime`` and through
-   :class:`sandbox.ray_trials.RayTrials`; overhead = wall − the trial's own service time
+   :class:`sandbox.cluster.trials.RayTrials`; overhead = wall − the trial's own service time
    (setup + apply + test + cleanup), median, and the Ray backend's extra on top of local
    (target ≤ 50 ms), plus its parts: a dispatcher acquire+release round trip and an empty
    pinned Ray task;
@@ -37,15 +37,13 @@ EVAL = "echo '>>>>> Start Test Output'\necho ok\necho '>>>>> End Test Output'\n"
 
 
 def _spec(tid: str, image: str):
-    from sandbox import TrialSpec
-
+    from sandbox.trials.trial import TrialSpec
     return TrialSpec(trial_id=tid, image=image, eval_script=EVAL, timeout_s=120)
 
 
 def sequential(rt, image: str, n: int, tag: str) -> dict:
     """``n`` trials one at a time (after one warm-up); median wall and overhead (s)."""
-    from sandbox import VerifierPool
-
+    from sandbox.trials.pool import VerifierPool
     walls, over = [], []
     with VerifierPool(rt, max_concurrency=1, max_retries=0) as pool:
         pool.submit(_spec(f"{tag}-warm", image)).result()
@@ -62,8 +60,7 @@ def sequential(rt, image: str, n: int, tag: str) -> dict:
 
 def burst(rt, image: str, m: int, conc: int, tag: str) -> dict:
     """``m`` trials through a pool of ``conc`` threads; trials/minute and nodes used."""
-    from sandbox import VerifierPool
-
+    from sandbox.trials.pool import VerifierPool
     with VerifierPool(rt, max_concurrency=conc, max_retries=0) as pool:
         pool.map([_spec(f"{tag}-warm{i}", image) for i in range(conc)])
         t0 = time.perf_counter()
@@ -77,7 +74,7 @@ def micro(rt, n: int = 200) -> dict:
     """Median seconds of a dispatcher acquire+release and of an empty pinned Ray task."""
     import ray
 
-    from sandbox.ray_dispatch import SANDBOX_RESOURCE
+    from sandbox.cluster.dispatch import SANDBOX_RESOURCE
 
     acq = []
     for i in range(n):
@@ -113,10 +110,10 @@ def projection(overhead_s: float, trials: int = 128, trial_s: float = 150.0,
 def inside(args) -> None:
     from ray.cluster_utils import Cluster
 
+    from sandbox.cluster.dispatch import SANDBOX_RESOURCE, RayOptions
+    from sandbox.cluster.trials import RayTrials
     from sandbox.images import build_offline
-    from sandbox.podman_runtime import PodmanRuntime
-    from sandbox.ray_dispatch import SANDBOX_RESOURCE, RayOptions
-    from sandbox.ray_trials import RayTrials
+    from sandbox.runtimes.podman_runtime import PodmanRuntime
 
     image = build_offline(log=lambda *_: None)
     with PodmanRuntime(run_id=f"bench-local-{os.getpid()}") as rt:

@@ -5,7 +5,7 @@
 Re-executes itself inside a loopback-only network namespace (``unshare -n``, root), starts
 a local Ray cluster there (a head node without the sandbox resource, one sandbox node) and
 runs the same rollout of a small repository task through ``SWEAgentEnv`` twice: workspace
-on this host (local Podman) and on the sandbox node (:mod:`sandbox.ray_workspace`). Prints,
+on this host (local Podman) and on the sandbox node (:mod:`sandbox.cluster.workspace_host`). Prints,
 median over ``--reps`` interleaved episodes × ``--n`` calls of each tool (each call = the tool + the snapshot after it):
 
 1. seconds per call, local and Ray, and the difference (what Ray adds per tool call);
@@ -61,7 +61,7 @@ def episode(runtime, task, workroot: Path, n: int) -> dict:
     """``n`` calls each of bash / view / str_replace (+ snapshots); seconds per call, setup,
     the artifact's fetch, and the proxy's byte counters (Ray only)."""
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, release_sandbox
-    from sandbox.snapshot import artifact
+    from sandbox.snapshots.snapshot import artifact
 
     ctx = AgentContext(tasks={task.instance_id: task}, runtime=runtime, workroot=str(workroot))
     env = SWEAgentEnv(ctx)
@@ -97,9 +97,9 @@ def episode(runtime, task, workroot: Path, n: int) -> dict:
 def inside(args) -> None:
     from ray.cluster_utils import Cluster
 
-    from sandbox.podman_runtime import PodmanRuntime
-    from sandbox.ray_dispatch import RayOptions
-    from sandbox.ray_trials import RayRoutedRuntime
+    from sandbox.cluster.dispatch import RayOptions
+    from sandbox.cluster.trials import RayRoutedRuntime
+    from sandbox.runtimes.podman_runtime import PodmanRuntime
 
     root = Path(tempfile.mkdtemp(prefix="ecredit-bench-"))
     task = _task(root)

@@ -6,7 +6,7 @@ Builds (once; kept with ``--keep-image``) a task image from the offline sandbox 
 untracked and not ignored. Then, on the real :class:`ecredit_trl.agent.env.SWEAgentEnv`
 with a Podman runtime:
 
-* the per-image base cache (:func:`sandbox.imagetree.base_cache`, once per image);
+* the per-image base cache (:func:`sandbox.workspace.imagetree.base_cache`, once per image);
 * per rollout (``--rollouts``, median): ``reset`` (tree container + ``podman mount``,
   snapshotter seeded from the cached index, the agent's container started) + the first
   snapshot (disk check + ``Snapshotter.snapshot``), and the same with one ``bash`` call
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.podman_runtime import podman_env
+from sandbox.runtimes.podman_runtime import podman_env
 
 IMAGE_REPO = "localhost/ecredit-bench-rollout"
 
@@ -116,7 +116,7 @@ def bench(image: str, rollouts: int, log, cache_dir: str | None = None) -> dict:
     from types import SimpleNamespace
 
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-    from sandbox.podman_runtime import PodmanRuntime
+    from sandbox.runtimes.podman_runtime import PodmanRuntime
 
     task = SimpleNamespace(instance_id="bench__big-1", repo_dir=None, base_commit="",
                            image=image, workdir="/testbed", checkout_base=False)
@@ -124,7 +124,7 @@ def bench(image: str, rollouts: int, log, cache_dir: str | None = None) -> dict:
     with PodmanRuntime() as rt, tempfile.TemporaryDirectory(prefix="ecredit-bench-") as wr:
         ctx = AgentContext(tasks={task.instance_id: task}, runtime=rt, workroot=wr)
         t0 = time.perf_counter()
-        from sandbox.imagetree import base_cache
+        from sandbox.workspace.imagetree import base_cache
 
         ctx._image_bases[(image, "/testbed")] = base_cache(
             image, "/testbed", Path(cache_dir or Path(wr) / ".images"))

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.snapshot import Snapshotter
+from sandbox.snapshots.snapshot import Snapshotter
 
 TARGET_MS = {5000: 25.0, 20000: 80.0}
 

@@ -245,7 +245,7 @@ def main(argv=None) -> int:
     import torch
 
     from ecredit_trl.policy.warmstart import ensure_default_policy, load_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks(a.tasks, purpose="train")
     t0 = time.monotonic()

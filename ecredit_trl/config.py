@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from eval.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
-from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
+from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
+from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
 TRAIN_BUNDLED_TIMEOUT_S = 120.0
@@ -27,14 +27,14 @@ class ECreditConfig(GRPOConfig):
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
     ``max_turns`` < 1, a ``chat_template`` TRL has no tool-call parser for (names:
-    :data:`eval.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed,
+    :data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed,
     ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
     disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, any
     ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired, issue 25: the message
-    names the Ray settings, :func:`sandbox.endpoints_retired`), an unknown
+    names the Ray settings, :func:`sandbox.runtimes.podman_runtime.endpoints_retired`), an unknown
     ``sandbox_backend`` or a refused ray combination (:func:`sandbox.check_backend`,
-    :class:`sandbox.ray_dispatch.RayOptions`).
+    :class:`sandbox.cluster.dispatch.RayOptions`).
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -86,7 +86,7 @@ class ECreditConfig(GRPOConfig):
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
     trial_timeout_s: float | None = field(default=None, metadata={
-        "help": "seconds per verifier trial; default from the task (eval.trialspec."
+        "help": "seconds per verifier trial; default from the task (eval.tasks.trialspec."
                 "trial_limits): 1800 for SWE-bench-format image tasks, 120 for bundled"})
     trial_memory: str | None = field(default=None, metadata={
         "help": "memory limit of a verifier trial (podman size, e.g. 8g); default from the "
@@ -181,15 +181,14 @@ class ECreditConfig(GRPOConfig):
     def _check_backend(self) -> None:
         """Issue 25: ``sandbox_backend`` is local or ray; ray needs runtime podman and valid
         Ray options (ValueError naming the field)."""
-        from sandbox import check_backend
-
+        from sandbox.backend import check_backend
         check_backend(self.sandbox_backend, self.runtime)
         if self.sandbox_backend == "ray":
             self.ray_options()
 
     def ray_options(self):
-        """The :class:`sandbox.ray_dispatch.RayOptions` of these fields."""
-        from sandbox.ray_dispatch import RayOptions
+        """The :class:`sandbox.cluster.dispatch.RayOptions` of these fields."""
+        from sandbox.cluster.dispatch import RayOptions
 
         return RayOptions(address=self.ray_address, max_in_flight=self.sandbox_max_in_flight,
                           podman_url=self.ray_podman_url, registry=self.ray_image_registry)
@@ -199,8 +198,11 @@ class ECreditConfig(GRPOConfig):
         retired, so any value is refused with the migration message; the deprecated
         ``podman_endpoints`` fills ``agent_endpoints`` when that is empty (its entries must
         be local now); a remote agent endpoint is refused (ValueError naming the field)."""
-        from sandbox import endpoints_retired
-        from sandbox.podman_runtime import check_agent_endpoints, is_local_endpoint
+        from sandbox.runtimes.podman_runtime import (
+            check_agent_endpoints,
+            endpoints_retired,
+            is_local_endpoint,
+        )
 
         for name in ("podman_endpoints", "agent_endpoints", "verifier_endpoints"):
             if isinstance(getattr(self, name), str):

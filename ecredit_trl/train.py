@@ -329,7 +329,7 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     parser for, issue 23 §3).
     """
     from ecredit_trl.policy.preflight import check_template, model_location
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:
@@ -337,11 +337,11 @@ def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     # issue 13 §2: one line before any warm start or receipt; with sandbox_backend=ray the
     # sandbox nodes hold (or pull) the images, recorded from their storage in the manifest
     if cfg.sandbox_backend == "ray":  # the cluster answers, or one line (no warm start yet)
-        from sandbox.ray_dispatch import connect
+        from sandbox.cluster.dispatch import connect
 
         connect(cfg.ray_address)  # the run's runtime reuses this connection
     if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
-        from eval.presence import require_task_images
+        from eval.tasks.presence import require_task_images
 
         require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
                             cfg.tasks)
@@ -397,7 +397,7 @@ def _load_policy(cfg, margs, model_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.templatecheck import resolve_template_option
+    from eval.evaluation.templatecheck import resolve_template_option
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # the loaded text is checked again: what the trainer parses with is what counts
@@ -412,13 +412,13 @@ def _load_policy(cfg, margs, model_path):
 
 def _node_image_ids(cfg, run_name: str):
     """The manifest's image → id lookup on the Ray backend: the sandbox nodes' storage
-    (:func:`sandbox.ray_dispatch.cluster_image_ids`), which is where trials and sandboxes run;
+    (:func:`sandbox.cluster.dispatch.cluster_image_ids`), which is where trials and sandboxes run;
     None (this machine's Podman) on the local backend."""
     if cfg.sandbox_backend != "ray":
         return None
 
     def lookup(images):
-        from sandbox.ray_dispatch import cluster_image_ids, connect
+        from sandbox.cluster.dispatch import cluster_image_ids, connect
 
         connect(cfg.ray_address)  # the runtime made next reuses this connection
         return cluster_image_ids(images, run_id=run_name, podman_url=cfg.ray_podman_url)
@@ -429,8 +429,7 @@ def _make_runtime(cfg, run_name: str):
     """The sandbox runtime of this session (its run id is the run name). With
     ``sandbox_backend=ray`` its verifier trials go to the Ray cluster (every rank attaches to
     the run's one dispatcher, named by the run name); agent sessions stay local."""
-    from sandbox import make_runtime
-
+    from sandbox.backend import make_runtime
     return make_runtime(cfg.runtime, endpoints=cfg.verifier_endpoints or None, run_id=run_name,
                         agent_endpoints=cfg.agent_endpoints or None,
                         backend=cfg.sandbox_backend,
@@ -475,8 +474,8 @@ def cli(argv: list[str] | None = None) -> int:
     """``main`` for people: a bad argument, file or config value is one line on stderr
     (exit 2), not a traceback. Errors after training started keep their traceback."""
     from ecredit_trl.runs.receipts import CheckpointError
-    from eval.templatecheck import TemplateRefused
-    from sandbox.ray_dispatch import RayUnavailable
+    from eval.evaluation.templatecheck import TemplateRefused
+    from sandbox.cluster.dispatch import RayUnavailable
 
     try:
         return main(argv)

@@ -18,7 +18,7 @@ Per generation batch (DESIGN.md §2):
    factual reports; an unavailable utility gives ``None`` (TRL turns that advantage
    into 0) and is counted. A trial the artifact broke (hang, OOM, pids, output flood,
    apply failure while the control was healthy and the retry broke too:
-   :mod:`eval.attribution`) is not unavailable: it gets the failure value.
+   :mod:`eval.integrity.attribution`) is not unavailable: it gets the failure value.
 3. :meth:`_generate_and_score_completions` calls TRL's, then replaces the (B,) advantages
    by ``(A[:, None] + C) * completion_mask * tool_mask`` with C from
    :func:`~ecredit_trl.credit.coefficients.credit_coefficients_batch`, and writes the ledger
@@ -78,7 +78,7 @@ from ecredit_trl.runs.ledger import (
 )
 from ecredit_trl.runs.records import append_jsonl
 from ecredit_trl.runs.timings import TIMING_FIELDS, RoundClock, stage_timings
-from sandbox import VerifierPool
+from sandbox.trials.pool import VerifierPool
 
 
 @dataclass
@@ -125,7 +125,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
     Args:
         model: a causal LM or its path (as for ``GRPOTrainer``).
         args: :class:`~ecredit_trl.config.ECreditConfig`.
-        tasks: instance_id → task (``eval.tasks.Task``) for every training row.
+        tasks: instance_id → task (``eval.tasks.schema.Task``) for every training row.
         train_dataset: rows with ``prompt`` (chat messages) and ``instance_id``.
         runtime: sandbox runtime for agent sessions and verifier trials.
         run_dir: where ``ledger.jsonl`` and ``trajectories.jsonl`` are appended

@@ -1,10 +1,10 @@
 """``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
 [--force] [--image-tasks]``: build (or find in the cache) the bundled tasks of a recipe and
 print a summary. ``--image-tasks`` builds them (first) and then their stand-in image-held
-tasks (:mod:`eval.bundled.imagetasks`; split ``bundled-image``), ``--out`` then naming the
+tasks (:mod:`eval.tasks.bundled.imagetasks`; split ``bundled-image``), ``--out`` then naming the
 image tasks' folder.
 
-The pipeline lives in :mod:`eval.bundled` (recipe, sources, mutations, scripts, screening,
+The pipeline lives in :mod:`eval.tasks.bundled` (recipe, sources, mutations, scripts, screening,
 build); this module is its command line.
 """
 
@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from eval.bundled.build import ensure_built
-from eval.bundled.recipe import BuildError
+from eval.tasks.bundled.build import ensure_built
+from eval.tasks.bundled.recipe import BuildError
 
 
 def main(argv=None) -> int:
@@ -51,8 +51,8 @@ def main(argv=None) -> int:
 
 
 def _image_tasks(args, t0: float) -> int:
-    from eval.bundled.imagetasks import ensure_image_tasks, image_built_dir
-    from eval.bundled.recipe import load_recipe
+    from eval.tasks.bundled.imagetasks import ensure_image_tasks, image_built_dir
+    from eval.tasks.bundled.recipe import load_recipe
 
     try:
         tasks = ensure_image_tasks(args.recipe, out=args.out, concurrency=args.concurrency,

@@ -15,7 +15,7 @@ from the results (the training run's ``config.json``: ``ecredit.arm``, ``ecredit
   ``evaluate`` module shipped in :mod:`eval.metrics`; an arm's own CI is the same module
   against a zero baseline (:func:`bootstrap_ci`). Tasks only one side has are listed. A pair
   pools the seeds both arms share (M−E on E's seeds) and states its minimum detectable
-  difference at 80% power (:mod:`eval.power`).
+  difference at 80% power (:mod:`eval.stats.power`).
 * **Per-seed table** with cost columns from the training run's ``ledger.jsonl``: generated
   tokens, factual and counterfactual trials, service hours ((setup_s + verify_s +
   cleanup_s) / 3600), GPU hours. A missing ledger or field prints **Pending**, never 0.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.metrics import paired_bootstrap
-from eval.power import mdd
+from eval.stats.power import mdd
 
 __all__ = [
     "PENDING",
@@ -222,7 +222,7 @@ def compare(runs: Sequence[RunResult], *, n_boot: int = 10000, seed: int = 0,
             alpha: float = 0.05, power: float = 0.8, pooled_seeds: str = "shared") -> dict:
     """The whole comparison (pure; see the module docstring). A pair pools the seeds both
     arms share (``pooled_seeds="shared"``; ``"all"``: every seed) and carries its minimum
-    detectable difference at ``power`` (:func:`eval.power.mdd`, two-sided ``alpha``).
+    detectable difference at ``power`` (:func:`eval.stats.power.mdd`, two-sided ``alpha``).
 
     Returns: ``{"arms": {arm: {... , "ci": [lo, hi] | None, "cost": {mean over seeds |
         None}}}, "pairs": [{"a", "b", "name", "n_tasks", "mean", "ci", "diffs",

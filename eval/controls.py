@@ -11,7 +11,7 @@ For every task of the split, in fresh sandboxes (DESIGN.md §4, issue 6):
 
 With ``--repeats N`` both run N times per task, each in a fresh container (issue 12 §3): a
 listed test whose status differs between repeats of the same patch is flaky
-(:mod:`eval.flaky`), listed per task in the manifest; a task with a flaky F2P test is not
+(:mod:`eval.grading.flaky`), listed per task in the manifest; a task with a flaky F2P test is not
 admitted and a flaky P2P test is dropped from the task's P2P list (``p2p_dropped``, applied
 by ``eval.run --admission``), unless ``--keep-flaky``. The counts below read the first repeat,
 graded with the P2P list after the drop.
@@ -48,9 +48,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from eval.flaky import FLAKY_RULE, find_flaky, flaky_rule
-from eval.presence import runtime_kind, task_image_digests
-from sandbox import add_runtime_args, runtime_from_args
+from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
+from eval.tasks.presence import runtime_kind, task_image_digests
+from sandbox.backend import add_runtime_args, runtime_from_args
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
            "control_counts", "main", "run_controls"]
@@ -81,7 +81,7 @@ class AdmissionError(ValueError):
 
 
 def _ids_sha256(ids) -> str:
-    from eval.sealed import ids_sha256
+    from eval.tasks.sealed import ids_sha256
 
     return ids_sha256(list(ids))
 
@@ -212,7 +212,7 @@ def _task_key(task, digest: str | None, repeats: int = 1, keep_flaky: bool = Fal
 
 def _grade_control(task, res, *, expected: bool, control_log: str | None,
                    p2p: list[str] | None = None) -> dict:
-    from eval.grading import grade
+    from eval.grading.grader import grade
 
     row = {"exit_class": res.exit_class, "trial_id": res.trial_id,  # node: ray's, else ""
            "service_s": res.service_s, "attempts": res.attempts, "node": res.node}
@@ -238,14 +238,14 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     """Run gold + empty controls for every task of ``split`` and write the manifest.
 
     Args:
-        split: task source of :func:`eval.splits.load_tasks`.
+        split: task source of :func:`eval.tasks.splits.load_tasks`.
         out: output folder (created; cached per-task results reused).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
             for digests is ``"podman"`` unless it is a ``LocalRuntime``).
         concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds (None: from
-            the task, :func:`eval.trialspec.trial_limits`).
+            the task, :func:`eval.tasks.trialspec.trial_limits`).
         task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
-        repeats: runs of each patch per task (>= 1); flaky tests from 2 on (:mod:`eval.flaky`).
+        repeats: runs of each patch per task (>= 1); flaky tests from 2 on (:mod:`eval.grading.flaky`).
         keep_flaky: admit tasks with flaky F2P tests and keep flaky P2P tests.
 
     Returns: the ``controls.json`` dict (``counts``, ``per_task``, ``manifest``).
@@ -253,9 +253,9 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
     repeats.
     """
-    from eval.presence import require_task_images
-    from sandbox import VerifierPool, make_runtime
-
+    from eval.tasks.presence import require_task_images
+    from sandbox.backend import make_runtime
+    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
@@ -316,7 +316,7 @@ def _select_tasks(split: str, task_ids: Sequence[str] | None) -> list:
 
     Raises: ValueError naming ``task_ids`` entries not in the split.
     """
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks(split, purpose="eval")
     if task_ids:
@@ -360,7 +360,7 @@ def _run_control_pairs(pool, todo: list, out: Path, timeout_s: float,
     for attribution), logs and per-task rows (:func:`_control_row`) written; rows added to
     ``per_task``."""
     from eval.files import atomic_write_text as _atomic_write
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.trialspec import task_trial_spec
 
     futs = []
     for t, key, cp in todo:
@@ -477,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI. Exit 0 when every task is admitted, 1 when some are not, 2 on bad input."""
     ap = argparse.ArgumentParser(prog="python -m eval.controls", description="Gold and "
                                  "empty-patch controls per task; admission manifest.")
-    ap.add_argument("--split", required=True, help="task source (eval.splits.load_tasks)")
+    ap.add_argument("--split", required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
     add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
     ap.add_argument("--concurrency", type=int, default=2)

@@ -7,7 +7,7 @@ or lists) and ``repo`` (parser from swebench's ``MAP_REPO_TO_PARSER``) or ``log_
 (e.g. ``"pytest"`` or ``"parse_log_pytest"``; overrides ``repo``). Prints one JSON object
 with the keys ``resolved, complete, utility, attributed, f2p, p2p, missing, duplicates,
 classification, resolved_swebench_parser, parser_disagreements`` (see
-:func:`eval.grading.grade`; ``parser_disagreements`` lists every listed test swebench's own
+:func:`eval.grading.grader.grade`; ``parser_disagreements`` lists every listed test swebench's own
 parser grades differently on the same log, with the reason). Exit status 0 on success, 2 on bad input
 (the message names the path or field).
 """
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval.grading import grade, parser_for_repo, resolve_parser
-from sandbox.trial import EXIT_CLASSES
+from eval.grading.grader import grade, parser_for_repo, resolve_parser
+from sandbox.trials.trial import EXIT_CLASSES
 
 OUTPUT_KEYS = (
     "resolved",
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-log", default=None, help="the task's empty-patch control log")
     ap.add_argument("--harness-exit", default=None,
                     choices=EXIT_CLASSES,
-                    help="the trial's exit class (sandbox.trial.EXIT_CLASSES)")
+                    help="the trial's exit class (sandbox.trials.trial.EXIT_CLASSES)")
     ap.add_argument("--expected-resolved", choices=("true", "false"), default=None,
                     help="expected outcome of this slot (default: resolved)")
     args = ap.parse_args(argv)

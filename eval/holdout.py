@@ -1,10 +1,10 @@
-"""Sealing holdouts: ``python -m eval.holdout`` (the manifest format is :mod:`eval.sealed`).
+"""Sealing holdouts: ``python -m eval.holdout`` (the manifest format is :mod:`eval.tasks.sealed`).
 
 ``python -m eval.holdout seal --name holdout100 --from FILE [--rows SOURCE]`` seals a
 user-given list (:func:`seal_list`). ``FILE`` holds instance ids (one a line, ``#`` comments
 and blank lines skipped, or a JSON list of strings) or task rows (``.jsonl`` / ``.parquet``,
 or a ``.json`` list of objects, in the SWE-bench format). With ids only, their rows are taken
-from ``--rows`` (any :func:`eval.splits.load_tasks` source; default ``official500``). The
+from ``--rows`` (any :func:`eval.tasks.splits.load_tasks` source; default ``official500``). The
 rows are written next to the manifest (``datasets/<name>.rows.jsonl``) and both sha256 (of
 the sorted ids, of the rows file) go into ``datasets/<name>.json``; from then on training
 refuses those ids and ``eval.run --split holdout100`` reports against 100 tasks. The name
@@ -13,7 +13,7 @@ instances (or whole repositories) they keep out of every training set; this proj
 none.
 
 ``python -m eval.holdout seal --pool P --n 100 --seed S --out datasets/<name>.json`` instead
-draws ``n`` ids from a pool (selection rule: :mod:`eval.sealed`); ``--force --reason TEXT``
+draws ``n`` ids from a pool (selection rule: :mod:`eval.tasks.sealed`); ``--force --reason TEXT``
 reseals an existing manifest (its pool changed) and records old/new sha256 in its
 ``reseals`` list. Other subcommands:
 ``show PATH`` (verify and print a summary), ``check --source S`` (exit 1 listing sealed ids
@@ -30,15 +30,15 @@ from collections import Counter
 from pathlib import Path
 
 from eval.files import atomic_write_text, datasets_dir
-from eval.sealed import (
+from eval.tasks.schema import Task, read_rows, tasks_from_rows
+from eval.tasks.sealed import (
     file_sha256,
     list_manifest,
     make_manifest,
     read_manifest,
     write_manifest,
 )
-from eval.splits import load_tasks
-from eval.tasks import Task, read_rows, tasks_from_rows
+from eval.tasks.splits import load_tasks
 
 #: Names whose size is fixed (eval reports against these denominators; eval.run).
 FIXED_SIZES = {"holdout100": 100}
@@ -51,7 +51,7 @@ def seal(pool: str, n: int, seed: int, out: str | Path, *, name: str | None = No
     """Seal ``n`` ids of ``pool`` into ``out`` and return the manifest.
 
     Args:
-        pool: a :func:`eval.splits.load_tasks` source name (recorded in the manifest).
+        pool: a :func:`eval.tasks.splits.load_tasks` source name (recorded in the manifest).
         pool_ids: the pool's ids when already loaded (else the pool is loaded).
         reason: with ``force``, why a manifest at ``out`` is replaced (a reseal, e.g. the
             bundled recipe changed its ids): the new manifest keeps the old one's
@@ -150,7 +150,7 @@ def seal_list(name: str, from_path: str | Path, *, rows: str = "official500",
     Args:
         name: manifest name; :data:`FIXED_SIZES` names take exactly that many ids.
         from_path: the list (ids or rows, see :func:`read_list`).
-        rows: where the rows of an id list come from (a :func:`eval.splits.load_tasks`
+        rows: where the rows of an id list come from (a :func:`eval.tasks.splits.load_tasks`
             source); unused when ``from_path`` holds rows.
         out: manifest path (default ``datasets/<name>.json``); the rows go to
             ``<out stem>.rows.jsonl`` next to it.

@@ -2,7 +2,7 @@
 URL] [--concurrency N] ...`` and ``python -m eval.images list --split ...``.
 
 The task-aware half of :mod:`sandbox.images` pull: tasks come from
-:func:`eval.splits.load_tasks` (so every split name and task file the trainer and
+:func:`eval.tasks.splits.load_tasks` (so every split name and task file the trainer and
 ``eval.run`` accept works here), their images (``Task.image``: the row's own ``image``, else
 the swebench 5 name) are pulled by :func:`sandbox.images.pull.pull_images`.
 ``python -m sandbox.images pull`` hands split names to this module.
@@ -15,12 +15,12 @@ import sys
 
 
 def split_images(split: str) -> list[str]:
-    """The distinct images of the tasks of ``split`` (:func:`eval.splits.load_tasks`, purpose
+    """The distinct images of the tasks of ``split`` (:func:`eval.tasks.splits.load_tasks`, purpose
     ``eval``), in task order.
 
     Raises: ValueError / FileNotFoundError from the loader (naming the field or file).
     """
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return list(dict.fromkeys(t.image for t in load_tasks(split, purpose="eval")))
 

@@ -18,7 +18,7 @@ Per slot (task, rollout index 0..n-1), DESIGN.md §4 and issue 6:
 2. **One factual trial** of the rollout's final artifact in a fresh sandbox
    (:class:`sandbox.VerifierPool`). An empty artifact is answered by the task's empty-patch
    control trial (the identical trial; ``trial_source: "empty_control"``).
-3. **Grading** with :func:`eval.grading.grade` against the task's fixed lists, with the
+3. **Grading** with :func:`eval.grading.grader.grade` against the task's fixed lists, with the
    task's empty-patch control log for attribution (one control per task, cached in
    ``DIR/controls/``).
 
@@ -63,6 +63,7 @@ from eval.evaluation.generation import (
     rollouts_command,
     start_rollouts,
 )
+from eval.evaluation.modelref import ModelRef, resolve_model
 from eval.evaluation.replay import replay
 from eval.evaluation.report import (
     render_report,
@@ -70,12 +71,11 @@ from eval.evaluation.report import (
     write_plots,
 )
 from eval.evaluation.slots import RETRY_REASONS, SCHEMA, EvalInputError, read_rows
+from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, check_policy_template
 from eval.evaluation.verification import SlotVerifier
 from eval.files import atomic_write_text, write_json
-from eval.flaky import flaky_slot_counts
-from eval.modelref import ModelRef, resolve_model
-from eval.presence import require_task_images
-from eval.templatecheck import CHAT_TEMPLATE_HELP, check_policy_template
+from eval.grading.flaky import flaky_slot_counts
+from eval.tasks.presence import require_task_images
 
 __all__ = [
     "FIXED_DENOMINATORS",
@@ -92,7 +92,7 @@ FIXED_DENOMINATORS = {"official500": 500, "holdout100": 100}
 
 
 def _ids_sha256(ids: Iterable[str]) -> str:
-    from eval.sealed import ids_sha256
+    from eval.tasks.sealed import ids_sha256
 
     return ids_sha256(list(ids))
 
@@ -114,7 +114,7 @@ def run_binding(*, model_sha256: str, split: str, tasks_sha256: str, seed: int, 
     """sha256 (hex) binding an output directory to one evaluation.
 
     Args:
-        model_sha256: :func:`eval.modelref.dir_fingerprint` of the policy.
+        model_sha256: :func:`eval.evaluation.modelref.dir_fingerprint` of the policy.
         split: the split name as given; tasks_sha256: sha256 of its task ids.
         seed: eval sampling seed; n: rollouts per task.
         overrides: generation settings given on the command line (None = run default).
@@ -191,8 +191,7 @@ def _verify_all(ver: SlotVerifier, rt, proc, tail: RolloutTail, stderr_path: Pat
                 concurrency: int, max_retries: int, say) -> int | None:
     """Feed rollout rows to ``ver`` while the subprocess (if any) runs, then wait for every
     trial. Returns the subprocess's exit code (None without one)."""
-    from sandbox import VerifierPool
-
+    from sandbox.trials.pool import VerifierPool
     rollout_rc = None
     with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
         while True:
@@ -264,7 +263,7 @@ def _admitted(admission, tasks: list, runtime) -> tuple[dict | None, list]:
     if admission is None:
         return None, tasks
     from eval.controls import check_admission
-    from eval.flaky import drop_flaky_p2p
+    from eval.grading.flaky import drop_flaky_p2p
 
     rec = check_admission(admission, tasks, runtime=runtime)
     return rec, drop_flaky_p2p(tasks, rec["p2p_dropped"])
@@ -280,9 +279,9 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
     """Evaluate a policy on ``split`` and write the outputs into ``out`` (see module doc).
 
     Args:
-        model: model dir or run dir (:func:`eval.modelref.resolve_model`); may be None with
+        model: model dir or run dir (:func:`eval.evaluation.modelref.resolve_model`); may be None with
             ``rollouts`` (then the rows' ``model_sha256`` identifies the policy).
-        split: task source of :func:`eval.splits.load_tasks`.
+        split: task source of :func:`eval.tasks.splits.load_tasks`.
         n: rollouts per task (>= 1).
         out: output folder (created; resumable).
         runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here).
@@ -293,7 +292,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             the task list or an image digest changed.
         overrides: rollout settings (``max_turns``, ``max_new_tokens``, ``temperature``,
             ``chat_template``: a TRL template name); None values mean "run default".
-        timeout_s: limit of one verifier trial, seconds (None: eval.trialspec.trial_limits).
+        timeout_s: limit of one verifier trial, seconds (None: eval.tasks.trialspec.trial_limits).
         max_retries: infra retries per trial (counted).
         device, python: torch device and interpreter (default ``sys.executable``) of the
             rollout subprocess; batch_size, agent_concurrency, use_vllm: its flags of the same name.
@@ -306,7 +305,7 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
             another evaluation, rollout rows of another model, a changed admission manifest.
         FileNotFoundError: a missing model, rollouts file or manifest. (+ :func:`_policy_ref`)
     """
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     _check_args(n, concurrency, model, rollouts, batch_size, agent_concurrency, use_vllm)
@@ -419,8 +418,7 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
     """Generation + verification: start the rollout subprocess when needed, verify its rows
     as they arrive, and always stop the subprocess and close an own runtime. Returns the
     subprocess's exit code (None without one)."""
-    from sandbox import make_runtime
-
+    from sandbox.backend import make_runtime
     proc = None
     errf = None
     stderr_path = out / "rollouts.stderr.log"
@@ -451,14 +449,13 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point. Exit 0 when done, 1 when the rollout subprocess failed (the report is
     still written), 2 on bad input (the message names the flag, field or path)."""
-    from sandbox import add_runtime_args, runtime_from_args
-
+    from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
     ap.add_argument("--split", help="official500 | holdout100 | bundled[:train|:holdout] | "
                     "bundled-image[:train|:holdout] (the image-held stand-ins: python -m "
                     "eval.build_tasks --image-tasks) | swegym:PATH | swesmith:PATH | FILE "
-                    "(eval.splits.load_tasks)")
+                    "(eval.tasks.splits.load_tasks)")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
     add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)

@@ -1,10 +1,10 @@
 """``python -m sandbox gc [--run-id ID]``: remove leftover ecredit containers and temp trees.
 
 Containers are removed by run label (all runs, or one); ``--ray-address`` does the same on
-every sandbox node of a Ray cluster (:func:`sandbox.ray_dispatch.gc_cluster`). Temp directories
+every sandbox node of a Ray cluster (:func:`sandbox.cluster.dispatch.gc_cluster`). Temp directories
 (``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` snapshot indexes,
 ``ecredit-podman-*`` service sockets) are removed when the process that made them is
-gone (:func:`sandbox.disk.gc_temp_dirs`); a live run's directories are kept.
+gone (:func:`sandbox.workspace.disk.gc_temp_dirs`); a live run's directories are kept.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sandbox.disk import gc_temp_dirs
-from sandbox.podman_runtime import gc
+from sandbox.runtimes.podman_runtime import gc
+from sandbox.workspace.disk import gc_temp_dirs
 
 
 def main(argv=None) -> int:
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
                         "cluster (auto, HOST:PORT): one pinned task per node (issue 25)")
     args = ap.parse_args(argv)
     if args.cmd == "gc" and args.ray_address:
-        from sandbox.ray_dispatch import gc_cluster
+        from sandbox.cluster.dispatch import gc_cluster
 
         for node, names in gc_cluster(args.ray_address, args.run_id):
             print(f"node {node[:12]}: removed {len(names)} container(s)"

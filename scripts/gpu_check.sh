@@ -91,7 +91,7 @@ fi
 # 0. caches (bundled tasks + the embedded policy's warm start; no-ops when cached)
 if [ "$MODE" != dry ]; then
   step caches 200 "$PY" -c '
-from eval.splits import load_tasks
+from eval.tasks.splits import load_tasks
 from ecredit_trl.policy.warmstart import ensure_default_policy
 print("policy:", ensure_default_policy(load_tasks("bundled:train", purpose="train")))'
 fi

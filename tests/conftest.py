@@ -43,7 +43,7 @@ def git(repo: Path, *args: str) -> str:
 def podman_runtime():
     """One PodmanRuntime (own service) for the whole session; checks no container leaks."""
     from sandbox.images import build_offline
-    from sandbox.podman_runtime import PodmanRuntime, gc
+    from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
 
     build_offline(log=lambda *_: None)
     rt = PodmanRuntime()
@@ -55,7 +55,7 @@ def podman_runtime():
 
 @dataclass
 class AgentTask:
-    """The fields of a task row an agent session needs (a stand-in for ``eval.tasks.Task``)."""
+    """The fields of a task row an agent session needs (a stand-in for ``eval.tasks.schema.Task``)."""
 
     instance_id: str
     repo_dir: str
@@ -130,6 +130,6 @@ def warm_policy():
     """The embedded policy warm-started on ``bundled:train`` (built once, cached under
     ``$ECREDIT_CACHE``): its model directory."""
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))

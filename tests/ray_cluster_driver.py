@@ -5,8 +5,8 @@ OUT.json'`` so every Ray address is 127.0.0.1 (a loopback-only network namespace
 binds or connects to another address). It starts a local cluster with
 ``ray.cluster_utils.Cluster`` — a head node without the sandbox resource (the trainer's
 node) and worker nodes with it plus a ``node_<x>`` label resource — runs real verifier
-trials in Podman through :class:`sandbox.ray_trials.RayTrials` and real agent rollouts whose
-workspaces live on the nodes (:mod:`sandbox.ray_workspace`: placement, the same records as
+trials in Podman through :class:`sandbox.cluster.trials.RayTrials` and real agent rollouts whose
+workspaces live on the nodes (:mod:`sandbox.cluster.workspace_host`: placement, the same records as
 the local backend, the shared cap, a node killed mid-episode) and writes what it saw as
 JSON; the test asserts on it. ``ECREDIT_RAY_ONLY=a,b`` runs a subset (development only). All nodes share this machine's one Podman, except node C,
 whose Ray workers get their own storage (``CONTAINERS_STORAGE_CONF``) so it truly lacks the
@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import make_tar  # noqa: E402
 from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
 
-from sandbox import TrialSpec, VerifierPool  # noqa: E402
+from sandbox.cluster.dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
+from sandbox.cluster.trials import RayTrials  # noqa: E402
 from sandbox.images import default_image  # noqa: E402
-from sandbox.podman_runtime import RUN_LABEL, podman_env  # noqa: E402
-from sandbox.ray_dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
-from sandbox.ray_trials import RayTrials  # noqa: E402
+from sandbox.runtimes.podman_runtime import RUN_LABEL, podman_env  # noqa: E402
+from sandbox.trials.pool import VerifierPool  # noqa: E402
+from sandbox.trials.trial import TrialSpec
 
 
 def spec(trial_id: str, image: str, sleep: float = 0) -> TrialSpec:
@@ -170,7 +171,7 @@ def gc_cli(address: str, image: str) -> dict:
     alive): ``python -m sandbox gc --ray-address`` from another process cleans it."""
     import ray
 
-    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+    from sandbox.cluster.dispatch import NAMESPACE, dispatcher_name
 
     run_id = f"rt-gc-{os.getpid()}"
     rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=2))
@@ -218,7 +219,7 @@ def scripted_episode(runtime, task, workroot: Path, hold=None) -> dict:
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, release_sandbox
     from ecredit_trl.credit.planning import plan_query, turn_snapshots
     from ecredit_trl.credit.trajectory import turn_writes
-    from sandbox.snapshot import artifact
+    from sandbox.snapshots.snapshot import artifact
 
     ctx = AgentContext(tasks={task.instance_id: task}, runtime=runtime,
                        workroot=str(workroot))
@@ -267,8 +268,8 @@ def node_labels() -> dict:
 def workspaces(address: str, root: Path) -> dict:
     """The same scripted episode with its workspace on a sandbox node (ray backend) and on
     this host (local Podman); where it ran, what came back, the bytes and seconds per call."""
-    from sandbox.podman_runtime import PodmanRuntime
-    from sandbox.ray_trials import RayRoutedRuntime
+    from sandbox.cluster.trials import RayRoutedRuntime
+    from sandbox.runtimes.podman_runtime import PodmanRuntime
 
     task = calc_repo(root / "ws")
     run_id = f"rt-ws-{os.getpid()}"
@@ -324,8 +325,8 @@ def image_task(root: Path):
 
 def ws_image(address: str, root: Path) -> dict:
     """The scripted episode on an image-held task, workspace on a node vs on this host."""
-    from sandbox.podman_runtime import PodmanRuntime
-    from sandbox.ray_trials import RayRoutedRuntime
+    from sandbox.cluster.trials import RayRoutedRuntime
+    from sandbox.runtimes.podman_runtime import PodmanRuntime
 
     task = image_task(root / "img")
     try:
@@ -350,7 +351,7 @@ def ws_cap(address: str, image: str, root: Path) -> dict:
     """Cap 2 shared by one agent sandbox and three trials of 3 s (same run): while the
     sandbox's container is up only one trial runs; ``podman ps`` sampled every 0.1 s."""
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-    from sandbox.ray_trials import RayRoutedRuntime
+    from sandbox.cluster.trials import RayRoutedRuntime
 
     task = calc_repo(root / "cap")
     run_id = f"rt-wscap-{os.getpid()}"
@@ -412,8 +413,8 @@ def ws_kill(cluster, address: str, root: Path, a) -> dict:
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from ecredit_trl.agent.failures import apply_episode_failure
     from ecredit_trl.runs.ledger import GUARD_EXCLUSIONS
-    from sandbox.ray_trials import RayRoutedRuntime
-    from sandbox.snapshot import artifact
+    from sandbox.cluster.trials import RayRoutedRuntime
+    from sandbox.snapshots.snapshot import artifact
 
     d = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_d": 1})
     cluster.wait_for_nodes()
@@ -425,7 +426,7 @@ def ws_kill(cluster, address: str, root: Path, a) -> dict:
     envs = [SWEAgentEnv(ctx), SWEAgentEnv(ctx)]
     out: dict = {}
     try:
-        from sandbox.ray_workspace_proxy import RayWorkspaces
+        from sandbox.cluster.workspace_proxy import RayWorkspaces
 
         rr.workspaces = RayWorkspaces(rr.trials)
         places = iter([d.node_id, a.node_id])
@@ -528,8 +529,8 @@ def main(out_path: str) -> None:
 def evaluate_on_ray(address: str, runs: str, root: Path, env: dict) -> dict:
     """``python -m eval.run`` (2 bundled holdout tasks × 1 rollout) with ``--sandbox-backend
     ray`` on the trained run's final checkpoint; its rc, output tail and slot rows."""
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     (run,) = list(Path(runs).iterdir())
     split = Path(runs).parent / "two.jsonl"
@@ -596,8 +597,7 @@ def victim(address: str, run_id: str, n: int) -> None:
     """A trainer-like driver (tests/test_ray_cleanup.py): the runtime ``train.py`` makes for
     ``sandbox_backend=ray`` and a pool with ``n`` long trials in flight; it never finishes on
     its own (the test SIGKILLs it)."""
-    from sandbox import make_runtime
-
+    from sandbox.backend import make_runtime
     rt = make_runtime("podman", backend="ray", run_id=run_id,
                       ray=RayOptions(address=address, max_in_flight=n))
     pool = VerifierPool(rt, max_concurrency=n, max_retries=0)
@@ -645,7 +645,7 @@ def killed_driver(address: str, driver: str, poll_s: float) -> dict:
 
     import ray
 
-    from sandbox.ray_dispatch import NAMESPACE, dispatcher_name
+    from sandbox.cluster.dispatch import NAMESPACE, dispatcher_name
 
     def dispatcher_alive() -> bool:
         try:
@@ -691,7 +691,7 @@ def cleanup(out_path: str) -> None:
     without the sandbox resource and two sandbox nodes, as in :func:`main`."""
     from ray.cluster_utils import Cluster
 
-    from sandbox.ray_reaper import REAP_POLL_S
+    from sandbox.cluster.reaper import REAP_POLL_S
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
@@ -724,7 +724,7 @@ def tools(out_path: str, work: str) -> None:
 
     from ecredit_trl.credit.scripted import scripted_trajectories
     from ecredit_trl.credit.trajectory import dump_trajectories
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     root, work = Path(__file__).resolve().parents[1], Path(work)
     task = load_tasks("bundled:holdout")[0]

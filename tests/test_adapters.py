@@ -1,4 +1,4 @@
-"""SWE-Gym and SWE-smith rows through eval.adapters (issue 13 §3). Rows are made here in
+"""SWE-Gym and SWE-smith rows through eval.tasks.adapters (issue 13 §3). Rows are made here in
 each project's own field names; the SWE-smith eval script runs for real (git + pytest on a
 repository laid out like a SWE-smith instance: a branch with the bug commit and the
 test-removal commit)."""
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import git, write_jsonl
 
-from eval.adapters.swegym import swegym_image
-from eval.adapters.swesmith import reverse_patch, swesmith_eval_script
 from eval.holdout import seal_list
-from eval.sealed import SealedTaskError
-from eval.splits import load_tasks
-from eval.tasks import task_from_row
+from eval.tasks.adapters.swegym import swegym_image
+from eval.tasks.adapters.swesmith import reverse_patch, swesmith_eval_script
+from eval.tasks.schema import task_from_row
+from eval.tasks.sealed import SealedTaskError
+from eval.tasks.splits import load_tasks
 
 # ---------------------------------------------------------------------------
 # SWE-Gym
@@ -152,7 +152,7 @@ def test_swesmith_row_becomes_a_branch_based_task(tmp_path):
     assert lines[end - 1] == "SWEBENCH_TEST_EXIT_CODE=$?"
     assert task_from_row(t.to_dict(), 1) == t
     # the verifier checks the instance branch out before applying the artifact
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.trialspec import task_trial_spec
 
     spec = task_trial_spec(t, "", "t1")
     assert spec.checkout == SMITH_ID and spec.repo_archive is None

@@ -14,8 +14,8 @@ import pytest
 from conftest import REPO_ROOT
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-from sandbox.disk import OWNER_FILE, gc_temp_dirs, mark_owner, tree_usage
-from sandbox.session import SandboxExecError
+from sandbox.workspace.disk import OWNER_FILE, gc_temp_dirs, mark_owner, tree_usage
+from sandbox.workspace.session import SandboxExecError
 
 MiB = 2**20
 
@@ -256,7 +256,7 @@ def test_gc_removes_temp_dirs_of_dead_processes_only(tmp_path):
 
 
 def test_container_that_cannot_start_ends_the_episode_as_infra(task, tmp_path, monkeypatch):
-    import sandbox.workspace as env_mod  # the workspace opens the rollout's session
+    import sandbox.workspace.rollout as env_mod  # the workspace opens the rollout's session
 
     def no_container(*a, **kw):
         raise RuntimeError("OCI runtime error: cannot start")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release, tool_schemas
-from sandbox.snapshot import read_blob
+from sandbox.snapshots.snapshot import read_blob
 
 
 @pytest.fixture

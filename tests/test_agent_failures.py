@@ -19,10 +19,10 @@ import pytest
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.failures import apply_episode_failure
 from ecredit_trl.trainer import RolloutRecord
-from eval.agent_failures import agent_failure_verdict, failure_utility
-from sandbox.agent_health import classify_exec_failure
-from sandbox.podman_runtime import podman_env
-from sandbox.trial import Limits
+from eval.integrity.agent_failures import agent_failure_verdict, failure_utility
+from sandbox.runtimes.podman_runtime import podman_env
+from sandbox.trials.trial import Limits
+from sandbox.workspace.health import classify_exec_failure
 
 # a fork flood of background sleeps from a process in its own session (out of reach of the
 # call's group kill) that takes every pid freed, so the limit stays full once the call
@@ -182,7 +182,7 @@ def test_container_broken_from_outside_stays_an_infra_failure(task, tmp_path, po
 def test_dead_service_stays_an_infra_failure(task, tmp_path):
     """The Podman service dies under a live session: the exec fails and the ping does not
     answer: infrastructure, excluded, reward None (containers removed by run label)."""
-    from sandbox.podman_runtime import PodmanRuntime, gc
+    from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
 
     rt = PodmanRuntime()
     env = _env(task, tmp_path, rt)
@@ -246,7 +246,7 @@ def test_classify_exec_failure(evidence, expected):
 
 
 def test_memcg_oom_record_names_this_cgroup_and_its_own_limit(tmp_path):
-    from sandbox.agent_health import memcg_oom_logged
+    from sandbox.workspace.health import memcg_oom_logged
 
     def log(*lines: str) -> str:
         path = tmp_path / f"kmsg{len(list(tmp_path.iterdir()))}"

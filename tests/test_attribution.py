@@ -1,6 +1,6 @@
 """A failing rollout cannot escape its negative reward by breaking its own trial (issue 21 §2).
 
-The attribution rule (:mod:`eval.attribution`): a trial that hangs, is OOM-killed, exhausts
+The attribution rule (:mod:`eval.integrity.attribution`): a trial that hangs, is OOM-killed, exhausts
 its pids, floods its log or does not apply is the artifact's failure (the contract's failure
 value, an ``artifact_*`` class with evidence) when the task's control completed under the
 same limits and the retry failed too; otherwise it stays unavailable. The artifacts below are
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from conftest import make_tar
 
-from eval.attribution import ControlFacts, attribute_failure, failure_utility
-from sandbox import Limits, TrialSpec, VerifierPool
+from eval.integrity.attribution import ControlFacts, attribute_failure, failure_utility
 from sandbox.images import default_image
-from sandbox.trial import classify, parse_script_log
+from sandbox.trials.pool import VerifierPool
+from sandbox.trials.trial import Limits, TrialSpec, classify, parse_script_log
 
 CALC = "def add(a, b):\n    return a - b\n"
 TESTS = ("from calc import add\n\n\n"
@@ -329,8 +329,8 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     from test_attribution_step import _artifacts
 
     from eval.run import evaluate
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     task = load_tasks("bundled:holdout")[0]
     save_tasks([task], tmp_path / "one.jsonl")

@@ -50,9 +50,9 @@ def test_a_hang_is_an_honest_failure_and_an_infra_failure_is_out_of_the_baseline
     from trl.trainer.utils import nanstd
 
     import ecredit_trl.trainer as trainer_mod
-    import sandbox.workspace as env_mod  # the workspace opens the rollout's session
+    import sandbox.workspace.rollout as env_mod  # the workspace opens the rollout's session
     from ecredit_trl.train import main
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
     from sandbox.images import build_offline
 
     build_offline(log=lambda *_: None)

@@ -21,7 +21,7 @@ VOLATILE = ("timings", "engine")
 @pytest.fixture(scope="module")
 def embedded():
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     path = ensure_default_policy(load_tasks("bundled:train", purpose="train"))
     return load_rollout_policy(path, device="cpu")
@@ -29,7 +29,7 @@ def embedded():
 
 @pytest.fixture(scope="module")
 def tasks():
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return load_tasks("bundled:train", purpose="eval")[:3]
 

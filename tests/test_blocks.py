@@ -23,7 +23,7 @@ from ecredit_trl.credit.blocks import (
     select_block,
     selection_seed,
 )
-from sandbox.snapshot import SnapshotError, Snapshotter
+from sandbox.snapshots.snapshot import SnapshotError, Snapshotter
 
 BIN_BASE = bytes(range(256)) * 3
 BIN_NEW = bytes(reversed(range(256))) * 3 + b"\0\xff"

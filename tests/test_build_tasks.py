@@ -1,4 +1,4 @@
-"""Bundled tasks (eval.bundled, eval.build_tasks): recipe, mutations, scripts, and the built set in Podman.
+"""Bundled tasks (eval.tasks.bundled, eval.build_tasks): recipe, mutations, scripts, and the built set in Podman.
 
 Unit tests need only git and bash. Tests marked ``podman`` build the bundled set (or load it
 from the cache, ``$ECREDIT_CACHE`` default ``~/.cache/ecredit-trl``: a cold builder-5 build
@@ -18,10 +18,10 @@ import subprocess
 import pytest
 from conftest import REPO_ROOT
 
-from eval.bundled.mutations import choose_candidates, find_mutations, mutation_is_valid
-from eval.bundled.recipe import KINDS, ModuleSpec, ProjectRecipe, load_recipe, recipe_hash
-from eval.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
-from eval.bundled.sources import GitRepo
+from eval.tasks.bundled.mutations import choose_candidates, find_mutations, mutation_is_valid
+from eval.tasks.bundled.recipe import KINDS, ModuleSpec, ProjectRecipe, load_recipe, recipe_hash
+from eval.tasks.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
+from eval.tasks.bundled.sources import GitRepo
 
 SRC = '''"""Module doc with 1 < 2."""
 import functools
@@ -237,7 +237,7 @@ def test_problem_statement_from_failing_tests_only(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from eval.bundled.build import ensure_built
+    from eval.tasks.bundled.build import ensure_built
 
     return ensure_built(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 
@@ -285,7 +285,7 @@ def test_bundled_tasks_are_consistent(bundled):
 @pytest.mark.podman
 def test_a_third_of_the_training_tasks_are_pairs(bundled):
     """Issue 14 §2: at least a third of bundled:train needs edits in two places."""
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     train = load_tasks("bundled:train", purpose="train")
     pairs = [t for t in train if t.extra["blocks"] == 2]
@@ -296,7 +296,7 @@ def test_a_third_of_the_training_tasks_are_pairs(bundled):
 
 @pytest.mark.podman
 def test_bundled_is_deterministic(bundled, tmp_path):
-    from eval.bundled.build import built_dir, ensure_built, materialize
+    from eval.tasks.bundled.build import built_dir, ensure_built, materialize
 
     again = ensure_built()
     assert again == bundled
@@ -312,10 +312,9 @@ def test_bundled_is_deterministic(bundled, tmp_path):
 
 @pytest.mark.podman
 def test_bundled_controls_on_a_sample(bundled, podman_runtime):
-    from eval.grading import grade
-    from eval.trialspec import task_trial_spec
-    from sandbox import VerifierPool
-
+    from eval.grading.grader import grade
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.trials.pool import VerifierPool
     sample = []
     for name in sorted({t.extra["project"] for t in bundled}):
         mine = [t for t in bundled if t.extra["project"] == name]
@@ -341,8 +340,8 @@ def test_bundled_controls_on_a_sample(bundled, podman_runtime):
 
 @pytest.mark.podman
 def test_bundled_holdout_is_sealed_and_binding(bundled):
-    from eval.sealed import SealedTaskError, ids_sha256, read_manifest
-    from eval.splits import load_tasks
+    from eval.tasks.sealed import SealedTaskError, ids_sha256, read_manifest
+    from eval.tasks.splits import load_tasks
 
     man = read_manifest(REPO_ROOT / "datasets" / "bundled_holdout.json")
     ids = [t.instance_id for t in bundled]
@@ -364,8 +363,8 @@ def test_bundled_holdout_is_sealed_and_binding(bundled):
 @pytest.mark.slow
 def test_cold_rebuild_gives_identical_tasks(bundled, tmp_path, monkeypatch):
     """A second build from scratch (own cache, sdists copied) writes the same tasks.jsonl."""
-    from eval.bundled.build import built_dir, ensure_built
-    from eval.bundled.recipe import cache_dir
+    from eval.tasks.bundled.build import built_dir, ensure_built
+    from eval.tasks.bundled.recipe import cache_dir
 
     src = built_dir(load_recipe())
     sd = cache_dir() / "sdists"

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from eval.templatecheck import NO_TOOL_TEMPLATES, TOOL_TEMPLATES, TemplateRefused, trl_template
+from eval.evaluation.templatecheck import (
+    NO_TOOL_TEMPLATES,
+    TOOL_TEMPLATES,
+    TemplateRefused,
+    trl_template,
+)
 
 NAMES = ", ".join(TOOL_TEMPLATES)
 FIX = f"pass --chat_template NAME to use TRL's copy of that family's template, NAME one of: {NAMES}"
@@ -62,8 +67,8 @@ def test_the_table_is_what_trl_maps():
 
 
 def test_one_byte_off_is_refused_in_one_line(qwen_dir, tmp_path):
-    from eval.modelref import resolve_model
-    from eval.templatecheck import check_policy_template
+    from eval.evaluation.modelref import resolve_model
+    from eval.evaluation.templatecheck import check_policy_template
 
     text = trl_template("qwen2_5")
     at = text.index("<tool_call>") + 1

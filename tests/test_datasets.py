@@ -11,10 +11,10 @@ from conftest import write_jsonl
 from eval import holdout
 from eval.holdout import seal_list
 from eval.run import split_denominator
-from eval.sealed import SealedTaskError, file_sha256, ids_sha256, read_manifest
-from eval.splits import load_tasks
-from eval.tasks import SCRIPT_FROM_ROW, SCRIPT_MISSING, task_from_row
-from eval.trialspec import task_trial_spec
+from eval.tasks.schema import SCRIPT_FROM_ROW, SCRIPT_MISSING, task_from_row
+from eval.tasks.sealed import SealedTaskError, file_sha256, ids_sha256, read_manifest
+from eval.tasks.splits import load_tasks
+from eval.tasks.trialspec import task_trial_spec
 
 # (repo, version, swebench's parser for the repo) — real SWE-bench Verified repo/version pairs
 REPOS = [("astropy/astropy", "5.1", "parse_log_pytest_v2"),

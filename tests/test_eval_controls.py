@@ -35,7 +35,7 @@ def test_counts_and_reasons_pure():
 
 @pytest.mark.podman
 def test_every_bundled_holdout_task_admitted(tmp_path, podman_runtime):
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks("bundled:holdout")
     res = run_controls("bundled:holdout", tmp_path, runtime=podman_runtime, concurrency=2,
@@ -112,7 +112,7 @@ def _flaky_tasks(tmp_path, git):
     """Two user tasks on one repo (LocalRuntime): A has a flaky P2P test, B a flaky F2P test."""
     import sys
 
-    from eval.tasks import Task, save_tasks
+    from eval.tasks.schema import Task, save_tasks
 
     r = tmp_path / "repo"
     r.mkdir()
@@ -160,7 +160,7 @@ def _reset_counters(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:LocalRuntime is not isolated")
 def test_repeated_controls_name_flaky_tests(tmp_path):
-    from eval.flaky import FLAKY_RULE
+    from eval.grading.flaky import FLAKY_RULE
 
     split, tasks = _flaky_tasks(tmp_path, _git)
     a, b = (t.instance_id for t in tasks)

@@ -1,4 +1,4 @@
-"""eval.power: the minimum detectable difference of a task-paired comparison (issue 24 §2).
+"""eval.stats.power: the minimum detectable difference of a task-paired comparison (issue 24 §2).
 
 Expected values are computed here independently: the sample SD by hand (not
 ``statistics``), the normal quantiles as published constants (z_0.975 = 1.959963984540054,
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from eval.power import mdd, tasks_needed, z_factor
+from eval.stats.power import mdd, tasks_needed, z_factor
 
 Z975, Z80, Z95, Z90 = 1.959963984540054, 0.8416212335729143, 1.6448536269514722, 1.2815515655446004
 

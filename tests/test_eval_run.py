@@ -13,8 +13,8 @@ pytestmark = pytest.mark.podman
 
 @pytest.fixture(scope="module")
 def split_file(tmp_path_factory):
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     path = tmp_path_factory.mktemp("split") / "two.jsonl"
     save_tasks(load_tasks("bundled:holdout")[:2], path)

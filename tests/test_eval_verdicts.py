@@ -21,8 +21,8 @@ GARBAGE = "this is not a patch\n"
 def two_tasks(tmp_path_factory):
     """Two bundled holdout tasks (a split file) and a rollouts file: task A gold, gold,
     empty; task B gold, garbage, garbage (``apply_failed``: never stored)."""
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     d = tmp_path_factory.mktemp("verdicts")
     tasks = load_tasks("bundled:holdout")[:2]
@@ -156,7 +156,7 @@ class _InfraOnFirst:
         self.rt, self.artifact = rt, artifact
 
     def run_trial(self, spec):
-        from sandbox.trial import TrialResult
+        from sandbox.trials.trial import TrialResult
 
         if spec.artifact == self.artifact:
             return TrialResult(trial_id=spec.trial_id, exit_class="infra_error",

@@ -16,7 +16,7 @@ RESULT_TEXT = ("Here's the result of running `cat -n`", "has been edited")
 @pytest.fixture(scope="module")
 def demo():
     from ecredit_trl.policy.demos import DemoVariants, demo_conversation
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     (task,) = [t for t in load_tasks("bundled:train", purpose="train") if t.instance_id == TASK]
     return task, demo_conversation(task, variants=DemoVariants(0.0, 0.0, 0))

@@ -40,7 +40,7 @@ def _jsonl(path: Path) -> list[dict]:
 def e2e_tasks(tmp_path_factory):
     """(tasks, the split file holding them) for training and evaluation."""
     from ecredit_trl.policy.family_warmstart import DEFAULT_TASKS, default_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
 
     # two single-block training tasks (view -> str_replace -> submit -> closing turn) that
     # the warm start memorises

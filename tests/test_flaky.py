@@ -1,6 +1,6 @@
-"""eval.flaky: flaky listed tests are named per task, and the admission rule for them."""
+"""eval.grading.flaky: flaky listed tests are named per task, and the admission rule for them."""
 
-from eval.flaky import FLAKY_RULE, find_flaky, flaky_rule, varying_statuses
+from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule, varying_statuses
 
 F2P = ["t.py::test_f1", "t.py::test_f2"]
 P2P = ["t.py::test_p1", "t.py::test_p2", "t.py::test_p3"]
@@ -50,7 +50,7 @@ def test_flaky_rule():
 def test_drop_flaky_p2p_and_slot_counts():
     from dataclasses import dataclass
 
-    from eval.flaky import drop_flaky_p2p, flaky_slot_counts
+    from eval.grading.flaky import drop_flaky_p2p, flaky_slot_counts
 
     @dataclass
     class T:

@@ -1,4 +1,4 @@
-"""eval.grading / eval.grade: real pytest runs on tiny projects, swebench-format snippets.
+"""eval.grading.grader / eval.grade: real pytest runs on tiny projects, swebench-format snippets.
 
 Every "real" log here is produced by running ``python -m pytest -rA`` (what SWE-bench eval
 scripts run) on a project written to tmp_path, then wrapped like a swebench harness log
@@ -19,7 +19,7 @@ from conftest import swebench_resolved
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.grading import (
+from eval.grading.grader import (
     MAP_REPO_TO_PARSER,
     MISSING,
     GradeReport,

@@ -5,7 +5,7 @@ Three kinds of evidence:
 * the SWE-bench project's own parser cases (its ``tests/test_log_parsers_python.py`` at
   ad89568 "cover skipped pytest grading end to end", newer than the swebench 5.0.2 we
   install, plus ``test_log_parsers_skip_summary.py`` / ``test_grading_truncated_ids.py`` on
-  its main branch), ported to :func:`eval.grading.grade` / :func:`eval.log_parsing.read_log`;
+  its main branch), ported to :func:`eval.grading.grader.grade` / :func:`eval.grading.log_parsing.read_log`;
 * real pytest runs (``-rA``, ``-v``, both, ``CI=1``) of a project whose ids hold spaces,
   `` - ``, brackets and unicode and whose tests print forged status lines;
 * a hypothesis property: random pytest logs -> exactly the ground-truth statuses, and where
@@ -25,8 +25,8 @@ from conftest import swebench_resolved
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eval.grading import MISSING, ParserDisagreement, grade, read_log
-from eval.pytest_report import fold_statuses, line_zones, read_report
+from eval.grading.grader import MISSING, ParserDisagreement, grade, read_log
+from eval.grading.pytest_report import fold_statuses, line_zones, read_report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTEST_PARSERS = ("parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2")

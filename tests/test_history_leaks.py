@@ -8,7 +8,7 @@ worktree and an alternate object store outside the workdir, a second clone insid
 workdir; a ``.git`` *file* naming a git dir elsewhere with the fix as ``HEAD~1`` (the
 SWE-smith "fix committed, then reverted" layout); a SWE-smith instance branch whose parent
 is the unbroken original, checked out with ``checkout_base``; a stand-in image task
-(:mod:`eval.bundled.imagetasks`) with its own gold fix committed, reverted, branched, tagged
+(:mod:`eval.tasks.bundled.imagetasks`) with its own gold fix committed, reverted, branched, tagged
 and on ``origin/main``; and a ``repo_dir`` task whose repository holds the fix too. Each fix line carries a marker. In a live agent session no
 command prints a marker (git over every ref, reflog, object id the image holds; every
 loose object and pack file anywhere in the container's file system; a grep), while the
@@ -111,7 +111,7 @@ git checkout -q main
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     proc = subprocess.run(["podman", *args], capture_output=True, text=True,
                           env=podman_env(), timeout=300)
@@ -251,7 +251,7 @@ def _agent_env(tasks: dict, tmp_path, runtime):
 
 
 def _image_task(image: str, iid: str, base: str = "HEAD"):
-    from eval.tasks import task_from_row
+    from eval.tasks.schema import task_from_row
 
     return task_from_row({
         "instance_id": iid, "repo": "local/calc", "base_commit": base,
@@ -262,7 +262,7 @@ def _image_task(image: str, iid: str, base: str = "HEAD"):
 
 
 def _smith_task(image: str, tmp_path):
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     path = tmp_path / "smith.jsonl"
     path.write_text(json.dumps({
@@ -281,7 +281,7 @@ CASES = {"future": FUTURE_MARKS, "revert": ("PARENT",), "smith": ("ORIGINAL",)}
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_no_agent_command_prints_the_fix(kind, leak_images, tmp_path, podman_runtime):
     from ecredit_trl.agent.env import SWEAgentEnv, release
-    from sandbox.snapshot import changed_paths
+    from sandbox.snapshots.snapshot import changed_paths
 
     image = leak_images[kind]
     ids, control = _image_objects_and_control(image)
@@ -323,8 +323,8 @@ def test_unchanged_verifier_still_reads_git_metadata(leak_images, tmp_path, podm
     agent's artifact made in a session whose repository had no tags at all."""
     from ecredit_trl.agent.env import SWEAgentEnv, release
     from eval.evaluation.verification import grade_trial
-    from eval.trialspec import task_trial_spec
-    from sandbox.snapshot import artifact
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.snapshots.snapshot import artifact
 
     task = _image_task(leak_images["future"], "leak__calc-verifier")
 
@@ -402,7 +402,7 @@ def test_repo_dir_task_shows_only_its_base(tmp_path, podman_runtime):
 
 def test_survey_finds_git_data_inside_and_outside_the_workdir(tmp_path):
     """Unit level: where an image keeps git data, read from its files (no git runs)."""
-    from sandbox.imagegit import survey
+    from sandbox.workspace.imagegit import survey
 
     root = tmp_path / "root"
     (root / "srv" / "calc.git" / "objects" / "info").mkdir(parents=True)
@@ -433,7 +433,7 @@ def test_survey_finds_git_data_inside_and_outside_the_workdir(tmp_path):
         survey(root, "/testbed")
 
 
-# -- a stand-in image task (eval.bundled.imagetasks) with its own gold fix in its history --
+# -- a stand-in image task (eval.tasks.bundled.imagetasks) with its own gold fix in its history --
 
 DERIVED_SH = r"""set -euo pipefail
 export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@e
@@ -455,10 +455,10 @@ def test_stand_in_image_task_with_its_fix_in_history(tmp_path_factory, tmp_path,
     line the fix adds is printed by a plain container, never in the agent's session; the
     verifier, unchanged, grades the gold patch and the agent's artifact on that image."""
     from ecredit_trl.agent.env import SWEAgentEnv, release
-    from eval.bundled.imagetasks import ensure_image_tasks
     from eval.evaluation.verification import grade_trial
-    from eval.trialspec import task_trial_spec
-    from sandbox.snapshot import artifact
+    from eval.tasks.bundled.imagetasks import ensure_image_tasks
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.snapshots.snapshot import artifact
 
     base_task = ensure_image_tasks()[0]
     minus, plus = ([ln[1:] for ln in base_task.patch.splitlines() if ln.startswith(c)

@@ -31,7 +31,7 @@ def hub(tmp_path, monkeypatch):
 def test_a_cached_hub_model_loads(hub):
     from ecredit_trl.agent.generation import load_rollout_policy
     from ecredit_trl.policy.preflight import model_location
-    from eval.modelref import resolve_model
+    from eval.evaluation.modelref import resolve_model
 
     snap = hub / "models--tiny-org--tiny-qwen" / "snapshots" / REV
     assert model_location("tiny-org/tiny-qwen") == str(snap)
@@ -63,7 +63,7 @@ def test_an_absent_hub_model_is_one_line(hub, tmp_path):
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()][-1] == f"train.py: error: {line}"
     assert not runs.exists() or list(runs.iterdir()) == []
 
-    from eval.modelref import resolve_model
+    from eval.evaluation.modelref import resolve_model
 
     with pytest.raises(FileNotFoundError) as err:
         resolve_model("tiny-org/absent")

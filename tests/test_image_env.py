@@ -26,7 +26,7 @@ IID = "img__calc-1"
 
 
 def _podman(*args: str) -> str:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return subprocess.run(["podman", *args], check=True, capture_output=True, text=True,
                           env=podman_env()).stdout.strip()
@@ -78,7 +78,7 @@ def task_image(tmp_path_factory, podman_runtime):
 
 
 def _task(image: str, base: str):
-    from eval.tasks import task_from_row
+    from eval.tasks.schema import task_from_row
 
     row = {"instance_id": IID, "repo": "local/calc", "base_commit": base,
            "problem_statement": "add subtracts", "patch": "", "test_patch": "", "version": "0",
@@ -106,7 +106,7 @@ def ctx(task, tmp_path, podman_runtime):
 
 def _trial(runtime, task, artifact: str, trial_id: str) -> dict:
     from eval.evaluation.verification import grade_trial
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.trialspec import task_trial_spec
 
     r = runtime.run_trial(task_trial_spec(task, artifact, trial_id, timeout_s=120))
     assert r.exit_class == "ok", r.log
@@ -125,7 +125,7 @@ def _tree_containers(run_id: str) -> list[str]:
 @pytest.mark.podman
 def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runtime):
     from ecredit_trl.agent.env import SWEAgentEnv, release
-    from sandbox.snapshot import artifact, changed_paths, read_blob
+    from sandbox.snapshots.snapshot import artifact, changed_paths, read_blob
 
     env = SWEAgentEnv(ctx)
     env.reset(instance_id=IID)
@@ -174,7 +174,7 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
 @pytest.mark.podman
 def test_agent_breaking_git_and_build_outputs_keeps_true_bytes(ctx, task, podman_runtime):
     from ecredit_trl.agent.env import SWEAgentEnv, release
-    from sandbox.snapshot import artifact, changed_paths
+    from sandbox.snapshots.snapshot import artifact, changed_paths
 
     env = SWEAgentEnv(ctx)
     env.reset(instance_id=IID)
@@ -231,7 +231,7 @@ def test_snapshots_from_the_upper_layer_equal_a_full_scan(ctx, task, podman_runt
     renames (redirected dirs), deleted-and-recreated dirs (opaque), mode changes, symlinks,
     deletions and new trees they equal a snapshot that scans the whole tree."""
     from ecredit_trl.agent.env import SWEAgentEnv, release
-    from sandbox.snapshot import Snapshotter, changed_paths
+    from sandbox.snapshots.snapshot import Snapshotter, changed_paths
 
     env = SWEAgentEnv(ctx)
     env.reset(instance_id=IID)
@@ -269,7 +269,7 @@ def test_snapshots_from_the_upper_layer_equal_a_full_scan(ctx, task, podman_runt
 
 def test_image_task_needs_a_local_podman_runtime(tmp_path):
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv
-    from sandbox.local_runtime import LocalRuntime
+    from sandbox.runtimes.local_runtime import LocalRuntime
 
     task = _task("localhost/no-such-image:1", "0" * 40)
     ctx = AgentContext(tasks={IID: task}, runtime=LocalRuntime(), workroot=str(tmp_path))

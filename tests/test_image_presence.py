@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO_ROOT
 
-from eval.presence import ImagesMissing, missing_message, pull_command, require_task_images
+from eval.tasks.presence import ImagesMissing, missing_message, pull_command, require_task_images
 from sandbox.images import default_image, image_digest
 
 ABSENT = "docker.io/ecredit/absent-image:nope"
@@ -27,8 +27,8 @@ def test_the_message_is_one_line_with_the_count_and_the_command():
 
 
 def _task_file(tmp_path, source: str, image: str, n: int = 1):
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks(source)[:n]
     for t in tasks:
@@ -40,7 +40,7 @@ def _task_file(tmp_path, source: str, image: str, n: int = 1):
 
 @pytest.mark.podman
 def test_require_task_images_returns_digests_or_refuses(tmp_path):
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks("bundled:holdout")[:2]
     image = default_image()

@@ -1,4 +1,4 @@
-"""Stand-in image-held tasks (eval.bundled.imagetasks, issue 13 §4): images, rows, splits,
+"""Stand-in image-held tasks (eval.tasks.bundled.imagetasks, issue 13 §4): images, rows, splits,
 and verifier trials with ``repo_archive=None`` (the image holds /testbed).
 
 Unit tests need nothing; tests marked ``podman`` build the image tasks (or load them from the
@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from conftest import REPO_ROOT
 
-from eval.bundled.imagetasks import (
+from eval.tasks.bundled.imagetasks import (
     ACTIVATE,
     BUILD_OUTPUT,
     Layout,
@@ -23,7 +23,7 @@ from eval.bundled.imagetasks import (
     image_eval_script,
     layout,
 )
-from eval.bundled.recipe import BuildError, ModuleSpec, ProjectRecipe, load_recipe
+from eval.tasks.bundled.recipe import BuildError, ModuleSpec, ProjectRecipe, load_recipe
 
 
 def _project(path: str) -> ProjectRecipe:
@@ -62,7 +62,7 @@ def test_eval_script_activates_the_environment_first():
 
 
 def _src_repo(tmp_path, files: dict[str, str]) -> tuple[str, str]:
-    from eval.bundled.sources import GitRepo
+    from eval.tasks.bundled.sources import GitRepo
 
     src = tmp_path / "src"
     for path, text in files.items():
@@ -72,8 +72,8 @@ def _src_repo(tmp_path, files: dict[str, str]) -> tuple[str, str]:
 
 
 def test_task_repo_is_reproducible_with_two_commits(tmp_path):
-    from eval.bundled.imagetasks import make_task_repo
-    from eval.bundled.sources import GitRepo
+    from eval.tasks.bundled.imagetasks import make_task_repo
+    from eval.tasks.bundled.sources import GitRepo
 
     src, base = _src_repo(tmp_path, {"demo/core.py": "X = 1\n", "tests/test_m.py": "pass\n"})
     p = _project("demo/core.py")
@@ -95,7 +95,7 @@ def test_task_repo_is_reproducible_with_two_commits(tmp_path):
 
 
 def test_task_repo_refuses_a_tree_that_has_our_files(tmp_path):
-    from eval.bundled.imagetasks import make_task_repo
+    from eval.tasks.bundled.imagetasks import make_task_repo
 
     src, base = _src_repo(tmp_path, {"demo/core.py": "X = 1\n", "conftest.py": "\n"})
     with pytest.raises(BuildError, match=r"demo: the sdist already has \['conftest.py'\]"):
@@ -108,14 +108,14 @@ def test_task_repo_refuses_a_tree_that_has_our_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from eval.bundled.build import ensure_built
+    from eval.tasks.bundled.build import ensure_built
 
     return ensure_built(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 
 
 @pytest.fixture(scope="module")
 def image_tasks(bundled):
-    from eval.bundled.imagetasks import ensure_image_tasks
+    from eval.tasks.bundled.imagetasks import ensure_image_tasks
 
     return ensure_image_tasks(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 
@@ -131,7 +131,7 @@ def _sample(tasks):
 
 
 def _in_image(image: str, cmd: str, shell: str = "bash -lc") -> subprocess.CompletedProcess:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return subprocess.run(["podman", "run", "--rm", "--network", "none", image,
                            *shell.split(), cmd], capture_output=True, text=True,
@@ -140,7 +140,7 @@ def _in_image(image: str, cmd: str, shell: str = "bash -lc") -> subprocess.Compl
 
 @pytest.mark.podman
 def test_rows_are_swebench_format_without_repo_dir(bundled, image_tasks):
-    from eval.bundled.imagetasks import env_image_name, missing_images
+    from eval.tasks.bundled.imagetasks import env_image_name, missing_images
 
     assert [t.instance_id for t in image_tasks] == [t.instance_id for t in bundled]
     by_id = {t.instance_id: t for t in bundled}
@@ -176,14 +176,14 @@ def test_rows_are_swebench_format_without_repo_dir(bundled, image_tasks):
 
 
 def _built_dir():
-    from eval.bundled.imagetasks import image_built_dir
+    from eval.tasks.bundled.imagetasks import image_built_dir
 
     return image_built_dir(load_recipe())
 
 
 @pytest.mark.podman
 def test_base_commit_is_reproducible(bundled, image_tasks, tmp_path):
-    from eval.bundled.imagetasks import make_task_repo
+    from eval.tasks.bundled.imagetasks import make_task_repo
 
     recipe = {p.name: p for p in load_recipe().projects}
     by_id = {t.instance_id: t for t in bundled}
@@ -227,10 +227,9 @@ def test_image_holds_testbed_at_base_with_env_and_build_output(image_tasks):
 
 @pytest.mark.podman
 def test_gold_resolves_and_empty_does_not_on_image_tasks(image_tasks, podman_runtime):
-    from eval.grading import grade
-    from eval.trialspec import task_trial_spec
-    from sandbox import VerifierPool
-
+    from eval.grading.grader import grade
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.trials.pool import VerifierPool
     sample = _sample(image_tasks)
     specs = []
     for t in sample:
@@ -255,10 +254,9 @@ def test_gold_resolves_and_empty_does_not_on_image_tasks(image_tasks, podman_run
 def test_build_output_is_in_the_verifier_and_the_tests_need_it(image_tasks, podman_runtime):
     """The verifier container sees the untracked build output; the same gold trial with
     that file removed (an artifact cannot delete an ignored file) resolves nothing."""
-    from eval.grading import grade
-    from eval.trialspec import task_trial_spec
-    from sandbox import VerifierPool
-
+    from eval.grading.grader import grade
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.trials.pool import VerifierPool
     t = _sample(image_tasks)[-1]  # cachetools: src/ layout
     bo = t.extra["build_output"]
     base = task_trial_spec(t, t.patch, f"ibo-{t.instance_id}", timeout_s=60)
@@ -286,8 +284,8 @@ def test_build_output_is_in_the_verifier_and_the_tests_need_it(image_tasks, podm
 
 @pytest.mark.podman
 def test_bundled_image_splits_keep_the_sealed_partition(bundled, image_tasks):
-    from eval.sealed import SealedTaskError, read_manifest
-    from eval.splits import load_tasks
+    from eval.tasks.sealed import SealedTaskError, read_manifest
+    from eval.tasks.splits import load_tasks
 
     man = read_manifest(REPO_ROOT / "datasets" / "bundled_holdout.json")
     with pytest.raises(SealedTaskError) as exc:

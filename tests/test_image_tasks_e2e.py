@@ -27,7 +27,7 @@ def _jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def image_tasks():
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return load_tasks("bundled-image", log=lambda m: print(f"[build_tasks] {m}", flush=True))
 
@@ -44,8 +44,8 @@ def _one_per_project(tasks, k: int = 1):
 @pytest.fixture(scope="module")
 def split_file(tmp_path_factory):
     """Two held-out image tasks of two projects, as a swebench-format .jsonl (no repo_dir)."""
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     hold = load_tasks("bundled-image:holdout")
     two = _one_per_project(hold)[:2]
@@ -63,8 +63,8 @@ def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
                                                           podman_runtime):
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from eval.evaluation.verification import grade_trial
-    from eval.trialspec import task_trial_spec
-    from sandbox.snapshot import artifact, changed_paths
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.snapshots.snapshot import artifact, changed_paths
 
     t = _one_per_project(image_tasks)[-1]  # cachetools: src/ layout, PYTHONPATH=src
     bo, mut = t.extra["build_output"], t.extra["mutation"]
@@ -182,7 +182,7 @@ def warm_policy():
     """The embedded policy, warm-started on the bundled twins of these tasks (its demos
     need a host repository; the image tasks have the same ids, problems and gold)."""
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
 
@@ -228,7 +228,7 @@ def test_default_warm_start_of_image_tasks_is_the_bundled_policy(image_tasks, sp
     import dataclasses
 
     from ecredit_trl.policy.warmstart import default_policy_tasks, policy_key, recipe_for
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     img = load_tasks("bundled-image:train", purpose="train")
     bundled = load_tasks("bundled:train", purpose="train")

@@ -25,7 +25,7 @@ from sandbox.images.pull import (
     row_image,
     source_ref,
 )
-from sandbox.podman_runtime import PodmanService, podman_env
+from sandbox.runtimes.podman_runtime import PodmanService, podman_env
 
 SWE_ID = "django__django-11099"
 SWE_IMAGE = "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"

@@ -24,7 +24,7 @@ ARGS = ["--arm", "O", "--max_tasks", "2", "--num_generations", "2",
 
 
 def _podman(*args: str) -> str:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return subprocess.run(["podman", *args], capture_output=True, text=True,
                           env=podman_env()).stdout
@@ -55,7 +55,7 @@ def _start(runs: Path, tmp: Path, *extra: str, base: bool = True) -> subprocess.
 
 def test_killed_run_leaves_nothing_after_next_start_and_gc(tmp_path, warm_policy):
     from sandbox.images import build_offline
-    from sandbox.podman_runtime import gc
+    from sandbox.runtimes.podman_runtime import gc
 
     build_offline(log=lambda *_: None)
     runs, tmp = tmp_path / "runs", tmp_path / "tmp"
@@ -123,7 +123,7 @@ def test_resume_removes_every_container_of_the_killed_session(tmp_path, warm_pol
     to completion: every container of the killed session, whatever its role, is removed and
     named in the resume receipt."""
     from sandbox.images import build_offline
-    from sandbox.podman_runtime import gc
+    from sandbox.runtimes.podman_runtime import gc
 
     build_offline(log=lambda *_: None)
     runs, tmp, out = tmp_path / "runs", tmp_path / "tmp", tmp_path / "runs" / "unit-B-s0"

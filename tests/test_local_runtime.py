@@ -4,7 +4,8 @@ import pytest
 from conftest import make_tar
 from test_sandbox_podman import BUG, CALC, TESTS
 
-from sandbox import TrialSpec, make_runtime
+from sandbox.backend import make_runtime
+from sandbox.trials.trial import TrialSpec
 
 EVAL = ("echo '>>>>> Start Test Output'\n"
         "python -m pytest -rA -p no:cacheprovider test_calc.py\n"

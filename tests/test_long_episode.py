@@ -197,8 +197,8 @@ def _episode(model_dir, max_positions: int, twin: bool, budget: int, tmp_path, t
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from ecredit_trl.agent.prompts import task_prompt
     from ecredit_trl.agent.rollouts import GenerationSettings, run_rollout
-    from eval.modelref import resolve_model
-    from eval.splits import load_tasks
+    from eval.evaluation.modelref import resolve_model
+    from eval.tasks.splits import load_tasks
 
     task = load_tasks("bundled:train", purpose="train")[0]
     cfg = AutoConfig.from_pretrained(model_dir, max_position_embeddings=max_positions)

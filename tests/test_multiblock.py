@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from eval.bundled.multi import (
+from eval.tasks.bundled.multi import (
     apply_all,
     enclosing_function,
     interleave_tests,
@@ -24,7 +24,7 @@ from eval.bundled.multi import (
     pair_id,
     parse_pair_id,
 )
-from eval.bundled.mutations import Mutation, find_mutations
+from eval.tasks.bundled.mutations import Mutation, find_mutations
 
 CALC = "\n".join([
     '"""Tiny arithmetic helpers."""',
@@ -119,7 +119,7 @@ def test_problem_statement_order_quotes_both_parts():
 def test_recipe_multi_fields(tmp_path):
     from conftest import REPO_ROOT
 
-    from eval.bundled.recipe import load_recipe
+    from eval.tasks.bundled.recipe import load_recipe
 
     r = load_recipe()
     assert r.multi_per_project >= 1
@@ -140,9 +140,9 @@ def _pytest_log(status: dict[str, str]) -> str:
 
 
 def test_screening_a_pair_needs_a_failing_test_of_each_part():
-    from eval.bundled.recipe import PARSER, ModuleSpec, ProjectRecipe, load_recipe
-    from eval.bundled.screening import Candidate, screen
-    from eval.grading import parse_log
+    from eval.grading.grader import parse_log
+    from eval.tasks.bundled.recipe import PARSER, ModuleSpec, ProjectRecipe, load_recipe
+    from eval.tasks.bundled.screening import Candidate, screen
 
     mod = ModuleSpec("pkg/calc.py", ("tests/test_calc.py",))
     proj = ProjectRecipe("p", "1.0", "p.tar.gz", "0" * 64, "", {}, (), (mod,))
@@ -302,9 +302,9 @@ def test_pair_build_on_one_project(tmp_path, podman_runtime):
     does not (the build's controls)."""
     import dataclasses
 
-    from eval.bundled.build import build
-    from eval.bundled.recipe import load_recipe
-    from eval.bundled.sources import GitRepo
+    from eval.tasks.bundled.build import build
+    from eval.tasks.bundled.recipe import load_recipe
+    from eval.tasks.bundled.sources import GitRepo
 
     full = load_recipe()
     recipe = dataclasses.replace(
@@ -336,7 +336,7 @@ def test_pair_build_on_one_project(tmp_path, podman_runtime):
 
 def test_reseal_records_old_and_new_sha256(tmp_path):
     from eval.holdout import seal
-    from eval.sealed import ids_sha256, read_manifest
+    from eval.tasks.sealed import ids_sha256, read_manifest
 
     out = tmp_path / "h.json"
     first = seal("p", 2, 1, out, pool_ids=[f"a{i}" for i in range(8)])

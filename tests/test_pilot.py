@@ -158,7 +158,7 @@ run("tests/test_c.py::test_keep", lambda: __import__("pkg.c", fromlist=["C"]).C 
 def _tiny_task(tmp_path: Path, name: str = "tiny-1", two_bugs: bool = False):
     """A tiny task run by LocalRuntime: bug in pkg/a.py (and in pkg/b.py when
     ``two_bugs``: then the gold patch touches two files, both needed)."""
-    from eval.tasks import Task
+    from eval.tasks.schema import Task
 
     r = tmp_path / f"repo-{name}"
     r.mkdir()
@@ -199,7 +199,7 @@ class _FlakyRuntime:
     """LocalRuntime that fails chosen trials with infra_error (always or once)."""
 
     def __init__(self, always=(), once=()):
-        from sandbox.local_runtime import LocalRuntime
+        from sandbox.runtimes.local_runtime import LocalRuntime
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -207,7 +207,7 @@ class _FlakyRuntime:
         self.always, self.once, self.seen = set(always), set(once), set()
 
     def run_trial(self, spec):
-        from sandbox.trial import TrialResult
+        from sandbox.trials.trial import TrialResult
 
         if spec.trial_id in self.always or (spec.trial_id in self.once
                                              and spec.trial_id not in self.seen):
@@ -418,7 +418,7 @@ def test_pilot_refuses_unknown_task(tmp_path):
 
 
 def test_cli_local(tmp_path, monkeypatch):
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
 
     task = _tiny_task(tmp_path)
     tasks_file = tmp_path / "tasks.jsonl"
@@ -443,7 +443,7 @@ def test_cli_local(tmp_path, monkeypatch):
 
 @pytest.mark.podman
 def test_pilot_podman_bundled(tmp_path, podman_runtime):
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     tasks = load_tasks("bundled")
     trajs = scripted_trajectories(tasks, max_tasks=5)
@@ -479,8 +479,8 @@ def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_run
     longer hangs, so D = U(P) − U(P\\b) exists."""
     import subprocess
 
-    from eval.attribution import failure_utility
-    from eval.splits import load_tasks
+    from eval.integrity.attribution import failure_utility
+    from eval.tasks.splits import load_tasks
 
     task = load_tasks("bundled:holdout")[0]
     path = next(line[len("+++ b/"):].split("\t")[0] for line in task.patch.splitlines()

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from eval.harmful import HARMFUL_LINE, HarmfulEdit, patch_carries, patch_from_writes, writes_carry
+from eval.tasks.harmful import (
+    HARMFUL_LINE,
+    HarmfulEdit,
+    patch_carries,
+    patch_from_writes,
+    writes_carry,
+)
 
 BASE = "\n".join([
     '"""Helpers."""',
@@ -208,9 +214,9 @@ def test_variant_shares_and_recipe_key():
 @pytest.mark.podman
 def test_screening_checks_the_block_with_real_trials(tmp_path, podman_runtime):
     from ecredit_trl.policy.harmful_sites import harmful_edit_patch, screen_harmful_edits
-    from eval.grading import grade
-    from eval.splits import load_tasks
-    from eval.trialspec import task_trial_spec
+    from eval.grading.grader import grade
+    from eval.tasks.splits import load_tasks
+    from eval.tasks.trialspec import task_trial_spec
 
     (task,) = [t for t in load_tasks("bundled:train", purpose="train")
                if t.instance_id == "bundled__inflection-0.5.1-0002"]
@@ -350,7 +356,7 @@ def test_study_config_warmstart_key():
 
 def test_budget_grid_splits_the_spread_and_reproduces_the_design_that_ran():
     from ecredit_trl.study.report_power import budget_grid, variance_parts
-    from eval.power import mdd
+    from eval.stats.power import mdd
 
     # 4 rollouts per side: task rates; d = (-.75, -.5, +.25, -.75, +.25)
     a = {"t0": 0.0, "t1": 0.25, "t2": 1.0, "t3": 0.0, "t4": 1.0}

@@ -3,7 +3,7 @@
 A trainer-like driver (tests/ray_cluster_driver.py ``victim``: the runtime train.py makes, a
 pool with two long trials in flight on the two sandbox nodes) is SIGKILLed; the run's
 dispatcher sees its job die and removes the run's containers on every node, then itself
-(sandbox.ray_dispatch, "A killed trainer ..."). A second one is SIGKILLed holding both slots
+(sandbox.cluster.dispatch, "A killed trainer ..."). A second one is SIGKILLed holding both slots
 of its cap and resumed at once (same run id): the resume is not starved. One cluster start,
 in a loopback-only network namespace like tests/test_ray_dispatch.py.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from test_ray_dispatch import _in_namespace
 
-from sandbox.ray_reaper import jobs_alive
+from sandbox.cluster.reaper import jobs_alive
 
 
 def test_jobs_alive_reads_the_job_table():

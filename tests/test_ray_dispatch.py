@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import check_backend, make_runtime
-from sandbox.ray_dispatch import RayOptions, choose_node
+from sandbox.backend import check_backend, make_runtime
+from sandbox.cluster.dispatch import RayOptions, choose_node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,8 +48,8 @@ def test_choose_node_prefers_holders_least_loaded_and_avoids_failed_nodes():
 def test_snapshot_pack_carries_the_new_objects_and_loads_over_the_donor(tmp_path):
     """What crosses back from a node: a pack of the snapshot trees' objects minus S_0's;
     loaded over the trainer's copy of the task repository it yields the same artifact."""
-    from sandbox.ray_workspace import load_pack, snapshot_pack
-    from sandbox.snapshot import Snapshotter, artifact
+    from sandbox.cluster.workspace_host import load_pack, snapshot_pack
+    from sandbox.snapshots.snapshot import Snapshotter, artifact
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -81,7 +81,7 @@ def test_snapshot_pack_carries_the_new_objects_and_loads_over_the_donor(tmp_path
 def test_an_exception_that_cannot_be_pickled_crosses_as_its_type_and_text():
     import threading
 
-    from sandbox.ray_workspace import portable
+    from sandbox.cluster.workspace_host import portable
 
     class Holding(RuntimeError):
         def __init__(self, msg):
@@ -331,7 +331,7 @@ def _jsonl(path: Path) -> list[dict]:
 @pytest.mark.slow
 def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     ensure_default_policy(load_tasks("bundled:train", purpose="train"))  # cached, not timed
     runs = tmp_path / "runs"

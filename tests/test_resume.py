@@ -141,7 +141,7 @@ def _same_history(ref: Path, run: Path) -> None:
 
 def test_interrupted_runs_resume_exactly(tmp_path, warm_policy):
     from sandbox.images import build_offline
-    from sandbox.podman_runtime import PodmanService, gc
+    from sandbox.runtimes.podman_runtime import PodmanService, gc
 
     build_offline(log=lambda *_: None)
     runs = tmp_path / "runs"

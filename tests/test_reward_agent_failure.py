@@ -32,7 +32,7 @@ def test_agent_pids_rollout_is_scored_in_the_group_baseline(tmp_path, monkeypatc
     from ecredit_trl.agent.env import SWEAgentEnv
     from ecredit_trl.train import main
     from ecredit_trl.trainer import ECreditGRPOTrainer
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     real_view = SWEAgentEnv.view
     flooded: list = []

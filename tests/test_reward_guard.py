@@ -24,10 +24,10 @@ def _jsonl(path: Path) -> list[dict]:
 
 def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch, warm_policy):
     import ecredit_trl.trainer as trainer_mod
-    import sandbox.workspace as env_mod  # the workspace opens the rollout's session
+    import sandbox.workspace.rollout as env_mod  # the workspace opens the rollout's session
     from ecredit_trl.train import main
     from sandbox.images import build_offline
-    from sandbox.snapshot import SnapshotError
+    from sandbox.snapshots.snapshot import SnapshotError
 
     build_offline(log=lambda *_: None)
     real_open, real_plan = env_mod.open_session, trainer_mod.plan_query

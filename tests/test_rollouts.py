@@ -1,5 +1,5 @@
 """ecredit_trl.agent.rollouts (scripted generations through TRL's parser and the real agent env) and
-eval.modelref (run dirs, adapters, fingerprints). No Podman: the agent has no bash sandbox."""
+eval.evaluation.modelref (run dirs, adapters, fingerprints). No Podman: the agent has no bash sandbox."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import git
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.rollouts import GenerationSettings, Policy, rollout_seed, run_rollout
 from ecredit_trl.credit.trajectory import parse_trajectory
-from eval.modelref import resolve_model
+from eval.evaluation.modelref import resolve_model
 
 
 @pytest.fixture(scope="module")

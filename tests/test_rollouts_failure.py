@@ -59,8 +59,8 @@ def test_eval_scores_agent_failures_and_leaves_infra_unknown(tiny, task, tmp_pat
     from eval.evaluation.report import summarize
     from eval.evaluation.verification import SlotVerifier
     from sandbox.images import default_image
-    from sandbox.podman_runtime import podman_env
-    from sandbox.trial import Limits
+    from sandbox.runtimes.podman_runtime import podman_env
+    from sandbox.trials.trial import Limits
 
     task.image = default_image()
     flood = _rollout(_policy(tiny, [_call("bash", command=FLOOD), _call("bash", command="ls"),

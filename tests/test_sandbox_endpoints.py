@@ -8,16 +8,19 @@ import pytest
 from conftest import make_tar
 from test_sandbox_podman import CALC, EVAL, TESTS
 
-from sandbox import TrialSpec, VerifierPool, endpoints_retired, make_runtime
+from sandbox.backend import make_runtime
 from sandbox.images import build_offline
-from sandbox.podman_runtime import (
+from sandbox.runtimes.podman_runtime import (
     PodmanRuntime,
     PodmanService,
     check_agent_endpoints,
     check_trial_endpoints,
+    endpoints_retired,
     is_local_endpoint,
 )
-from sandbox.session import PodmanSession
+from sandbox.trials.pool import VerifierPool
+from sandbox.trials.trial import TrialSpec
+from sandbox.workspace.session import PodmanSession
 
 REMOTE = "ssh://core@build.example:22/run/podman/podman.sock"
 MIGRATION = re.escape("retired: verifier trials on other hosts run on a Ray "

@@ -19,7 +19,7 @@ from conftest import AgentTask, git
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.credit.planning import generated_by_turn, plan_query, turn_snapshots
 from sandbox.images import default_image
-from sandbox.snapshot import artifact, changed_paths, read_blob
+from sandbox.snapshots.snapshot import artifact, changed_paths, read_blob
 
 
 @pytest.fixture
@@ -240,8 +240,8 @@ def test_generated_files_are_not_edits_and_are_reported(task, tmp_path, podman_r
 @pytest.fixture
 def agent_tree(task, tmp_path):
     """An agent working tree made as SWEAgentEnv makes it, and its snapshotter."""
-    from sandbox.agent_repo import agent_clone
-    from sandbox.snapshot import Snapshotter
+    from sandbox.snapshots.snapshot import Snapshotter
+    from sandbox.workspace.agent_repo import agent_clone
 
     work = tmp_path / "agent"
     agent_clone(task.repo_dir, task.base_commit, work, tmp_path / "bases")
@@ -303,7 +303,7 @@ def test_special_files_and_nested_repos_never_crash_a_snapshot(agent_tree):
 
 
 def test_translate_ignore_and_generated_patterns():
-    from sandbox.snapshot import is_generated, translate_ignore
+    from sandbox.snapshots.snapshot import is_generated, translate_ignore
 
     assert translate_ignore("# c\n\n*.log\n/build\n!keep.log\ndocs/out/\n", "") == [
         "*.log", "/build", "!keep.log", "docs/out/"]
@@ -340,7 +340,7 @@ def test_symlinked_directories_are_never_followed_on_the_host(agent_tree, tmp_pa
 def test_local_runtime_tree_has_a_working_git_too(task, tmp_path):
     """With the (explicitly chosen, not isolated) local runtime the clone's alternates name
     the base store's host path, so git works there as well."""
-    from sandbox.local_runtime import LocalRuntime
+    from sandbox.runtimes.local_runtime import LocalRuntime
 
     with pytest.warns(RuntimeWarning, match="not isolated"):
         runtime = LocalRuntime(run_id="t")

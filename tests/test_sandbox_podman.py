@@ -9,9 +9,10 @@ import time
 import pytest
 from conftest import make_tar
 
-from sandbox import Limits, TrialSpec, VerifierPool
 from sandbox.images import default_image
-from sandbox.podman_runtime import RUN_LABEL, podman_env
+from sandbox.runtimes.podman_runtime import RUN_LABEL, podman_env
+from sandbox.trials.pool import VerifierPool
+from sandbox.trials.trial import Limits, TrialSpec
 
 pytestmark = pytest.mark.podman
 
@@ -209,7 +210,7 @@ def test_pool_runs_concurrently_and_measures_queue_wait(podman_runtime):
 
 
 def test_gc_removes_labelled_leftovers():
-    from sandbox.podman_runtime import gc
+    from sandbox.runtimes.podman_runtime import gc
 
     name = "ecredit-gc-probe"
     subprocess.run(["podman", "rm", "-f", name], capture_output=True, env=podman_env())
@@ -228,7 +229,7 @@ def test_private_service_dies_with_a_killed_owner():
     from conftest import REPO_ROOT
 
     code = ("import sys, time; sys.path.insert(0, sys.argv[1])\n"
-            "from sandbox.podman_runtime import PodmanService\n"
+            "from sandbox.runtimes.podman_runtime import PodmanService\n"
             "s = PodmanService(); print(s.proc.pid, s._dir, flush=True); time.sleep(120)\n")
     owner = subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT)],
                              stdout=subprocess.PIPE, text=True)

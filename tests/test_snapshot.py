@@ -1,4 +1,4 @@
-"""sandbox.snapshot on real git repositories."""
+"""sandbox.snapshots.snapshot on real git repositories."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import git
 
-from sandbox.snapshot import (
+from sandbox.snapshots.snapshot import (
     EMPTY_TREE,
     SnapshotError,
     Snapshotter,

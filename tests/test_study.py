@@ -47,10 +47,10 @@ def _cfg(**over):
     ({"train": {"max_steps": "two"}}, "t.yaml: train.max_steps: expected int"),
     ({"train": {"learning_rate": True}}, "t.yaml: train.learning_rate: expected float"),
     ({"eval": {"splits": ["bundled:train"], "n": 0}}, "t.yaml: eval.n: expected an int >= 1"),
-    ({"eval": {"splits": [], "n": 1}}, "t.yaml: eval.splits:"),
+    ({"eval": {"splits": [], "n": 1}}, "t.yaml: eval.tasks.splits:"),
     ({"eval": {"splits": ["bundled:train"], "n": 1, "temp": 1}}, "t.yaml: eval.temp: unknown"),
     ({"eval": {"splits": ["bundled:train"], "n": 1, "n_by_split": {"official500": 2}}},
-     "t.yaml: eval.n_by_split.official500: not one of eval.splits"),
+     "t.yaml: eval.n_by_split.official500: not one of eval.tasks.splits"),
     ({"bootstrap": {"alpha": 1.5}}, "t.yaml: bootstrap.alpha: expected a number in (0, 1)"),
 ])
 def test_config_errors_name_the_key(over, named):
@@ -228,8 +228,8 @@ def _sha_tree(d: Path) -> dict:
 @pytest.mark.podman
 @pytest.mark.slow
 def test_smoke_study_killed_and_resumed(tmp_path):
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     split = tmp_path / "two.jsonl"
     save_tasks(load_tasks("bundled:train")[:2], split)
@@ -320,8 +320,8 @@ def test_smoke_study_killed_and_resumed(tmp_path):
 def test_failed_run_does_not_stop_independent_units(tmp_path):
     """A run that fails at model load (LoRA on a module the model lacks): the baseline eval
     and the comparison still run; the study exits 1; status names the class and exit code."""
-    from eval.splits import load_tasks
-    from eval.tasks import save_tasks
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
 
     split = tmp_path / "one.jsonl"
     save_tasks(load_tasks("bundled:train")[:1], split)

@@ -20,10 +20,10 @@ from ecredit_trl.runs.ledger import ledger_row, trajectory_row
 from ecredit_trl.runs.receipts import RunReceipts
 from ecredit_trl.study.report import StudyReportError, study_report, write_report
 from ecredit_trl.study.report_tables import signal_table
+from eval.evaluation.modelref import resolve_model
 from eval.evaluation.report import summarize
 from eval.evaluation.slots import unknown_slot
 from eval.files import write_json
-from eval.modelref import resolve_model
 
 TASKS = ["t0", "t1", "t2", "t3"]
 N = 2
@@ -65,7 +65,7 @@ def _write_eval(out: Path, policy: str):
         "arm": None if policy == "baseline" else arm,
         "train_seed": None if policy == "baseline" else int(seed),
         "run_dir": None if policy == "baseline" else str(out / "runs" / policy),
-        # eval.run's fingerprint of the weights it evaluated (eval.modelref)
+        # eval.run's fingerprint of the weights it evaluated (eval.evaluation.modelref)
         "model": {"sha256": "base" if policy == "baseline"
                   else resolve_model(out / "runs" / policy).sha256},
         # the study's protocol: study.json's eval, unset fields from train.py's defaults

@@ -71,8 +71,7 @@ def test_every_unit_gets_the_backend_as_flags_its_parser_accepts(tmp_path):
 
     from ecredit_trl.config import ECreditConfig
     from ecredit_trl.study.runner import eval_command, train_command
-    from sandbox import add_runtime_args
-
+    from sandbox.backend import add_runtime_args
     c = _cfg(sandbox={**RAY, "image_registry": "mirror.local:5000"})
     train_py = str(REPO_ROOT / "ecredit_trl" / "train.py")
     flags = ["--sandbox_backend", "ray", "--ray_address", "10.0.0.5:6379",

@@ -34,7 +34,7 @@ FILES = (("pkg/__init__.py", ""), ("conftest.py", ""),
 
 
 def _podman(*args: str) -> str:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return subprocess.run(["podman", *args], check=True, capture_output=True, text=True,
                           env=podman_env()).stdout.strip()
@@ -82,7 +82,7 @@ def smith_image(tmp_path_factory, podman_runtime):
 def _tasks(tmp_path, image: str, bug: str) -> dict:
     """The SWE-smith rows of the image (through the adapter): ``IID``, ``FETCHED`` (the same
     branch content, as a remote-tracking branch only) and one whose branch the image lacks."""
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     rows = [{"instance_id": iid, "repo": REPO, "patch": bug, "FAIL_TO_PASS": F2P,
              "PASS_TO_PASS": P2P, "image_name": image, "problem_statement": "add subtracts"}
@@ -96,7 +96,7 @@ def _tasks(tmp_path, image: str, bug: str) -> dict:
 
 
 def _trial(runtime, task, artifact: str, trial_id: str):
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.trialspec import task_trial_spec
 
     spec = task_trial_spec(task, artifact, trial_id, timeout_s=120)
     assert spec.checkout == task.base_commit
@@ -144,9 +144,8 @@ def test_verifier_missing_branch_is_a_clear_infra_error(smith_image, tmp_path, p
                               f"{MISSING});"), r.error
     assert "derived image" in r.error and ">>>>> ecredit test-start" not in r.log
     # a pool does not retry it: no retry can add the branch to the image
-    from eval.trialspec import task_trial_spec
-    from sandbox import VerifierPool
-
+    from eval.tasks.trialspec import task_trial_spec
+    from sandbox.trials.pool import VerifierPool
     with VerifierPool(podman_runtime, max_concurrency=1, max_retries=2) as pool:
         (res,) = pool.map([task_trial_spec(task, task.patch, "smith-missing-pool", timeout_s=120)])
     assert res.exit_class == "infra_error" and res.attempts == 1 and res.retried_errors == []
@@ -158,7 +157,7 @@ def test_agent_reset_starts_on_the_branch_and_its_artifact_resolves(smith_image,
                                                                     podman_runtime):
     from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
     from eval.evaluation.verification import grade_trial
-    from sandbox.snapshot import artifact, changed_paths
+    from sandbox.snapshots.snapshot import artifact, changed_paths
 
     image, bug = smith_image
     tasks = _tasks(tmp_path, image, bug)
@@ -204,7 +203,7 @@ def test_agent_reset_starts_on_the_branch_and_its_artifact_resolves(smith_image,
         assert env4.bash("git rev-parse --abbrev-ref HEAD").strip() == FETCHED
         release(env4)
         # an image without the instance branch: a clear error at reset, naming the remedy
-        from sandbox.imagetree import ImageTreeError
+        from sandbox.workspace.imagetree import ImageTreeError
 
         env3 = SWEAgentEnv(ctx)
         with pytest.raises(ImageTreeError, match=rf"no local branch {MISSING} in /testbed \(nor .*derived image"):
@@ -217,8 +216,7 @@ def test_agent_reset_starts_on_the_branch_and_its_artifact_resolves(smith_image,
 
 
 def test_trial_spec_refuses_a_bad_branch_name_and_a_branch_with_an_archive():
-    from sandbox import TrialSpec
-
+    from sandbox.trials.trial import TrialSpec
     with pytest.raises(ValueError, match="checkout: not a branch name"):
         TrialSpec("t1", "localhost/x:1", "true", checkout="-rf")
     with pytest.raises(ValueError, match="checkout: not a branch name"):

@@ -1,4 +1,4 @@
-"""Task schema, split loaders, sealed holdouts (eval.tasks, eval.splits, eval.sealed,
+"""Task schema, split loaders, sealed holdouts (eval.tasks.schema, eval.tasks.splits, eval.tasks.sealed,
 eval.holdout). No hub access, no Podman.
 
 Fixtures in the SWE-bench format are written by the tests themselves (issue 3).
@@ -14,12 +14,13 @@ import tarfile
 import pytest
 from conftest import REPO_ROOT, git, write_jsonl
 
-from eval import holdout, sealed
+from eval import holdout
 from eval.holdout import seal
-from eval.sealed import SealedTaskError, check_not_sealed, ids_sha256, read_manifest
-from eval.splits import load_tasks
-from eval.tasks import Task, save_tasks, task_from_row
-from eval.trialspec import repo_archive, task_trial_spec
+from eval.tasks import sealed
+from eval.tasks.schema import Task, save_tasks, task_from_row
+from eval.tasks.sealed import SealedTaskError, check_not_sealed, ids_sha256, read_manifest
+from eval.tasks.splits import load_tasks
+from eval.tasks.trialspec import repo_archive, task_trial_spec
 from sandbox.images import swebench_image
 
 # An eval script shaped like the ones swebench 5 ships in its dataset rows.

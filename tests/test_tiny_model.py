@@ -231,7 +231,7 @@ def test_policy_tools_are_what_trl_renders_for_the_environment(tmp_path):
 
 def test_ensure_default_policy_refuses_sealed_tasks(tmp_path):
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.sealed import SealedTaskError, sealed_ids
+    from eval.tasks.sealed import SealedTaskError, sealed_ids
 
     sealed = sorted(sealed_ids())
     if not sealed:

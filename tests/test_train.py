@@ -42,7 +42,7 @@ def _jsonl(path: Path) -> list[dict]:
 def warm_policy():
     """Build (or reuse) the embedded policy once, outside the timed launches."""
     from ecredit_trl.policy.warmstart import ensure_default_policy
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
 

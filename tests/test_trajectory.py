@@ -174,7 +174,7 @@ def test_turn_writes_then_replay_keeps_symlinks_and_modes(repo, tmp_path):
     import os
 
     from ecredit_trl.credit.trajectory import turn_writes
-    from sandbox.snapshot import Snapshotter
+    from sandbox.snapshots.snapshot import Snapshotter
 
     base = git(repo, "rev-parse", "HEAD")
     agent = tmp_path / "agent"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from eval.trialspec import (
+from eval.tasks.trialspec import (
     BUNDLED_TIMEOUT_S,
     HARNESS_LIMITS,
     TrialLimits,
@@ -17,7 +17,7 @@ from eval.trialspec import (
 
 @pytest.fixture(scope="module")
 def bundled_task():
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     return load_tasks("bundled:holdout")[0]
 
@@ -78,8 +78,7 @@ def test_train_config_leaves_limits_to_the_task(tmp_path):
 @pytest.mark.podman
 def test_every_trial_records_its_limits(bundled_task, podman_runtime):
     from eval.evaluation.verification import trial_row
-    from sandbox import VerifierPool
-
+    from sandbox.trials.pool import VerifierPool
     spec = task_trial_spec(bundled_task, "", "limits-rec", bundled_timeout_s=45)
     with VerifierPool(podman_runtime, max_concurrency=1) as pool:
         (res,) = pool.map([spec])

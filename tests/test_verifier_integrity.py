@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import git, make_tar
 
-from sandbox import Limits, TrialSpec
 from sandbox.images import default_image
-from sandbox.protect import (
+from sandbox.trials.protect import (
     DEFAULT_PROTECTED,
     TEST_PATH_PATTERNS,
     artifact_paths,
@@ -27,6 +26,7 @@ from sandbox.protect import (
     matches,
     touched_protected,
 )
+from sandbox.trials.trial import Limits, TrialSpec
 
 # ---------------------------------------------------------------------------
 # a tiny project: the F2P test fails at base (add subtracts), the P2P test passes
@@ -213,10 +213,10 @@ def _attr_repo(tmp_path: Path) -> tuple[Path, str]:
 
 def _agent_tree(repo: Path, base: str, dest: Path) -> Path:
     """The agent's starting tree, made the way the agent environment makes it: through
-    ``sandbox.agent_repo.agent_clone`` where that exists (issue 11 §3 work), else the
+    ``sandbox.workspace.agent_repo.agent_clone`` where that exists (issue 11 §3 work), else the
     ``git clone --shared`` + checkout of ``ecredit_trl.agent.env._clone_at``."""
     try:
-        from sandbox.agent_repo import agent_clone
+        from sandbox.workspace.agent_repo import agent_clone
     except ImportError:
         from ecredit_trl.agent.env import _clone_at
 
@@ -237,7 +237,7 @@ def _tree_files(root: Path) -> dict[str, bytes]:
 
 
 def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
-    from eval.trialspec import repo_archive
+    from eval.tasks.trialspec import repo_archive
 
     repo, base = _attr_repo(tmp_path)
     agent = _agent_tree(repo, base, tmp_path / "agent")  # how a rollout's tree is made
@@ -255,8 +255,8 @@ def test_base_tree_is_the_agents_checkout_with_export_attributes(tmp_path):
 @pytest.mark.podman
 def test_patch_from_the_agents_tree_applies_exactly_with_each_attribute(tmp_path,
                                                                        podman_runtime):
-    from eval.tasks import task_from_row
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.schema import task_from_row
+    from eval.tasks.trialspec import task_trial_spec
 
     repo, base = _attr_repo(tmp_path)
     agent = _agent_tree(repo, base, tmp_path / "agent")
@@ -366,7 +366,7 @@ def test_printed_status_lines_do_not_forge_a_pass(podman_runtime):
 
 @pytest.mark.podman
 def test_swebench_pass_reports_the_harness_verdict_apart(podman_runtime):
-    from eval.grading import grade
+    from eval.grading.grader import grade
 
     artifact = FORGERIES["root-conftest"][0]
     r = podman_runtime.run_trial(spec("swe-forge", artifact, swebench_pass=True))
@@ -395,7 +395,7 @@ def test_swebench_pass_reports_the_harness_verdict_apart(podman_runtime):
 
 
 def test_local_runtime_applies_the_same_protection(tmp_path):
-    from sandbox.local_runtime import LocalRuntime
+    from sandbox.runtimes.local_runtime import LocalRuntime
 
     with pytest.warns(RuntimeWarning):
         rt = LocalRuntime()
@@ -421,9 +421,9 @@ def _row(**kw):
 
 
 def test_task_protected_paths_widen_narrow_and_reach_the_trial_spec():
-    from eval.protection import protected_set
-    from eval.tasks import task_from_row
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.protection import protected_set
+    from eval.tasks.schema import task_from_row
+    from eval.tasks.trialspec import task_trial_spec
 
     t = task_from_row(_row(), 1)
     assert "protected_paths" not in t.to_dict()  # task files without it keep their bytes
@@ -450,7 +450,7 @@ def test_task_protected_paths_widen_narrow_and_reach_the_trial_spec():
     ({"remove": ["src/"]}, r"\.remove\[0\]': 'src/' is not in the default"),
 ])
 def test_bad_protected_paths_name_the_field(value, message):
-    from eval.tasks import task_from_row
+    from eval.tasks.schema import task_from_row
 
     with pytest.raises(ValueError, match=r"row 3: field 'protected_paths.*" + message):
         task_from_row(_row(protected_paths=value), 3, source="rows.jsonl")
@@ -463,8 +463,8 @@ def test_bad_protected_paths_name_the_field(value, message):
 @pytest.mark.podman
 def test_bundled_task_forged_conftest_grades_as_the_truth(podman_runtime):
     from ecredit_trl.runs.outcomes import trial_outcome
-    from eval.splits import load_tasks
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.splits import load_tasks
+    from eval.tasks.trialspec import task_trial_spec
 
     task = next(t for t in load_tasks("bundled", log=lambda *_: None)
                 if t.repo.endswith("inflection"))
@@ -540,8 +540,7 @@ def test_eval_summary_reports_both_verdicts():
 def test_ledger_counts_rollouts_that_touched_the_protected_set():
     from ecredit_trl.runs.ledger import ledger_row, round_counts, round_metrics
     from ecredit_trl.trainer import RolloutRecord
-    from sandbox import TrialResult
-
+    from sandbox.trials.trial import TrialResult
     recs = [RolloutRecord(task_id="t", rollout_index=i, format_error=False, num_turns=1,
                           snapshots=[]) for i in range(3)]
     trials = [("factual", TrialResult("f0", "ok", protected_touched=["conftest.py"])),

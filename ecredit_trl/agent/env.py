@@ -7,17 +7,17 @@ Tools: ``bash``, the ``str_replace_editor`` commands (``view``, ``create``,
 ``str_replace``, ``insert``) and ``submit``.
 
 The sandbox side of a rollout (tree, container, snapshots, disk budget, release) is one
-object, :class:`sandbox.workspace.RolloutWorkspace`, made by :meth:`AgentContext.open_workspace`
+object, :class:`sandbox.workspace.rollout.RolloutWorkspace`, made by :meth:`AgentContext.open_workspace`
 on this host or, with the ``ray`` backend, on a sandbox node of the cluster
-(:mod:`sandbox.ray_workspace`); this module keeps the tool surface over it and the record of
-every call. Each rollout gets its own working tree (``sandbox.agent_repo.agent_clone``: one
+(:mod:`sandbox.cluster.workspace_host`); this module keeps the tool surface over it and the record of
+every call. Each rollout gets its own working tree (``sandbox.workspace.agent_repo.agent_clone``: one
 root commit holding the base tree, objects in a per-task base store) and, with
 the Podman runtime, its own container with that tree mounted at ``/testbed`` and
 the base store's objects mounted read-only at the (container) path the clone's
 alternates name, so git works inside (status, diff, stash, checkout) and the agent can
 neither see history beyond the base nor write what other rollouts share. After every tool call
 the tree is snapshotted through a private git directory outside the agent's mount
-(``sandbox.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
+(``sandbox.snapshots.snapshot``): nothing the agent writes in its ``.git`` reaches host-side
 git. The trainer groups those snapshots into turns with the assistant messages of
 the completion (one turn = one assistant message); trees live in
 :attr:`SWEAgentEnv.snapshot_repo`.
@@ -30,11 +30,11 @@ episode (:attr:`SWEAgentEnv.failure`); who caused it is :attr:`SWEAgentEnv.failu
 rollout with its reason) or the policy (``agent_pids`` / ``agent_oom``: its own processes
 filled its container's limits; ``agent_disk_budget``: growth past ``tree_budget_bytes`` or a
 file over ``max_file_bytes``, the rollout's files removed), scored with the failure value
-(:mod:`eval.agent_failures`). The container is released as soon
+(:mod:`eval.integrity.agent_failures`). The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
 
 Image-held tasks (no ``repo_dir``, issue 13 §1): the tree is the image's ``workdir`` with
-everything in it, copy-on-write per rollout (:mod:`sandbox.imagetree`), in a container of the
+everything in it, copy-on-write per rollout (:mod:`sandbox.workspace.imagetree`), in a container of the
 task image running ``bash -lc``; S_0 is the tree at reset, so the artifact applies in a fresh
 container of the image as the SWE-bench harness applies a prediction.
 """
@@ -52,10 +52,10 @@ from pathlib import Path
 
 from ecredit_trl.agent import editor
 from ecredit_trl.agent.failures import FAILURE_REASONS, EpisodeFailures  # noqa: F401 - re-exported
-from sandbox.disk import mark_owner
-from sandbox.session import DEFAULT_MAX_FILE_BYTES
-from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
-from sandbox.workspace import DEFAULT_TREE_BUDGET_BYTES, RolloutWorkspace, WorkspaceSite
+from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
+from sandbox.workspace.disk import mark_owner
+from sandbox.workspace.rollout import DEFAULT_TREE_BUDGET_BYTES, RolloutWorkspace, WorkspaceSite
+from sandbox.workspace.session import DEFAULT_MAX_FILE_BYTES
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
 
@@ -71,7 +71,7 @@ class ToolCall:
     """One tool call that reached the environment: name, arguments, whether it was valid
     (``ok``), seconds, the tree after it, the turn that made it, its error text, its
     ``status`` (one of :data:`CALL_STATUSES`) and the generated files (not recorded,
-    see ``sandbox.snapshot``) that appeared."""
+    see ``sandbox.snapshots.snapshot``) that appeared."""
 
     name: str
     arguments: dict
@@ -89,7 +89,7 @@ class AgentContext:
     """What every environment of a run shares.
 
     Attributes:
-        tasks: instance_id → task (``eval.tasks.Task``-like: ``repo_dir``,
+        tasks: instance_id → task (``eval.tasks.schema.Task``-like: ``repo_dir``,
             ``base_commit``, ``image``, ``workdir``).
         runtime: a sandbox runtime (Podman or local) for agent sessions.
         bash_timeout_s: wall-clock limit of one ``bash`` call (seconds).
@@ -107,7 +107,7 @@ class AgentContext:
         snapshot_ignore: generated-file patterns never recorded in snapshots
             (``ECreditConfig.snapshot_ignore``; not agent-writable).
         limits: memory / pids / CPU limits of each agent container
-            (:class:`sandbox.trial.Limits`; None: its defaults).
+            (:class:`sandbox.trials.trial.Limits`; None: its defaults).
 
     Raises: ValueError naming the field for a non-positive limit.
     """
@@ -138,7 +138,7 @@ class AgentContext:
         Path(self.workroot).mkdir(parents=True, exist_ok=True)
 
     def site(self) -> WorkspaceSite:
-        """This context's :class:`sandbox.workspace.WorkspaceSite` (its runtime, limits and
+        """This context's :class:`sandbox.workspace.rollout.WorkspaceSite` (its runtime, limits and
         working root; the per-task bases shared through ``_lock`` / ``_image_bases``)."""
         return WorkspaceSite(runtime=self.runtime, workroot=self.workroot,
                              max_file_bytes=self.max_file_bytes,
@@ -149,7 +149,7 @@ class AgentContext:
     def open_workspace(self, task):
         """The workspace of one rollout of ``task``: on a sandbox node of the Ray cluster when
         the runtime offers ``open_workspace`` (the ``ray`` backend,
-        :class:`sandbox.ray_trials.RayRoutedRuntime`), else here; a ``repo_dir`` task gets
+        :class:`sandbox.cluster.trials.RayRoutedRuntime`), else here; a ``repo_dir`` task gets
         :meth:`RolloutWorkspace.for_repo_dir`, an image-held one
         :meth:`RolloutWorkspace.for_image`. Raises: what those raise."""
         remote = getattr(self.runtime, "open_workspace", None)
@@ -167,7 +167,7 @@ class AgentContext:
 
 class SWEAgentEnv(EpisodeFailures):
     """One rollout's environment (reused across rollouts by TRL's pool; ``reset`` starts anew):
-    the tool surface over one :class:`sandbox.workspace.RolloutWorkspace` (``ws``).
+    the tool surface over one :class:`sandbox.workspace.rollout.RolloutWorkspace` (``ws``).
 
     Construct through :func:`env_factory`, which binds the shared :class:`AgentContext`.
     """
@@ -178,7 +178,7 @@ class SWEAgentEnv(EpisodeFailures):
         self.ctx = context or type(self).context
         self.task = None
         self.row: dict = {}
-        self.ws = None  # sandbox.workspace.RolloutWorkspace (or its Ray proxy)
+        self.ws = None  # sandbox.workspace.rollout.RolloutWorkspace (or its Ray proxy)
         self.base_tree = ""
         self.calls: list[ToolCall] = []
         self.submitted = False
@@ -197,7 +197,7 @@ class SWEAgentEnv(EpisodeFailures):
     snapshotter = property(lambda self: getattr(self.ws, "snapshotter", None),
                            doc="The rollout's Snapshotter (None when released or remote).")
     image_tree = property(lambda self: getattr(self.ws, "image_tree", None),
-                          doc="The image-held task's tree (sandbox.imagetree.ImageTree).")
+                          doc="The image-held task's tree (sandbox.workspace.imagetree.ImageTree).")
     usage_at_reset = property(lambda self: getattr(self.ws, "usage_at_reset", 0),
                               doc="Bytes of tree + stores at reset (the budget's zero).")
 
@@ -356,9 +356,9 @@ class SWEAgentEnv(EpisodeFailures):
     @property
     def snapshot_repo(self) -> Path | None:
         """The private git directory holding every snapshot tree of this rollout (the
-        ``repo`` of ``sandbox.snapshot`` / ``credit.blocks`` / ``plan_query``); None
+        ``repo`` of ``sandbox.snapshots.snapshot`` / ``credit.blocks`` / ``plan_query``); None
         before ``reset`` and after release. With the ``ray`` backend a local copy of the
-        node's store (:meth:`sandbox.ray_workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
+        node's store (:meth:`sandbox.cluster.workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
         return self.ws.snapshot_repo if self.ws is not None else None
 
     @property
@@ -395,7 +395,7 @@ def env_factory(context: AgentContext):
 
 def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:
     """Shared, fast clone of ``repo_dir`` checked out at ``commit`` into ``dest`` (host-side
-    reading only; agent sessions use ``sandbox.agent_repo.agent_clone``)."""
+    reading only; agent sessions use ``sandbox.workspace.agent_repo.agent_clone``)."""
     env_cmd = ["git", "-c", "advice.detachedHead=false"]
     subprocess.run([*env_cmd, "clone", "-q", "--shared", "--no-checkout", str(repo_dir),
                     str(dest)], check=True, capture_output=True)

@@ -71,7 +71,7 @@ def rollout_row(env, task, ep: _Episode, *, rollout_index: int, seed: int, rseed
     ``binding``): per-turn writes from the environment's snapshots, the artifact (``git
     diff`` from base), counts and timings (seconds; ``t_start`` is ``time.monotonic()`` at
     the episode's start)."""
-    from sandbox.snapshot import artifact
+    from sandbox.snapshots.snapshot import artifact
 
     t0 = time.monotonic()
     failure = list(env.failure) if env.failure else None

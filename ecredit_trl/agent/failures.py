@@ -1,29 +1,29 @@
 """How an agent episode ends on a failure, and who caused it (issue 11 §2, §4; issue 21 §2).
 
 :class:`EpisodeFailures` is mixed into :class:`~ecredit_trl.agent.env.SWEAgentEnv`: after
-every call its workspace (:meth:`sandbox.workspace.RolloutWorkspace.after_call`) measures the
+every call its workspace (:meth:`sandbox.workspace.rollout.RolloutWorkspace.after_call`) measures the
 tree against the disk limits and snapshots it; this class ends the episode on a failure
 (``failure`` = ``(reason, detail)``, first reason wins, the container released at once) and
 records who caused it: ``failure_class`` (one of
-:data:`eval.agent_failures.AGENT_FAILURE_CLASSES`, or None for the infrastructure) with
+:data:`eval.integrity.agent_failures.AGENT_FAILURE_CLASSES`, or None for the infrastructure) with
 its ``failure_evidence``.
 
 * ``disk_budget`` (tree growth past ``tree_budget_bytes``, a file past ``max_file_bytes``):
   always the policy's (``agent_disk_budget``); the evidence is the limit and the bytes; the
   rollout's files are removed at once.
 * ``sandbox_error`` (a tool call raised outside the editor: an exec the runtime could not
-  start, an API error): the session's :meth:`~sandbox.session.PodmanSession.diagnose`
-  decides (:mod:`sandbox.agent_health`): ``agent_pids`` / ``agent_oom`` when the agent's
+  start, an API error): the session's :meth:`~sandbox.workspace.session.PodmanSession.diagnose`
+  decides (:mod:`sandbox.workspace.health`): ``agent_pids`` / ``agent_oom`` when the agent's
   own processes filled its container's limit while the service was healthy, else None.
 * ``sandbox_setup``, ``snapshot_error``: ours, never the policy's (None).
 
 :func:`apply_episode_failure` turns an ended episode into the trainer's record: excluded
-(infrastructure) or scored with the failure value (:mod:`eval.agent_failures`).
+(infrastructure) or scored with the failure value (:mod:`eval.integrity.agent_failures`).
 """
 
 from __future__ import annotations
 
-from eval.agent_failures import agent_failure_verdict
+from eval.integrity.agent_failures import agent_failure_verdict
 
 FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget")
 """``failure[0]`` of an ended episode: what happened (``failure_class`` says who caused it)."""
@@ -31,7 +31,7 @@ FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_bud
 
 class EpisodeFailures:
     """Failure handling of one rollout's environment (see the module docstring). Uses the
-    environment's ``ws`` (its :class:`sandbox.workspace.RolloutWorkspace`, local or on a Ray
+    environment's ``ws`` (its :class:`sandbox.workspace.rollout.RolloutWorkspace`, local or on a Ray
     node: the budget is measured there), ``calls``, ``base_tree``, ``failure``,
     ``failure_class``, ``failure_evidence``."""
 
@@ -93,7 +93,7 @@ def apply_episode_failure(rec, env, task, cfg, truncated: bool):
     (TRL masks the row). Agent-caused: not excluded (except ``truncated`` with
     ``cfg.mask_truncated_completions``: TRL masks such a row anyway), ``failure_class`` /
     ``failure_evidence`` set, resolved False, ``utility`` = the failure value, ``reward`` per
-    ``cfg.terminal_reward`` (:class:`eval.agent_failures.AgentFailureVerdict`); no trial, so
+    ``cfg.terminal_reward`` (:class:`eval.integrity.agent_failures.AgentFailureVerdict`); no trial, so
     no contrast: C = 0, and the reward takes part in the group baseline.
 
     Returns: ``rec``. Raises: ValueError for an unknown failure class.

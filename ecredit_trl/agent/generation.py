@@ -84,7 +84,7 @@ class Policy:
         tools: tool schemas in TRL's order (:func:`ecredit_trl.agent.prompts.policy_tools`).
         eos_token_ids: token ids that end an assistant turn.
         max_model_len: the model's context (``max_position_embeddings``), tokens.
-        ref: the :class:`eval.modelref.ModelRef` it came from.
+        ref: the :class:`eval.evaluation.modelref.ModelRef` it came from.
     """
 
     def __init__(self, model, tokenizer, ref) -> None:
@@ -340,7 +340,7 @@ def cpu_threads() -> int:
 
 def load_rollout_policy(model: str | Path, *, device: str | None = None,
                         dtype: str = "auto", chat_template: str | None = None) -> Policy:
-    """Load a model dir or run dir (see :func:`eval.modelref.resolve_model`) for rollouts.
+    """Load a model dir or run dir (see :func:`eval.evaluation.modelref.resolve_model`) for rollouts.
 
     A peft adapter (``adapter_config.json``) is loaded on its base model with
     ``peft.PeftModel.from_pretrained`` and merged. The tokenizer comes from the model dir
@@ -351,7 +351,7 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
         dtype: ``"auto"`` (float32 on CPU, bfloat16 on CUDA), ``"float32"``, ``"bfloat16"``,
             ``"float16"``.
         chat_template: TRL's template of that name replaces the tokenizer's
-            (:data:`eval.templatecheck.TOOL_TEMPLATES`); None keeps the tokenizer's own.
+            (:data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`); None keeps the tokenizer's own.
 
     Raises: FileNotFoundError / ValueError naming the path (see ``resolve_model``), ValueError
         for an unknown ``dtype`` or ``chat_template``, TemplateRefused (one line) for a
@@ -360,8 +360,8 @@ def load_rollout_policy(model: str | Path, *, device: str | None = None,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.modelref import resolve_model
-    from eval.templatecheck import resolve_template_option
+    from eval.evaluation.modelref import resolve_model
+    from eval.evaluation.templatecheck import resolve_template_option
 
     ref = resolve_model(model)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -16,7 +16,7 @@ def task_prompt(task) -> list[dict]:
     """The conversation a rollout starts from: one user message.
 
     Args:
-        task: anything with a ``problem_statement`` string (``eval.tasks.Task``).
+        task: anything with a ``problem_statement`` string (``eval.tasks.schema.Task``).
 
     Returns:
         ``[{"role": "user", "content": INSTRUCTION + "\\n\\n" + problem_statement}]`` — a

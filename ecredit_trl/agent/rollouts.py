@@ -51,7 +51,7 @@ Each rollout is one JSON line, a superset of the replay format of
 failure or the disk budget (:attr:`SWEAgentEnv.failure`; after ``disk_budget`` the files
 are gone: empty artifact, no writes), else null; ``failure_class`` who caused it
 (``agent_disk_budget`` / ``agent_pids`` / ``agent_oom``: the policy, scored by ``eval.run``
-as a failure with the failure value, :mod:`eval.agent_failures`; null: the infrastructure,
+as a failure with the failure value, :mod:`eval.integrity.agent_failures`; null: the infrastructure,
 an unknown slot) with its ``failure_evidence``. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s`` (in a
 batch: the episode's share of each batched call, wall / rows, + its parsing),
 ``tools_s``, ``artifact_s``, ``total_s``.
@@ -80,8 +80,8 @@ from ecredit_trl.agent.generation import (
     rollout_seed,
 )
 from ecredit_trl.credit.trajectory import turn_writes
-from eval.templatecheck import CHAT_TEMPLATE_HELP
-from sandbox import add_runtime_args, runtime_from_args
+from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
+from sandbox.backend import add_runtime_args, runtime_from_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -134,7 +134,7 @@ def run_rollouts(policy: Policy, tasks: Sequence, out: str | Path, *, n: int, se
 
     Args:
         policy: from :func:`load_rollout_policy`.
-        tasks: ``eval.tasks.Task`` list (each needs ``repo_dir``).
+        tasks: ``eval.tasks.schema.Task`` list (each needs ``repo_dir``).
         out: JSONL file; slots already there under ``binding`` are skipped.
         n: rollouts per task (>= 1); rollout indices are ``0..n-1``.
         runtime: sandbox runtime for the agent's containers (not closed here).
@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="Policy rollouts (no updates) in the training "
                                              "agent environment.")
     ap.add_argument("--model", required=True, help="model dir or training run dir")
-    ap.add_argument("--tasks", required=True, help="task source (eval.splits.load_tasks)")
+    ap.add_argument("--tasks", required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--n", type=int, required=True, help="rollouts per task")
     ap.add_argument("--out", required=True, help="output JSONL (appended; resumable)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (per-rollout derived)")
@@ -253,9 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="generate through vllm.LLM (colocated, from the model path)")
     args = ap.parse_args(argv)
 
-    from eval.splits import load_tasks
-    from sandbox import make_runtime
-
+    from eval.tasks.splits import load_tasks
+    from sandbox.backend import make_runtime
     try:
         tasks = load_tasks(args.tasks, purpose="eval")
         if args.task_ids:

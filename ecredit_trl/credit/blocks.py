@@ -1,7 +1,7 @@
 """Edit blocks, eligibility, verifier-blind selection and restore (DESIGN.md §3).
 
 Input is the list of per-turn snapshot trees ``S_0..S_K`` of one rollout (tree
-ids in one git repository, ``S_0`` = base; see :class:`sandbox.snapshot.Snapshotter`).
+ids in one git repository, ``S_0`` = base; see :class:`sandbox.snapshots.snapshot.Snapshotter`).
 Everything here is a function of those trees, the run seed, the task id and the
 rollout index: nothing takes a verifier result, so nothing can look at one.
 
@@ -38,8 +38,8 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from sandbox.protect import check_pattern, matches
-from sandbox.snapshot import SnapshotError, artifact, changed_paths, restore_paths
+from sandbox.snapshots.snapshot import SnapshotError, artifact, changed_paths, restore_paths
+from sandbox.trials.protect import check_pattern, matches
 
 __all__ = [
     "DEFAULT_TEST_PATTERNS",
@@ -84,7 +84,7 @@ class EditBlock:
         paths: changed paths, sorted, repository-relative POSIX strings.
         statuses: one per path, same order: ``A`` created, ``D`` deleted,
             ``M`` content changed, ``T`` type changed (file ↔ symlink), ``X``
-            mode only (see :class:`sandbox.snapshot.ChangedPath`).
+            mode only (see :class:`sandbox.snapshots.snapshot.ChangedPath`).
         old_modes, new_modes: git octal modes per path (``000000`` when absent).
     """
 
@@ -167,7 +167,7 @@ def is_test_path(path: str, patterns: Iterable[str] = DEFAULT_TEST_PATTERNS) -> 
     Raises: ValueError naming the pattern for an empty one or one with a ``..`` component.
 
     One matcher serves the test-path patterns here and the verifier's protected set
-    (:func:`sandbox.protect.matches`), so both read a pattern the same way.
+    (:func:`sandbox.trials.protect.matches`), so both read a pattern the same way.
     """
     patterns = list(patterns)
     for pat in patterns:
@@ -345,7 +345,7 @@ class SelectionRecord:
         selected_paths: paths of the selected block (empty when none).
         test_patterns: the test-path patterns used.
         generated_only: turns that made no block because every file they created was a
-            generated file (``sandbox.snapshot.DEFAULT_SNAPSHOT_IGNORE``, never recorded):
+            generated file (``sandbox.snapshots.snapshot.DEFAULT_SNAPSHOT_IGNORE``, never recorded):
             ``[{"turn": k, "paths": [...]}]``, sorted by turn.
     """
 

@@ -13,7 +13,7 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    excluded (``no_eligible_block``). Otherwise the ablated artifact is built.
    **All selections are written to ``selections.jsonl`` before the first trial
    is submitted.**
-3. One factual trial per admitted rollout, graded with :func:`eval.grading.grade`
+3. One factual trial per admitted rollout, graded with :func:`eval.grading.grader.grade`
    against the task's fixed FAIL_TO_PASS/PASS_TO_PASS lists, with the task's
    empty-patch control log for attribution (the control runs once per task and
    is cached in ``DIR/controls/``). No utility → excluded (``no_original_utility``).
@@ -31,7 +31,7 @@ a completed trial is graded, a missing observation attributed to the artifact on
 task's control observed every listed test (DESIGN.md §3 "Utility"); a trial the artifact
 broke (``timeout``, ``oom``, ``pids``, ``output_limit``, ``apply_failed``, ``truncated_log``
 with a healthy control under the same limits and a retry that broke too) scores the failure
-value (:mod:`eval.attribution`); ``infra_error`` and every unattributed failure give no
+value (:mod:`eval.integrity.attribution`); ``infra_error`` and every unattributed failure give no
 utility.
 
 Outputs (each written atomically: temp file + rename): ``selections.jsonl``,
@@ -74,7 +74,7 @@ from ecredit_trl.credit.trajectory import (
     token_turns,
 )
 from eval.files import atomic_write_text
-from sandbox.snapshot import artifact as _artifact
+from sandbox.snapshots.snapshot import artifact as _artifact
 
 __all__ = [
     "EXCLUSIONS",
@@ -125,7 +125,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     """Run the signal pilot and write its files into ``out_dir``.
 
     Args:
-        tasks: :class:`eval.tasks.Task` list; every trajectory's ``task_id`` must
+        tasks: :class:`eval.tasks.schema.Task` list; every trajectory's ``task_id`` must
             be one of their ``instance_id`` s and those tasks need a ``repo_dir``
             (the local git repository the replay checks out) or, image-held, an
             ``image`` present locally: the replay then starts from S_0 = the image's
@@ -140,7 +140,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
             ``run_trial(spec) -> TrialResult`` (not closed by the pilot).
         max_retries: infra retries per trial (counted, never hidden).
         timeout_s: wall-clock limit of one trial (seconds); None: from the task
-            (:func:`eval.trialspec.trial_limits`).
+            (:func:`eval.tasks.trialspec.trial_limits`).
         test_patterns: test-path patterns for eligibility.
         log: progress printer (default: stderr).
 
@@ -150,12 +150,12 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     Raises:
         ValueError: a trajectory names an unknown task, a needed task has neither
             ``repo_dir`` nor ``image``, or a bad λ/c/concurrency.
-        sandbox.imagetree.ImageTreeError: an image-held task's image cannot be read.
+        sandbox.workspace.imagetree.ImageTreeError: an image-held task's image cannot be read.
 
     source: DESIGN.md §3; issue 4
     """
-    from sandbox import VerifierPool, make_runtime
-
+    from sandbox.backend import make_runtime
+    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     by_id = _check_inputs(tasks, trajectories, concurrency=concurrency,
                           credit_lambda=credit_lambda, credit_cap=credit_cap)
@@ -363,12 +363,11 @@ def _run_credit_config(trajectories: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
-    from sandbox import add_runtime_args, runtime_from_args
-
+    from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D (DESIGN.md §3).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks "
+    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
     ap.add_argument("--trajectories", required=True, help="trajectory JSONL (replay format)")
     ap.add_argument("--out", required=True, help="output folder")
@@ -384,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test-pattern", action="append", default=None,
                     help="test-path pattern (repeatable; default: DESIGN §3 defaults)")
     args = ap.parse_args(argv)
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     if not Path(args.trajectories).is_file():
         print(f"error: --trajectories: no such file {args.trajectories}", file=sys.stderr)

@@ -17,8 +17,8 @@ import re
 from concurrent.futures import as_completed
 from pathlib import Path
 
-from eval.attribution import ControlFacts
 from eval.files import atomic_write_text
+from eval.integrity.attribution import ControlFacts
 
 
 def _slug(text: str, n: int = 48) -> str:
@@ -68,7 +68,7 @@ class PilotTrials:
 
     def submit_controls(self, pool, admitted: list[dict]) -> None:
         """Read each admitted task's control from the cache (same key, exit ok) or submit it."""
-        from eval.trialspec import task_trial_spec
+        from eval.tasks.trialspec import task_trial_spec
 
         for task_id in sorted({r["task_id"] for r in admitted}):
             task = self.by_id[task_id]
@@ -96,7 +96,7 @@ class PilotTrials:
 
     def submit_factual(self, pool, records: list[dict]) -> dict:
         """One factual trial per admitted record; returns future → record index."""
-        from eval.trialspec import task_trial_spec
+        from eval.tasks.trialspec import task_trial_spec
 
         fact_fut = {}
         for i, r in enumerate(records):
@@ -134,7 +134,7 @@ class PilotTrials:
         the failure value and a summary with ``failure_class`` / ``failure_evidence``; ``row``
         (the trial's ``trials.jsonl`` row) gets the ``outcome`` and ``failure_class``."""
         from ecredit_trl.runs.outcomes import trial_verdict
-        from eval.grading import grade
+        from eval.grading.grader import grade
 
         ctrl = self.control_log(task.instance_id)
         v = trial_verdict(task, res, ctrl, self.control_facts(task.instance_id))
@@ -153,7 +153,7 @@ class PilotTrials:
         """Grade the factual trials as they finish; a record without an original utility is
         excluded, every other one gets its counterfactual trial submitted (returned as
         future → record index)."""
-        from eval.trialspec import task_trial_spec
+        from eval.tasks.trialspec import task_trial_spec
 
         cf_fut = {}
         done_f = 0

@@ -10,7 +10,7 @@ The method's query rules (DESIGN.md §3) in one place for both orders:
   rollout is excluded as ``no_original_utility`` (admission order unchanged);
 * a trial that broke its own limits (timeout, OOM, pids, output) or did not apply is scored
   with the failure value when the task's control is healthy and the pool's one retry broke
-  too (:mod:`eval.attribution`, issue 21 §2): factual and counterfactual alike, the record
+  too (:mod:`eval.integrity.attribution`, issue 21 §2): factual and counterfactual alike, the record
   carrying ``failure_class`` / ``failure_evidence``; else it is unavailable.
 
 ``pipeline: sequential`` (the order before issue 15) runs, after every episode has ended,
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import trial_verdict
-from eval.attribution import ControlFacts
+from eval.integrity.attribution import ControlFacts
 
 COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
@@ -66,14 +66,14 @@ class TrialPipelineMixin:
 
     # -- specs, grading ------------------------------------------------------------------
     def _grade(self, task, log: str, control_log: str | None):
-        from eval.grading import grade
+        from eval.grading.grader import grade
 
         return grade(log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
                      control_log=control_log)
 
     def _spec(self, task, artifact: str, trial_id: str):
         from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
-        from eval.trialspec import task_trial_spec
+        from eval.tasks.trialspec import task_trial_spec
 
         # limits from the task's split unless given (issue 13 §6); recorded on each result
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
@@ -82,7 +82,7 @@ class TrialPipelineMixin:
                                labels={"ecredit.arm": self.ecfg.arm})
 
     def _control_facts(self) -> dict:
-        """Task id → :class:`~eval.attribution.ControlFacts` of its latest control, failed
+        """Task id → :class:`~eval.integrity.attribution.ControlFacts` of its latest control, failed
         ones included (the ``ok`` ones are saved in checkpoints with the logs)."""
         return self.__dict__.setdefault("_control_facts_by_task", {})
 

@@ -220,7 +220,7 @@ def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: i
 
     Returns: :class:`QueryPlan`. Raises SnapshotError for unknown trees.
     """
-    from sandbox.snapshot import artifact
+    from sandbox.snapshots.snapshot import artifact
 
     blocks = edit_blocks(repo, snapshots)
     judged = eligibility(repo, snapshots, blocks, test_patterns=test_patterns)

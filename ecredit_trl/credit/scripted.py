@@ -60,7 +60,7 @@ from ecredit_trl.credit.trajectory import (
     checkout_base,
     dump_trajectories,
 )
-from sandbox.snapshot import Snapshotter, changed_paths
+from sandbox.snapshots.snapshot import Snapshotter, changed_paths
 
 __all__ = ["KINDS", "GoldInfo", "gold_info", "scripted_for_task", "scripted_trajectories"]
 
@@ -165,7 +165,7 @@ def scripted_for_task(task, *, kinds: Sequence[str] = KINDS, seed: int = 0,
     """Scripted rollouts of one task (see the module docstring for the kinds).
 
     Args:
-        task: an :class:`eval.tasks.Task` with a gold ``patch`` and either ``repo_dir`` +
+        task: an :class:`eval.tasks.schema.Task` with a gold ``patch`` and either ``repo_dir`` +
             ``base_commit`` or, image-held, an ``image`` present locally: then the writes
             are made against S_0 = the image's tree at reset, the base the agent
             environment starts from (:func:`ecredit_trl.credit.taskbase.s0_source`).
@@ -182,7 +182,7 @@ def scripted_for_task(task, *, kinds: Sequence[str] = KINDS, seed: int = 0,
     Raises:
         ValueError: an unknown kind, or a task with neither ``repo_dir`` nor ``image``.
         ReplayError: the gold patch does not apply to the base.
-        sandbox.imagetree.ImageTreeError: the task's image cannot be read.
+        sandbox.workspace.imagetree.ImageTreeError: the task's image cannot be read.
     """
     bad = [k for k in kinds if k not in KINDS]
     if bad:
@@ -366,7 +366,7 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
     """Scripted rollouts over several tasks, picked round-robin over repositories.
 
     Args:
-        tasks: :class:`eval.tasks.Task` list (with ``repo_dir``, or image-held: see
+        tasks: :class:`eval.tasks.schema.Task` list (with ``repo_dir``, or image-held: see
             :func:`scripted_for_task`).
         kinds: kinds per task (see :data:`KINDS`).
         seed: see :func:`scripted_for_task`.
@@ -399,13 +399,13 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.splits.load_tasks")
+    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.splits.load_tasks")
     ap.add_argument("--out", required=True, help="trajectory JSONL to write")
     ap.add_argument("--max-tasks", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {KINDS}")
     args = ap.parse_args(argv)
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     trajs = scripted_trajectories(load_tasks(args.tasks), kinds=args.kinds.split(","),
                                   seed=args.seed, max_tasks=args.max_tasks)

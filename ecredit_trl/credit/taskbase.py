@@ -4,7 +4,7 @@ A bundled task's S_0 is ``base_commit`` of its local ``repo_dir``. An image-held
 (no ``repo_dir``, issue 13 §1) has S_0 = *the tree at reset*: the image's ``workdir``
 (tracked files as they are on disk + untracked files its ``.gitignore`` does not
 ignore). The agent environment reads that tree once per image into a bare git store
-with S_0 as one root commit (:func:`sandbox.imagetree.base_cache`); :func:`s0_source`
+with S_0 as one root commit (:func:`sandbox.workspace.imagetree.base_cache`); :func:`s0_source`
 returns the same store and commit, so a replay clone of it starts from the very tree
 the training rollouts start from (same tree id as ``SWEAgentEnv.base_tree``) and every
 artifact S_0 → S_K applies in a fresh container of the image as the SWE-bench harness
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE
+from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 __all__ = ["s0_source"]
 
@@ -29,7 +29,7 @@ def s0_source(task, cache_dir: str | Path, *,
     """``(git repository, commit)`` whose tree is ``task``'s S_0.
 
     Args:
-        task: an :class:`eval.tasks.Task`: ``repo_dir`` + ``base_commit`` (bundled), or
+        task: an :class:`eval.tasks.schema.Task`: ``repo_dir`` + ``base_commit`` (bundled), or
             ``image`` + ``workdir`` (image-held; the image must be present locally).
         cache_dir: where an image's base store is made (once per image id, workdir and
             ignore patterns; the caller owns and removes it).
@@ -37,12 +37,12 @@ def s0_source(task, cache_dir: str | Path, *,
             ``snapshot_ignore``; the default is the trainer's).
 
     Returns: ``(task.repo_dir, task.base_commit)`` for a bundled task; for an image-held
-    task the bare store of :func:`sandbox.imagetree.base_cache` and its S_0 commit
+    task the bare store of :func:`sandbox.workspace.imagetree.base_cache` and its S_0 commit
     (read-only for the caller: clone it, e.g. ``trajectory.checkout_base``).
 
     Raises:
         ValueError: naming ``image`` when the task has neither a ``repo_dir`` nor an image.
-        sandbox.imagetree.ImageTreeError: the image is absent, cannot be mounted, or holds
+        sandbox.workspace.imagetree.ImageTreeError: the image is absent, cannot be mounted, or holds
             no git working tree at ``workdir`` (or, for a ``checkout_base`` task such as
             SWE-smith's, no branch ``base_commit``: S_0 is that branch's tree at reset).
     """
@@ -51,7 +51,7 @@ def s0_source(task, cache_dir: str | Path, *,
     image = getattr(task, "image", None)
     if not image:
         raise ValueError(f"image: task {task.instance_id} has neither a repo_dir nor an image")
-    from sandbox.imagetree import base_cache
+    from sandbox.workspace.imagetree import base_cache
 
     branch = task.base_commit if getattr(task, "checkout_base", False) else None
     base = base_cache(image, getattr(task, "workdir", None) or "/testbed", cache_dir,

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from sandbox.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
+from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 __all__ = [
     "FileWrite",
@@ -417,7 +417,7 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
         workdir: an absent or empty directory; it becomes the replay clone and
             holds every snapshot tree (pass it as ``repo`` to
             :mod:`ecredit_trl.credit.blocks`). The caller removes it.
-        ignore: generated-file patterns never recorded (see ``sandbox.snapshot``).
+        ignore: generated-file patterns never recorded (see ``sandbox.snapshots.snapshot``).
 
     Returns:
         ``[S_0, S_1, ..., S_K]`` tree ids (length K + 1).
@@ -453,10 +453,10 @@ def turn_writes(repo, snaps: Sequence[str]) -> list[dict]:
     ``{"symlink": target}`` for a symbolic link (mode 120000), so :func:`replay` rebuilds
     the same trees (modes included).
 
-    Args: ``repo``: the store holding the trees (``sandbox.snapshot.store_of``).
+    Args: ``repo``: the store holding the trees (``sandbox.snapshots.snapshot.store_of``).
     Raises: SnapshotError for a tree unknown in ``repo``.
     """
-    from sandbox.snapshot import changed_paths, read_blob
+    from sandbox.snapshots.snapshot import changed_paths, read_blob
 
     out = []
     for k in range(1, len(snaps)):

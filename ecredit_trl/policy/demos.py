@@ -27,7 +27,7 @@ has a choice), a seeded fraction of the demonstrations (:func:`demo_variant`) is
   is per path), else into the fixed file itself (then it is that file's last touch).
   No ``view`` precedes it (it keeps episodes within ``max_turns``).
 * ``revert``: right after the first ``view``, an exploratory wrong edit (another one-line
-  mutation, :func:`eval.bundled.mutations.find_mutations`, on the buggy line or the nearest
+  mutation, :func:`eval.tasks.bundled.mutations.find_mutations`, on the buggy line or the nearest
   line of the view window) that the next ``str_replace`` corrects; the final patch is the
   gold patch (checked).
 * ``harmful`` (issue 24 §1, the positive control): after the fix, one more ``str_replace``
@@ -230,7 +230,7 @@ def _def_lines(text: str, avoid: set[int]) -> list[tuple[int, str]]:
 def _wrong_text(buggy: str, gold: str, line: int, rng: random.Random) -> str | None:
     """``buggy`` with one more one-line mutation on ``line`` or the nearest line within
     ±7 (another wrong fix), never one that gives ``gold``; ``None`` when there is none."""
-    from eval.bundled.mutations import find_mutations, mutation_is_valid
+    from eval.tasks.bundled.mutations import find_mutations, mutation_is_valid
 
     try:
         sites = [m for m in find_mutations("f.py", buggy) if abs(m.line - line) <= 7]
@@ -253,7 +253,7 @@ def demo_steps(old: dict[str, str], new: dict[str, str], variant: str = "plain",
         variant: ``plain`` | ``extra`` | ``revert`` | ``harmful`` (module docstring).
         rng: chooses edit sites of a variant.
         others: path -> text of other library files an ``extra`` edit may go to.
-        harmful: the task's screened :class:`eval.harmful.HarmfulEdit` (``harmful`` only;
+        harmful: the task's screened :class:`eval.tasks.harmful.HarmfulEdit` (``harmful`` only;
             None: the variant has no site).
 
     Returns: ``(steps, variant_done)``: steps are ``("view", path, line)`` and
@@ -335,12 +335,12 @@ def demo_conversation(task, workroot: str | Path | None = None,
     """The demonstration of one task (see the module docstring), with real tool outputs.
 
     Args:
-        task: ``eval.tasks.Task``-like: ``instance_id``, ``repo_dir`` (a local git
+        task: ``eval.tasks.schema.Task``-like: ``instance_id``, ``repo_dir`` (a local git
             repository holding ``base_commit``), ``base_commit``, ``patch`` (gold unified
             diff), ``problem_statement``.
         workroot: where the temporary checkout is made (system temp dir by default).
         variants: extra / reverted-edit fractions and seed (default: every demo plain).
-        harmful: the task's screened harmful edit (:class:`eval.harmful.HarmfulEdit`), used
+        harmful: the task's screened harmful edit (:class:`eval.tasks.harmful.HarmfulEdit`), used
             when the task draws ``harmful``; None: such a task stays plain.
 
     Returns:
@@ -473,7 +473,7 @@ def demo_conversations(tasks, *, strict: bool = False, log=print,
         strict: raise on the first task without a demonstration instead of skipping it.
         log: receives one line per skipped task (``None`` = silent).
         variants: see :func:`demo_conversation`.
-        harmful: instance id → screened :class:`eval.harmful.HarmfulEdit` (absent: none).
+        harmful: instance id → screened :class:`eval.tasks.harmful.HarmfulEdit` (absent: none).
 
     Returns: list of ``{"instance_id", "messages", "tools"}`` dicts.
 

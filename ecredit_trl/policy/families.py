@@ -1,7 +1,7 @@
 """Tiny local models of every family TRL can parse tool calls for (issue 23 §1).
 
 For each chat template ``trl.chat_template_utils.add_response_schema`` maps to a tool-call
-parser (:data:`eval.templatecheck.TOOL_TEMPLATES`) a :class:`Family` names the architecture
+parser (:data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`) a :class:`Family` names the architecture
 class of the real models that ship it, the control and tag tokens its template writes, its
 end-of-turn tokens and its LoRA defaults (:mod:`.lora_defaults`). :func:`ensure_family_model`
 builds the model directory on first use and caches it under
@@ -110,7 +110,7 @@ def _gemma(template: str) -> Family:
                   ("<eos>", "<turn|>", "<|tool_response>"), "<pad>", "<bos>", _GEMMA4)
 
 
-#: Every template of :data:`eval.templatecheck.TOOL_TEMPLATES`, by name. Qwen3-VL and the
+#: Every template of :data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`, by name. Qwen3-VL and the
 #: Qwen3.5+ templates belong to vision-language checkpoints; their text decoders are the
 #: Qwen3 / Qwen3.5 causal LMs used here.
 FAMILIES: dict[str, Family] = {f.template: f for f in [
@@ -179,7 +179,7 @@ def build_family_tokenizer(fam: Family, vocab_size: int = 700, corpus: list[str]
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AddedToken, PreTrainedTokenizerFast
 
-    from eval.templatecheck import trl_template
+    from eval.evaluation.templatecheck import trl_template
 
     text = trl_template(fam.template)
     tok = Tokenizer(models.BPE())
@@ -240,7 +240,7 @@ def _key(fam: Family) -> str:
     import tokenizers
     import transformers
 
-    from eval.templatecheck import trl_template
+    from eval.evaluation.templatecheck import trl_template
 
     blob = json.dumps({"fam": repr(fam), "shape": _SHAPE, "template": trl_template(fam.template),
                        "transformers": transformers.__version__,

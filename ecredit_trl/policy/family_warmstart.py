@@ -76,7 +76,7 @@ DEFAULT_TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")
 
 def default_tasks() -> list:
     """The :data:`DEFAULT_TASKS` rows of ``bundled:train`` (built on first use)."""
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
     return [by_id[i] for i in DEFAULT_TASKS]
@@ -90,7 +90,7 @@ def family_recipe(template: str, steps: int | None = None, seed: int = 0, **over
     """
     from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
     from ecredit_trl.policy.families import family
-    from eval.templatecheck import trl_template
+    from eval.evaluation.templatecheck import trl_template
 
     fam = family(template)
     unknown = sorted(set(overrides) - set(FAMILY_RECIPE))
@@ -132,11 +132,11 @@ def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = No
 
     Raises: KeyError (template), ValueError (no tasks, bad recipe, a demonstration the
         family's parser does not read back), DemoError, RuntimeError (training failed),
-        eval.sealed.SealedTaskError.
+        eval.tasks.sealed.SealedTaskError.
     """
     from ecredit_trl.policy.demos import DemoVariants, demo_conversations
     from ecredit_trl.policy.warmstart import cache_root
-    from eval.sealed import check_not_sealed
+    from eval.tasks.sealed import check_not_sealed
 
     log = log or (lambda *_: None)
     tasks = list(tasks)
@@ -225,7 +225,7 @@ def train_family_dir(job: str | Path, log=print) -> Path:
     from trl import SFTConfig, SFTTrainer
 
     from datasets import Dataset
-    from eval.templatecheck import trl_template
+    from eval.evaluation.templatecheck import trl_template
 
     log = log or (lambda *_: None)
     job = Path(job)
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         path = ensure_family_policy(args.template, tasks, steps=args.steps,
                                     log=lambda m: print(m, file=sys.stderr))
         if args.write_tasks:
-            from eval.tasks import save_tasks
+            from eval.tasks.schema import save_tasks
 
             save_tasks(tasks, args.write_tasks)
     except (ValueError, OSError) as exc:

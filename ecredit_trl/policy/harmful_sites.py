@@ -2,7 +2,7 @@
 
 The positive control's warm start (:mod:`ecredit_trl.policy.demos`, variant ``harmful``) adds,
 after the fix, an edit block that breaks a PASS_TO_PASS test: ``return None`` right below the
-``def`` line of a function the task's PASS_TO_PASS tests exercise (:mod:`eval.harmful`).
+``def`` line of a function the task's PASS_TO_PASS tests exercise (:mod:`eval.tasks.harmful`).
 "Known by construction" is checked, not assumed: for each task the candidates
 (:func:`candidate_edits`, pure) are tried in order with a real verifier trial of
 *gold patch + harmful edit* until one is complete and not resolved with a PASS_TO_PASS test
@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from eval.harmful import HARMFUL_LINE, HarmfulEdit
+from eval.tasks.harmful import HARMFUL_LINE, HarmfulEdit
 
 __all__ = ["SITE_RULE", "candidate_edits", "harmful_edit_patch", "harmful_meta",
            "library_files", "recipe_harmful_edits", "screen_harmful_edits"]
@@ -220,7 +220,7 @@ def cache_key(task) -> str:
 
 
 def _grade(task, res) -> dict:
-    from eval.grading import grade
+    from eval.grading.grader import grade
 
     if res.exit_class != "ok":
         return {"exit_class": res.exit_class, "resolved": None, "complete": False,
@@ -233,7 +233,7 @@ def _grade(task, res) -> dict:
 
 def _screen_one(task, pool, timeout_s: float | None) -> dict:
     """One task's screening record: ``{"edit": dict | None, "reason": str, "trials": [...]}``."""
-    from eval.trialspec import task_trial_spec
+    from eval.tasks.trialspec import task_trial_spec
 
     iid = task.instance_id
     texts, fix_lines = task_texts(task)
@@ -276,23 +276,23 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
     """Screened harmful edits of ``tasks`` (cached per task, see the module docstring).
 
     Args:
-        tasks: ``eval.tasks.Task``-like with ``repo_dir``, ``patch``, ``eval_script``,
+        tasks: ``eval.tasks.schema.Task``-like with ``repo_dir``, ``patch``, ``eval_script``,
             ``image``, the fixed lists and ``log_parser``.
         cache_dir: cache root (default ``$ECREDIT_CACHE`` or ``~/.cache/ecredit-trl``);
             records land in ``<root>/harmful/<key>.json``.
         runtime: ``"podman"`` / ``"local"`` or a runtime object (not closed here).
         concurrency: verifier trials at once.
-        timeout_s: per-trial limit (default: the task's rule, :func:`eval.trialspec.trial_limits`).
+        timeout_s: per-trial limit (default: the task's rule, :func:`eval.tasks.trialspec.trial_limits`).
 
     Returns: instance id → record ``{"edit": HarmfulEdit JSON or None, "reason", "trials",
     "candidates"}`` (``edit`` None: the task stays plain; ``reason`` says why).
 
     Raises: PodmanUnavailable when Podman cannot start (a screening needs real trials).
     """
-    from eval.bundled.recipe import cache_dir as default_cache
     from eval.files import atomic_write_text
-    from sandbox import VerifierPool, make_runtime
-
+    from eval.tasks.bundled.recipe import cache_dir as default_cache
+    from sandbox.backend import make_runtime
+    from sandbox.trials.pool import VerifierPool
     log = log or (lambda *_: None)
     root = Path(cache_dir if cache_dir is not None else default_cache()) / "harmful"
     out, todo = {}, []
@@ -321,7 +321,7 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
 
 
 def recipe_harmful_edits(tasks, recipe: dict, log=print, cache_dir=None) -> dict | None:
-    """The warm start's harmful edits (instance id → :class:`eval.harmful.HarmfulEdit`) when
+    """The warm start's harmful edits (instance id → :class:`eval.tasks.harmful.HarmfulEdit`) when
     ``recipe["harmful_fraction"]`` > 0, else None. Adds ``harmful_sites_sha256`` (of the
     screened edits) to ``recipe`` in place, so the policy's cache key follows the screening.
 

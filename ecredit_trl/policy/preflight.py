@@ -12,11 +12,11 @@ __all__ = ["check_template", "lora_config", "model_location"]
 
 def model_location(model: str) -> str:
     """``--model`` as a directory: a local one as given, a hub id as its snapshot in the local
-    hub cache (:func:`eval.modelref.hub_snapshot`; nothing is downloaded).
+    hub cache (:func:`eval.evaluation.modelref.hub_snapshot`; nothing is downloaded).
 
     Raises: FileNotFoundError, one line: a path that is no directory, a hub id not cached.
     """
-    from eval.modelref import hub_snapshot, looks_like_hub_id
+    from eval.evaluation.modelref import hub_snapshot, looks_like_hub_id
 
     if Path(model).expanduser().is_dir():
         return model
@@ -32,7 +32,7 @@ def check_template(cfg, model_path, given: str) -> str:
 
     Raises: TemplateRefused (one line), ValueError naming ``--chat_template``.
     """
-    from eval.templatecheck import model_template_text, resolve_template_option
+    from eval.evaluation.templatecheck import model_template_text, resolve_template_option
 
     text = None if cfg.chat_template else model_template_text(model_path)
     return resolve_template_option(cfg.chat_template, text, str(given))[0]

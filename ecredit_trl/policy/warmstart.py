@@ -146,8 +146,8 @@ def default_policy_tasks(source: str, tasks) -> list:
     * otherwise (image-held tasks without a twin) no default can be made.
 
     Args:
-        source: the ``--tasks`` value (an ``eval.splits.load_tasks`` source).
-        tasks: the tasks it loaded (``eval.tasks.Task``-like).
+        source: the ``--tasks`` value (an ``eval.tasks.splits.load_tasks`` source).
+        tasks: the tasks it loaded (``eval.tasks.schema.Task``-like).
 
     Returns: the warm-start tasks (a new list).
     Raises:
@@ -167,7 +167,7 @@ def default_policy_tasks(source: str, tasks) -> list:
             f"repo_dir, e.g. {no_repo[:3]}); the embedded default policy is warm-started on "
             "demonstrations made in a host repository, so give a policy with --model "
             "(a local model directory or a hub id)")
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     twins = load_tasks(f"{twin}{sep}{split}", purpose="train")
     by_id = {t.instance_id: t for t in twins}
@@ -184,7 +184,7 @@ def default_policy_tasks(source: str, tasks) -> list:
 def _same_task(image_task, twin) -> bool:
     """Same problem statement and gold patch, and the image task was made from the twin's
     base commit (``extra["bundled_base_commit"]``; the image repository has its own commits,
-    :mod:`eval.bundled.imagetasks`)."""
+    :mod:`eval.tasks.bundled.imagetasks`)."""
     return (image_task.problem_statement == twin.problem_statement
             and image_task.patch == twin.patch
             and (image_task.extra or {}).get("bundled_base_commit") == twin.base_commit)
@@ -195,7 +195,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
     """Path of the warm-started default policy for ``tasks``; trains it once, then reuses it.
 
     Args:
-        tasks: the training tasks (``eval.tasks.Task``-like; must not include sealed
+        tasks: the training tasks (``eval.tasks.schema.Task``-like; must not include sealed
             holdout ids: use ``load_tasks("bundled:train", purpose="train")``).
         cache_dir: cache root (default ``$ECREDIT_CACHE`` or ``~/.cache/ecredit-trl``); the
             policy lands in ``<root>/policy/<key>``.
@@ -215,9 +215,9 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         DemoError: no task yields a demonstration.
         RuntimeError: training failed (with the child's last output lines).
         ValueError: bad recipe values, no tasks.
-        eval.sealed.SealedTaskError: a task is in a sealed holdout manifest.
+        eval.tasks.sealed.SealedTaskError: a task is in a sealed holdout manifest.
     """
-    from eval.sealed import check_not_sealed
+    from eval.tasks.sealed import check_not_sealed
 
     log = log or (lambda *_: None)
     tasks = list(tasks)

@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 from trl.trainer.utils import RepeatSampler
 
 from ecredit_trl.runs.receipts import ECREDIT_STATE
-from eval.attribution import ControlFacts
+from eval.integrity.attribution import ControlFacts
 from ecredit_trl.runs.records import write_json
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ecredit_trl.credit.planning import EXCLUSION_ORDER
 from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
-from eval.agent_failures import AGENT_FAILURE_CLASSES
-from eval.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
+from eval.integrity.agent_failures import AGENT_FAILURE_CLASSES
+from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
 
 GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
                     "record_error")
@@ -24,7 +24,7 @@ zeros included, and the guard ones when they occurred."""
 POLICY_FAILURE_CLASSES = (*FAILURE_CLASSES, *AGENT_FAILURE_CLASSES)
 """``failure_class`` values of a rollout whose failure is charged to the policy (issue 21 §2):
 its factual trial broke its limits or did not apply while the control was healthy
-(``artifact_*``, :mod:`eval.attribution`), or its agent exhausted its own container's disk
+(``artifact_*``, :mod:`eval.integrity.attribution`), or its agent exhausted its own container's disk
 budget, pids or memory (``agent_*``). Any other value is counted as ``other``."""
 
 

@@ -69,9 +69,9 @@ def tasks_record(tasks, source: str) -> dict:
     """Ids and content hash of the task list.
 
     ``sha256`` covers every task's fields except ``repo_dir`` (a machine-local
-    cache path); ``ids_sha256`` is :func:`eval.sealed.ids_sha256` of the ids.
+    cache path); ``ids_sha256`` is :func:`eval.tasks.sealed.ids_sha256` of the ids.
     """
-    from eval.sealed import ids_sha256
+    from eval.tasks.sealed import ids_sha256
 
     rows = []
     for t in tasks:
@@ -144,9 +144,9 @@ def image_digests(images) -> dict:
 
 
 def sealed_holdouts() -> dict:
-    """Every sealed holdout manifest (:func:`eval.sealed.manifests`): file → name, sha256, n, pool."""
+    """Every sealed holdout manifest (:func:`eval.tasks.sealed.manifests`): file → name, sha256, n, pool."""
     from eval.files import datasets_dir
-    from eval.sealed import manifests
+    from eval.tasks.sealed import manifests
 
     out = {}
     root = datasets_dir()
@@ -166,7 +166,7 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
 
     Args:
         config: the resolved configuration (``{"ecredit": ..., "model": ...}``).
-        tasks: the training tasks (``eval.tasks.Task``).
+        tasks: the training tasks (``eval.tasks.schema.Task``).
         images: image names the run's sandboxes use (digests are looked up when
             ``runtime == "podman"``: by ``image_ids(images)`` when given, e.g. the Ray
             backend's sandbox nodes, else this machine's Podman).

@@ -2,20 +2,20 @@
 
 Kept apart from the trainer so the rule can be checked against real trials
 without importing TRL. Failures the artifact caused follow the attribution rule of
-:mod:`eval.attribution` (issue 21 §2), the same function ``eval.run`` calls.
+:mod:`eval.integrity.attribution` (issue 21 §2), the same function ``eval.run`` calls.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eval.attribution import FAILURE_CLASSES, ControlFacts, attribute_failure, failure_utility
+from eval.integrity.attribution import FAILURE_CLASSES, ControlFacts, attribute_failure, failure_utility
 
 TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete", "truncated_log",
                   "timeout", "apply_failed", "infra_error", "oom", "pids", "output_limit")
 """How a verifier trial's result was used. ``graded``/``attributed`` give a utility
 (``attributed``: missing tests counted as failures because the empty-patch control
-observed them, DESIGN.md §3); ``artifact_<class>`` (:data:`eval.attribution.FAILURE_CLASSES`)
+observed them, DESIGN.md §3); ``artifact_<class>`` (:data:`eval.integrity.attribution.FAILURE_CLASSES`)
 give the contract's failure value (the artifact broke its own trial while the control was
 healthy, and the retry broke too); every other outcome leaves the utility unavailable
 (None), never 0."""
@@ -41,19 +41,19 @@ def trial_verdict(task, res, control_log: str | None,
     """Utility, resolved flag, outcome class and failure attribution of one verifier trial.
 
     Args:
-        task: ``eval.tasks.Task`` (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
+        task: ``eval.tasks.schema.Task`` (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
         res: :class:`sandbox.TrialResult` or None (not run).
         control_log: the task's empty-patch control log (for missing tests) or None.
-        controls: the task's control facts for :func:`eval.attribution.attribute_failure`;
+        controls: the task's control facts for :func:`eval.integrity.attribution.attribute_failure`;
             None or [] = no control known (no failure can be attributed).
 
     A trial that ended in an attributable class (timeout, OOM kill, pids, output limit,
     apply failure) with healthy controls under the same limits and a retry that failed too
-    is ``artifact_<class>``: resolved False, utility :func:`eval.attribution.failure_utility`.
+    is ``artifact_<class>``: resolved False, utility :func:`eval.integrity.attribution.failure_utility`.
     Any other non-``ok`` trial and a test log cut off between SWE-bench's start and end
     markers (``truncated_log``) give utility None: the reward is unavailable, not 0.
     """
-    from eval.grading import grade
+    from eval.grading.grader import grade
 
     if res is None:
         return TrialVerdict(None, None, "infra_error")

@@ -249,7 +249,7 @@ def remove_orphans(item: dict, runtime: str) -> list[str]:
     if live_sessions(run_dir):
         return []
     try:
-        from sandbox.podman_runtime import gc
+        from sandbox.runtimes.podman_runtime import gc
 
         names = gc(run_label(run_dir))
     except Exception:  # no podman CLI: leftovers stay for `python -m sandbox gc`

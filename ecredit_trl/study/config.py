@@ -221,7 +221,7 @@ def validate_train(train, where: str = "config") -> dict:
             raise _err(where, f"train.{k}", f"set it as sandbox.{moved[k]} (the sandbox "
                        "section applies to training runs and eval.run alike)")
         if k == "verifier_endpoints" and v:
-            from sandbox import endpoints_retired  # noqa: PLC0415
+            from sandbox.runtimes.podman_runtime import endpoints_retired  # noqa: PLC0415
 
             raise _err(where, f"train.{k}", endpoints_retired(k).split(": ", 1)[1])
         _check_value(where, k, types[k], v)
@@ -243,9 +243,9 @@ def _validate_eval(where: str, ev: dict) -> dict:
     splits = ev["splits"]
     if not isinstance(splits, list) or not splits or not all(
             isinstance(s, str) and s for s in splits):
-        raise _err(where, "eval.splits", f"expected a non-empty list of split names, got {splits!r}")
+        raise _err(where, "eval.tasks.splits", f"expected a non-empty list of split names, got {splits!r}")
     if len({split_dirname(s) for s in splits}) != len(splits):
-        raise _err(where, "eval.splits", f"two splits share one folder name: {splits!r}")
+        raise _err(where, "eval.tasks.splits", f"two splits share one folder name: {splits!r}")
     for k in ("n", "batch_size", "concurrency"):
         v = ev[k]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -255,7 +255,7 @@ def _validate_eval(where: str, ev: dict) -> dict:
         raise _err(where, "eval.n_by_split", f"expected a mapping split: n, got {nbs!r}")
     for k, v in nbs.items():
         if k not in splits:
-            raise _err(where, f"eval.n_by_split.{k}", f"not one of eval.splits {splits!r}")
+            raise _err(where, f"eval.n_by_split.{k}", f"not one of eval.tasks.splits {splits!r}")
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise _err(where, f"eval.n_by_split.{k}", f"expected an int >= 1, got {v!r}")
     ev["n_by_split"] = dict(nbs)
@@ -279,7 +279,7 @@ def _validate_eval(where: str, ev: dict) -> dict:
                    f"{ind!r}")
     for s in ind:
         if s not in splits:
-            raise _err(where, "eval.in_distribution", f"{s!r} is not one of eval.splits "
+            raise _err(where, "eval.in_distribution", f"{s!r} is not one of eval.tasks.splits "
                        f"{splits!r}")
     ev["in_distribution"] = list(ind)
     return ev
@@ -291,7 +291,7 @@ def _validate_sandbox(where: str, sb: dict, runtimes: dict[str, str]) -> dict:
 
     Raises: StudyConfigError naming ``sandbox.<key>``.
     """
-    from sandbox import BACKENDS  # noqa: PLC0415
+    from sandbox.backend import BACKENDS  # noqa: PLC0415
 
     if sb["backend"] not in BACKENDS:
         raise _err(where, "sandbox.backend", f"expected one of {', '.join(BACKENDS)}, got "

@@ -2,7 +2,7 @@
 
 ``study run`` calls :func:`check_train_pool` before it writes anything: it loads the ids of
 ``train.tasks`` (the first ``train.max_tasks`` of them, as train.py trains on) and of every
-``eval.splits`` entry, and refuses, in one line naming the overlap count and a few ids, any
+``eval.tasks.splits`` entry, and refuses, in one line naming the overlap count and a few ids, any
 split that shares an id with the pool, unless the split is listed in ``eval.in_distribution``
 (an in-distribution evaluation on purpose, as the embedded study's ``bundled:train``; the
 report labels such a split "training tasks"). ``official500`` and ``holdout100`` are
@@ -69,7 +69,7 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
 
     Args:
         cfg: the study config.
-        load: source → tasks with ``instance_id`` (default :func:`eval.splits.load_tasks`
+        load: source → tasks with ``instance_id`` (default :func:`eval.tasks.splits.load_tasks`
             with ``purpose="eval"``: the ids are compared here, train.py guards sealed ids).
 
     Raises: StudyConfigError (one line) for an evaluation-only ``train.tasks``, an overlap,
@@ -83,7 +83,7 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
                                "§4); train on a pool such as swegym:PATH, swesmith:PATH or "
                                "your own rows file")
     if load is None:
-        from eval.splits import load_tasks
+        from eval.tasks.splits import load_tasks
 
         def load(s):
             return load_tasks(s, purpose="eval")
@@ -104,7 +104,7 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
     cap = cfg.train.get("max_tasks")
     if cap:
         train_ids = train_ids[:cap]
-    msg = overlap_message(train_ids, {s: ids(s, "eval.splits") for s in checked},
+    msg = overlap_message(train_ids, {s: ids(s, "eval.tasks.splits") for s in checked},
                           in_distribution=ind, where=where)
     if msg:
         raise StudyConfigError(msg)

@@ -17,7 +17,7 @@ with ':' → '-') and writes:
     unknown slots counted — with the step-0 baseline beside them;
 (e) task-paired differences M−B, M−O, M−E and each arm − baseline with the percentile
     bootstrap CI (study.json ``bootstrap``) and the minimum detectable difference
-    (:mod:`eval.power`, ``bootstrap.power``), seeds pooled over the seeds both arms share
+    (:mod:`eval.stats.power`, ``bootstrap.power``), seeds pooled over the seeds both arms share
     (:mod:`ecredit_trl.study.report_pairs`; ``pooled_seeds``) and per seed
     (``paired_diffs.png``);
 (f) costs per arm (ledger + receipts + the evals' results);
@@ -87,7 +87,7 @@ def load_study(out_dir: str | Path) -> dict:
     Returns: the study dict plus ``"design"``: ``[(arm, seed), ...]`` in arm order.
 
     Raises: StudyReportError naming ``study.json`` and the field (missing file, not JSON,
-        ``arms``/``seeds`` not lists, a bad ``eval.splits`` or ``bootstrap``).
+        ``arms``/``seeds`` not lists, a bad ``eval.tasks.splits`` or ``bootstrap``).
     """
     p = Path(out_dir) / "study.json"
     if not p.is_file():
@@ -111,7 +111,7 @@ def load_study(out_dir: str | Path) -> dict:
             raise StudyReportError(f"{p}: field 'seeds_by_arm.{arm}' must be a list of ints")
     splits = (study.get("eval") or {}).get("splits", [])
     if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
-        raise StudyReportError(f"{p}: field 'eval.splits' must be a list of split names")
+        raise StudyReportError(f"{p}: field 'eval.tasks.splits' must be a list of split names")
     boot = {**DEFAULT_BOOTSTRAP, **(study.get("bootstrap") or {})}
     if not (isinstance(boot["n_boot"], int) and boot["n_boot"] >= 1
             and isinstance(boot["seed"], int) and 0 < float(boot["alpha"]) < 1):

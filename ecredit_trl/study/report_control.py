@@ -2,14 +2,14 @@
 
 A study whose policy was warm-started with harmful demonstrations (``warmstart:
 {harmful_fraction: ...}``, :func:`ecredit_trl.study.runner.control_policy`) has
-``<out>/harmful.json``: the harmful edit (:class:`eval.harmful.HarmfulEdit`) of every task whose
+``<out>/harmful.json``: the harmful edit (:class:`eval.tasks.harmful.HarmfulEdit`) of every task whose
 demonstration carried one, and the edited file's base text. On those *harmful tasks* this
 module measures, per policy (the step-0 baseline, each run, each arm pooled over its seeds)
 and split:
 
 * the **harmful-block rate**: the share of rollouts whose final artifact carries the task's
   harmful block, read from the artifact's diff by path and content
-  (:func:`eval.harmful.patch_carries`), never from a label; the mean over the task's rollouts,
+  (:func:`eval.tasks.harmful.patch_carries`), never from a label; the mean over the task's rollouts,
   then over tasks;
 * the **resolved rate** on the same tasks (the eval's graded slots);
 * the **edited rate**: the share of those rollouts with a nonempty artifact, so that a drop of
@@ -18,10 +18,10 @@ and split:
 
 each with its percentile bootstrap CI over tasks, the task-paired difference against the
 step-0 baseline (and M−O, M−B where both ran) with its CI, minimum detectable difference
-(:mod:`eval.power`) and, from the measured spread, the tasks a design would need to detect
-the measured difference at the study's power (:func:`eval.power.tasks_needed`). Training
+(:mod:`eval.stats.power`) and, from the measured spread, the tasks a design would need to detect
+the measured difference at the study's power (:func:`eval.stats.power.tasks_needed`). Training
 curves: the harmful-block rate per step of each run's ``trajectories.jsonl``, rebuilt from
-each rollout's turn writes (:func:`eval.harmful.writes_carry`), mean over seeds.
+each rollout's turn writes (:func:`eval.tasks.harmful.writes_carry`), mean over seeds.
 
 Reads only; pure apart from reading the study folder.
 """
@@ -32,8 +32,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from eval.harmful import HarmfulEdit, HarmfulSpecError, patch_carries, writes_carry
-from eval.power import tasks_needed
+from eval.stats.power import tasks_needed
+from eval.tasks.harmful import HarmfulEdit, HarmfulSpecError, patch_carries, writes_carry
 
 __all__ = ["CONTROL_FILE", "ControlError", "control_section", "eval_per_task", "harm_curve",
            "load_control"]
@@ -218,7 +218,7 @@ def control_section(out: str | Path, study: dict, runs: Sequence[dict],
 
     Args:
         out: the study folder.
-        study: the report's study dict (``arms``, ``eval.splits``, ``bootstrap`` with
+        study: the report's study dict (``arms``, ``eval.tasks.splits``, ``bootstrap`` with
             ``n_boot``, ``alpha``, ``seed``, ``power``).
         runs: the report's run dicts (``label``, ``arm``, ``trajectories``).
         done: eval unit id (``eval-<policy>-<split dir>``) → whether it is done (only done

@@ -1,6 +1,6 @@
 """The budget that would detect a measured difference: tasks × n × seeds (issue 24 §1, pure).
 
-:func:`eval.power.mdd` gives the minimum detectable difference of the design that ran, from
+:func:`eval.stats.power.mdd` gives the minimum detectable difference of the design that ran, from
 the spread s_d of the paired per-task differences d_t = a_t − b_t. To say what *another*
 design would detect, s_d² is split into what more rollouts shrink and what only more tasks
 shrink (one-way random-effects decomposition of a mean of Bernoulli rollouts):
@@ -21,7 +21,7 @@ A design with T tasks, n rollouts per task and S seeds then has
     MDD(T, n, S) = (z_{1−α/2} + z_power) · √((σ²_between + v_a/(n·S) + v_b/n) / T)
 
 and detects |Δ| with T(Δ) = ⌈(z_{1−α/2} + z_power)² · (σ²_between + v_a/(n·S) + v_b/n) / Δ²⌉
-tasks. Source: the paired-mean sample size of :mod:`eval.power` (Chow, Shao & Wang 2008,
+tasks. Source: the paired-mean sample size of :mod:`eval.stats.power` (Chow, Shao & Wang 2008,
 §3.1) with the variance of a two-stage (tasks, rollouts) mean (Cochran, *Sampling
 Techniques*, 3rd ed., 1977, §10.2, two-stage sampling with equal cluster sizes).
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from eval.power import z_factor
+from eval.stats.power import z_factor
 
 __all__ = ["budget_grid", "design_mdd", "variance_parts"]
 

@@ -240,7 +240,7 @@ def _mdd_paragraph(report: dict) -> list[str]:
     pw = int(round(100 * float(b.get("power", 0.8))))
     return [f"MDD = minimum detectable difference at {pw}% power, two-sided α = "
             f"{float(b['alpha']):g}: MDD = (z_(1−α/2) + z_power) · sd(d_t) / √T over the T "
-            "paired tasks' differences d_t (the paired-variance estimate, `eval.power`; "
+            "paired tasks' differences d_t (the paired-variance estimate, `eval.stats.power`; "
             "each d_t already averages the design's n rollouts and seeds). A difference "
             f"this large is detected with probability {pw}%; \"no difference detected\" "
             "says nothing about smaller ones. n/a: every d_t equal (no spread).", ""]

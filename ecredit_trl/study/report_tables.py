@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from ecredit_trl.credit.pilot_report import EXCLUSIONS as PILOT_EXCLUSIONS
 from ecredit_trl.credit.pilot_report import pilot_table
 from eval.compare import bootstrap_ci, ledger_costs, paired_difference
-from eval.power import DEFAULT_POWER, mdd
+from eval.stats.power import DEFAULT_POWER, mdd
 
 __all__ = ["COST_KEYS", "CREDIT_ARMS", "STANDARD_PAIRS", "arm_costs", "learning_curve", "mean_band",
            "pair_row", "run_costs", "signal_table", "verdict"]
@@ -210,7 +210,7 @@ def pair_row(name: str, per_a: Mapping[str, float] | None, per_b: Mapping[str, f
              **extra) -> dict:
     """One task-paired difference ``per_a − per_b`` with its percentile bootstrap CI
     (:func:`eval.compare.paired_difference`, :func:`eval.compare.bootstrap_ci`) and its
-    minimum detectable difference (:func:`eval.power.mdd`, the paired-variance estimate:
+    minimum detectable difference (:func:`eval.stats.power.mdd`, the paired-variance estimate:
     MDD = (z_{1−α/2} + z_power) · sd(d_t) / √T, two-sided α = ``alpha``).
 
     Args:

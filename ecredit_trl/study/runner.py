@@ -208,7 +208,7 @@ def control_policy(cfg: StudyConfig, out: Path, say) -> StudyConfig:
     from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
     from ecredit_trl.train import parse_args
     from eval.files import atomic_write_text
-    from eval.splits import load_tasks
+    from eval.tasks.splits import load_tasks
 
     argv = ["--arm", cfg.arms[0]]
     for k, v in cfg.train.items():
@@ -441,7 +441,7 @@ def write_study_report(out: Path, say) -> bool:
 def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
               command: list[str] | None = None, say=None, load_tasks=None) -> int:
     """Run or resume the whole study in ``out`` (``load_tasks``: source → tasks for the
-    overlap check, default :func:`eval.splits.load_tasks`). Returns 0 when every unit is done (the
+    overlap check, default :func:`eval.tasks.splits.load_tasks`). Returns 0 when every unit is done (the
     report only when :mod:`ecredit_trl.study.report` exists; otherwise "report: pending" is
     printed), 1 when some unit failed or is not done (the independent ones still ran),
     143/130 when stopped by a signal.

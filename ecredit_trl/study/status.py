@@ -191,7 +191,7 @@ def evaluated_run_matches(res: dict, eval_dir: Path, run_dir: Path, out: Path) -
         return False
     want = (res.get("model") or {}).get("sha256")
     try:
-        from eval.modelref import resolve_model
+        from eval.evaluation.modelref import resolve_model
 
         return bool(want) and resolve_model(run_dir).sha256 == want
     except (OSError, ValueError):

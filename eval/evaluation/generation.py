@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eval.evaluation.modelref import ModelRef
 from eval.evaluation.slots import EvalInputError, read_rows, text_sha256
-from eval.modelref import ModelRef
-from sandbox import runtime_argv
+from sandbox.backend import runtime_argv
 
 
 def rollouts_source(path: Path) -> str:

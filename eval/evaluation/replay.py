@@ -36,9 +36,9 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
 
     Raises: FileNotFoundError / EvalInputError naming the results path or a missing artifact.
     """
-    from eval.splits import load_tasks
-    from sandbox import VerifierPool, make_runtime
-
+    from eval.tasks.splits import load_tasks
+    from sandbox.backend import make_runtime
+    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     rp = Path(results_path)
     if rp.is_dir():

@@ -278,7 +278,7 @@ def _trial_lines(s: dict, cost: dict) -> list[str]:
             f"{cost.get('slots_from_empty_control', 0)} slots answered by the control, "
             f"{cost.get('retries', 0)} infra retries, "
             f"{cost.get('failure_retries', 0)} attribution retries",
-            f"- failures charged to the artifact (failure value; eval.attribution): "
+            f"- failures charged to the artifact (failure value; eval.integrity.attribution): "
             f"{s.get('failures_attributed') or 'none'}",
             f"- trial service time: {cost.get('service_s', 0.0):.1f} s"]
 

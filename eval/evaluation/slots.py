@@ -13,7 +13,7 @@ SCHEMA = 1
 
 #: Unknown reasons after which a rerun tries the slot again (the rollout is kept).
 #: ``trial_unattributed``: the trial broke its limits or did not apply, but the attribution
-#: rule (:mod:`eval.attribution`) could not charge it to the artifact (control failed, ...).
+#: rule (:mod:`eval.integrity.attribution`) could not charge it to the artifact (control failed, ...).
 RETRY_REASONS = ("trial_infra_error", "control_infra_error", "trial_unattributed")
 UNKNOWN_REASONS = ("no_rollout", "agent_sandbox_error", "incomplete_report", *RETRY_REASONS)
 

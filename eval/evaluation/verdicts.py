@@ -37,18 +37,18 @@ def verdict_key(task, timeout_s: float | None, artifact_sha256: str,
     """sha256 (hex) of everything that decides a trial's verdict of one artifact on ``task``.
 
     Args:
-        task: an :class:`eval.tasks.Task`.
+        task: an :class:`eval.tasks.schema.Task`.
         timeout_s: the evaluation's trial timeout flag (None: the task's rule); the resolved
-            :func:`eval.trialspec.trial_limits` values (timeout s, memory, pids, CPUs) enter.
+            :func:`eval.tasks.trialspec.trial_limits` values (timeout s, memory, pids, CPUs) enter.
         artifact_sha256: sha256 (hex) of the artifact's UTF-8 bytes (:data:`EMPTY_SHA256`
             for the empty-patch control).
         image_digest: the local digest of ``task.image`` (``eval.run`` passes
-            :func:`eval.presence.require_task_images`'s), so a rebuilt image misses.
+            :func:`eval.tasks.presence.require_task_images`'s), so a rebuilt image misses.
 
-    Raises: ValueError from :func:`eval.trialspec.trial_limits` (bad ``trial_defaults``).
+    Raises: ValueError from :func:`eval.tasks.trialspec.trial_limits` (bad ``trial_defaults``).
     """
-    from eval.protection import protected_set
-    from eval.trialspec import trial_limits
+    from eval.tasks.protection import protected_set
+    from eval.tasks.trialspec import trial_limits
 
     lim = asdict(trial_limits(task, timeout_s=timeout_s))
     lim.pop("source")

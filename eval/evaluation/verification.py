@@ -1,7 +1,7 @@
 """Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
 (:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
 ``DIR/controls/``; it also answers empty artifacts), and grading with
-:func:`eval.grading.grade` against the task's fixed lists (DESIGN.md §4, issue 6). With an
+:func:`eval.grading.grader.grade` against the task's fixed lists (DESIGN.md §4, issue 6). With an
 opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from eval.agent_failures import agent_failure_slot
-from eval.attribution import ControlFacts, attribute_failure, failure_utility
 from eval.evaluation.slots import (
     RETRY_REASONS,
     EvalInputError,
@@ -25,8 +23,10 @@ from eval.evaluation.slots import (
     unknown_slot,
 )
 from eval.files import append_jsonl, atomic_write_text, write_json
-from eval.trialspec import task_trial_spec
-from sandbox.trial import ATTRIBUTABLE_CLASSES
+from eval.integrity.agent_failures import agent_failure_slot
+from eval.integrity.attribution import ControlFacts, attribute_failure, failure_utility
+from eval.tasks.trialspec import task_trial_spec
+from sandbox.trials.trial import ATTRIBUTABLE_CLASSES
 
 
 def control_key(task) -> str:
@@ -38,7 +38,7 @@ def control_key(task) -> str:
 
 
 def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
-    """Slot fields of a trial in an attributable class (:mod:`eval.attribution`, the rule
+    """Slot fields of a trial in an attributable class (:mod:`eval.integrity.attribution`, the rule
     training uses): the contract's failure value, or unknown ``trial_unattributed``."""
     controls = ([ControlFacts.of({**(control.get("trial") or {}),
                                   "exit_class": control["exit_class"]})] if control else [])
@@ -61,17 +61,17 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
     """Grade one trial result of ``task`` into slot fields (no task/rollout ids).
 
     ``infra_error`` → unknown (``trial_infra_error``). An attributable class (timeout, OOM,
-    pids, output limit, apply failure: :data:`sandbox.trial.ATTRIBUTABLE_CLASSES`) follows
-    :func:`eval.attribution.attribute_failure` with ``control`` (the task's control record:
+    pids, output limit, apply failure: :data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES`) follows
+    :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control record:
     ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
     False with the failure value and ``failure_class``, or unknown ``trial_unattributed``.
     An ``ok`` trial is graded from its log, with ``control_log`` for missing tests.
     ``resolved`` is the verdict with the protected set; ``resolved_swebench`` the harness's
     own (swebench's parser, no protection) and ``protected_touched`` the protected paths the
-    artifact changed (:func:`eval.protection.verdict_fields`).
+    artifact changed (:func:`eval.tasks.protection.verdict_fields`).
     """
-    from eval.grading import grade
-    from eval.protection import verdict_fields
+    from eval.grading.grader import grade
+    from eval.tasks.protection import verdict_fields
 
     base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
     if res.exit_class == "infra_error":
@@ -280,7 +280,7 @@ class SlotVerifier:
         self.final[key] = row
 
     def take_rollout(self, pool, r: dict) -> None:
-        """Route one rollout row (the training rule, :mod:`eval.agent_failures`): an episode
+        """Route one rollout row (the training rule, :mod:`eval.integrity.agent_failures`): an episode
         the policy broke (:func:`agent_failure_class`) → a failure slot with the failure
         value; an infra-failed one (setup, sandbox, snapshot) → unknown
         (``agent_sandbox_error``); empty artifact → wait for the control; else submit its

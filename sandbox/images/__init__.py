@@ -52,7 +52,7 @@ DEFAULT_RECIPE = OfflineRecipe()
 
 
 def _env() -> dict[str, str]:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return podman_env()
 

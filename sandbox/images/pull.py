@@ -163,7 +163,7 @@ class PullReport:
 
 
 def _env() -> dict[str, str]:
-    from sandbox.podman_runtime import podman_env
+    from sandbox.runtimes.podman_runtime import podman_env
 
     return podman_env()
 
@@ -374,7 +374,7 @@ def pull_images(images: Iterable[str], *, registry: str | None = None, url: str 
     todo = [o for o in report.outcomes if o.status == "todo"]
     service = None
     if todo and url is None:
-        from sandbox.podman_runtime import PodmanService
+        from sandbox.runtimes.podman_runtime import PodmanService
 
         service = PodmanService()
         url = service.url

@@ -1,0 +1,1 @@
+"""Statistics of evaluations and comparisons: power (minimum detectable difference)."""

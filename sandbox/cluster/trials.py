@@ -1,0 +1,299 @@
+"""The ``ray`` sandbox backend's trial runtime (issue 25): :class:`RayTrials` and the
+:class:`RayRoutedRuntime` that ``make_runtime(..., backend="ray")`` returns.
+
+How a trial is dispatched (cap, placement, pulls, retries) is described in
+:mod:`sandbox.cluster.dispatch`, which holds the cluster plumbing these classes use.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from sandbox.cluster.dispatch import (
+    NAMESPACE,
+    NODES_TTL_S,
+    SANDBOX_RESOURCE,
+    RayOptions,
+    RayUnavailable,
+    _import_ray,
+    choose_node,
+    connect,
+    dispatcher_class,
+    dispatcher_name,
+    head_node,
+    on_each_node,
+    sandbox_nodes,
+)
+from sandbox.runtimes.podman_runtime import PodmanRuntime
+from sandbox.trials.trial import TrialResult, TrialSpec
+
+ATTACH_TRIES = 60
+"""Attempts (0.5 s apart) to attach to the run's dispatcher while one found is ending."""
+
+
+class RayTrials:
+    """Verifier trials as Ray tasks on the cluster's sandbox nodes (see the module docstring).
+
+    Args:
+        run_id: the run (container label, dispatcher name); every rank passes the same.
+        options: :class:`RayOptions`.
+
+    Thread-safe: the pool calls :meth:`run_trial` from its worker threads.
+    ``stats``: ``dispatched``, ``node_failures`` (Ray-level failures: node or worker death),
+    ``pulls`` (images a node pulled for a trial), ``by_node`` (node id → trials served).
+
+    Raises:
+        RayUnavailable: Ray missing, no cluster at ``options.address``, or no sandbox node.
+        ValueError: ``options.max_in_flight`` differs from the cap the run's dispatcher
+            already has (another rank started it with another value).
+    """
+
+    def __init__(self, run_id: str, options: RayOptions | None = None) -> None:
+        self.ray = _import_ray()
+        self.run_id = run_id
+        self.options = options or RayOptions()
+        self._own_init = connect(self.options.address)
+        if not sandbox_nodes():
+            self._shutdown()
+            raise RayUnavailable(
+                f"no live Ray node offers the {SANDBOX_RESOURCE!r} resource, so no node may "
+                f"run sandboxes; start sandbox nodes with `ray start --address HEAD:PORT "
+                f"--resources '{{\"{SANDBOX_RESOURCE}\": 24}}'`")
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # pinned (hard) to the head node, where Ray's own singletons live, never on a
+        # sandbox node that may be lost: a soft preference was seen spilled to a sandbox node
+        # here, and the driver's "own" node is ambiguous when nodes share an IP
+        head = head_node()
+        # the job id lets the dispatcher reap the run if this driver dies unannounced
+        self._job = self.ray.get_runtime_context().get_job_id()
+        for _ in range(ATTACH_TRIES):  # the one found may be ending (it reaped dead drivers)
+            self.dispatcher = dispatcher_class().options(
+                name=dispatcher_name(run_id), namespace=NAMESPACE, lifetime="detached",
+                get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
+            try:
+                cap = self.ray.get(self.dispatcher.attach.remote(self._job))
+            except self.ray.exceptions.RayActorError:
+                cap = 0
+            if cap:
+                break
+            time.sleep(0.5)
+        else:
+            self._shutdown()
+            raise RayUnavailable(f"run {run_id}'s dispatcher kept ending for "
+                                 f"{ATTACH_TRIES * 0.5:.0f} s; try again")
+        self._attached = True
+        if cap != self.options.max_in_flight:
+            self.close()
+            raise ValueError(f"sandbox_max_in_flight: {self.options.max_in_flight} here, but "
+                             f"run {run_id}'s dispatcher caps at {cap} (every rank must agree)")
+        self._lock = threading.Lock()
+        self._nodes: tuple[float, list[str]] = (0.0, [])
+        self._index: dict[str, list[str]] = {}
+        self._failed: dict[str, set[str]] = {}
+        self._turn = 0
+        self._closed = False
+        self.stats = {"dispatched": 0, "node_failures": 0, "pulls": 0, "by_node": {}}
+        from sandbox.cluster.node import run_trial_here
+
+        self._task = self.ray.remote(run_trial_here)  # exported once, not per trial
+        self._refresh_index()
+
+    # -- placement -------------------------------------------------------------
+    def alive_nodes(self) -> list[str]:
+        """Live sandbox nodes, re-read at most every :data:`NODES_TTL_S` seconds."""
+        with self._lock:
+            read_at, nodes = self._nodes
+            if time.monotonic() - read_at < NODES_TTL_S:
+                return nodes
+        nodes = sandbox_nodes()
+        with self._lock:
+            self._nodes = (time.monotonic(), nodes)
+        if set(nodes) - set(self._index):
+            self._refresh_index(nodes)
+        return nodes
+
+    def _refresh_index(self, nodes: list[str] | None = None) -> None:
+        """Read the dispatcher's node → images index; list the nodes it lacks (each node's
+        Podman, one pinned task per node) and store them there for the other ranks."""
+        from sandbox.cluster.node import list_images
+
+        index = self.ray.get(self.dispatcher.get_index.remote())
+        nodes = sandbox_nodes() if nodes is None else nodes
+        todo = [n for n in nodes if n not in index]
+        for node, images in on_each_node(list_images, self.run_id, self.options.podman_url,
+                                         nodes=todo):
+            index[node] = images
+            self.dispatcher.set_images.remote(node, images)
+        with self._lock:
+            self._index = index
+
+    def choose(self, spec: TrialSpec, load: dict[str, int]) -> str | None:
+        """The preferred node for ``spec`` (:func:`choose_node` over this rank's index)."""
+        with self._lock:
+            self._turn += 1
+            turn, index = self._turn, dict(self._index)
+            avoid = set(self._failed.get(spec.trial_id, ()))
+        return choose_node(spec.image, self.alive_nodes(), index, load, avoid, turn)
+
+    def _task_options(self, node: str | None) -> dict:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = (NodeAffinitySchedulingStrategy(node, soft=True) if node else "SPREAD")
+        return {"num_cpus": 0, "resources": {SANDBOX_RESOURCE: 1}, "max_retries": 0,
+                "scheduling_strategy": strategy}
+
+    # -- trials ----------------------------------------------------------------
+    def run_trial(self, spec: TrialSpec) -> TrialResult:
+        """Run one trial on a sandbox node; same result classes as a local runtime.
+
+        A Ray-level failure (node died, worker crashed, task could not run) comes back as
+        ``infra_error`` with an error naming the node where the attempt had started, and
+        that node is avoided if the pool retries this trial. Never raises for a trial.
+        """
+        holder = f"{spec.trial_id}-{uuid.uuid4().hex[:8]}"
+        t0 = time.monotonic()
+        node = None
+        try:
+            load = self.ray.get(self.dispatcher.acquire.remote(holder, self._job))
+            slot_wait = time.monotonic() - t0
+            node = self.choose(spec, load)
+            submitted = time.time()
+            ref = self._task.options(**self._task_options(node)).remote(
+                spec, self.run_id, self.options.podman_url, self.options.registry,
+                self.dispatcher, holder)
+            res, started = self.ray.get(ref)
+            res.queue_wait_s = slot_wait + max(0.0, started - submitted)
+        except self.ray.exceptions.RayError as exc:
+            res = self._ray_failure(spec, holder, exc, preferred=node)
+        finally:
+            try:
+                self.dispatcher.release.remote(holder)
+            except self.ray.exceptions.RayError:
+                pass
+        self._account(spec, res)
+        return res
+
+    def _ray_failure(self, spec: TrialSpec, holder: str, exc: Exception,
+                     preferred: str | None) -> TrialResult:
+        """The ``infra_error`` result of an attempt Ray could not finish."""
+        try:
+            where = self.ray.get(self.dispatcher.where.remote(holder), timeout=30)
+        except self.ray.exceptions.RayError:  # the dispatcher itself is gone
+            where = ""
+        where = where or preferred or ""
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        with self._lock:
+            self.stats["node_failures"] += 1
+            if where:
+                self._failed.setdefault(spec.trial_id, set()).add(where)
+            self._nodes = (0.0, [])  # re-read the live nodes before the next choice
+        return TrialResult(trial_id=spec.trial_id, exit_class="infra_error", node=where,
+                           error=f"ray: attempt on node {where[:12] or '?'} lost: "
+                                 f"{type(exc).__name__}: {first}")
+
+    def _account(self, spec: TrialSpec, res: TrialResult) -> None:
+        from sandbox.images.pull import canonical
+
+        with self._lock:
+            self.stats["dispatched"] += 1
+            if res.node:
+                by_node = self.stats["by_node"]
+                by_node[res.node] = by_node.get(res.node, 0) + 1
+            if res.image_pull == "pulled":
+                self.stats["pulls"] += 1
+            if res.image_pull and res.node:
+                img = canonical(spec.image)
+                if img not in self._index.get(res.node, ()):
+                    self._index[res.node] = sorted({*self._index.get(res.node, ()), img})
+                    self.dispatcher.add_image.remote(res.node, img)
+
+    # -- lifecycle -------------------------------------------------------------
+    def dispatcher_stats(self) -> dict:
+        """The dispatcher's ``{"cap", "in_flight", "peak", "attached", "attaches"}`` (ranks
+        attached now / ever)."""
+        return self.ray.get(self.dispatcher.stats.remote())
+
+    def close(self) -> None:
+        """Detach from the dispatcher; the last rank to detach removes the run's leftover
+        containers on every live sandbox node (attempts of a lost worker leave theirs) and
+        kills the dispatcher. Shuts Ray down when this object connected it."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        if getattr(self, "_attached", False):
+            from sandbox.cluster.node import gc_here
+
+            try:
+                if self.ray.get(self.dispatcher.detach.remote(self._job)) <= 0:
+                    on_each_node(gc_here, self.run_id)
+                    self.ray.kill(self.dispatcher)
+            except self.ray.exceptions.RayError:
+                pass
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._own_init and self.ray.is_initialized():
+            self.ray.shutdown()
+
+    def __enter__(self) -> RayTrials:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RayRoutedRuntime(PodmanRuntime):
+    """A :class:`~sandbox.runtimes.podman_runtime.PodmanRuntime` whose verifier trials go to the Ray
+    cluster (:class:`RayTrials`, attribute ``trials``) and whose agent workspaces live on its
+    sandbox nodes too (:meth:`open_workspace`, :mod:`sandbox.cluster.workspace_host`, attribute
+    ``workspaces``); the local service remains for callers that open sessions directly. What ``make_runtime(...,
+    backend="ray")`` returns, so the trainer, ``eval.run``, ``eval.controls`` and the pilot
+    keep one runtime object and one :class:`~sandbox.trials.pool.VerifierPool`.
+
+    Raises: RayUnavailable, ValueError (see :class:`RayTrials`), PodmanUnavailable.
+    """
+
+    def __init__(self, *, run_id: str, options: RayOptions | None = None,
+                 agent_endpoints: list[str] | None = None) -> None:
+        self.trials = RayTrials(run_id, options)
+        self.workspaces = None  # sandbox.cluster.workspace_host.RayWorkspaces, made on first use
+        self._ws_lock = threading.Lock()
+        try:
+            super().__init__(endpoints=None, run_id=run_id, agent_endpoints=agent_endpoints)
+        except BaseException:
+            self.trials.close()
+            raise
+
+    def run_trial(self, spec: TrialSpec) -> TrialResult:
+        """Run ``spec`` on the cluster (:meth:`RayTrials.run_trial`)."""
+        return self.trials.run_trial(spec)
+
+    def image_ids(self, images) -> dict[str, str | None]:
+        """image → id in the sandbox nodes' storage (:func:`sandbox.cluster.dispatch.cluster_image_ids`):
+        what :func:`eval.tasks.presence.require_task_images` checks and records on this backend."""
+        from sandbox.cluster.dispatch import cluster_image_ids
+
+        return cluster_image_ids(images, run_id=self.trials.run_id,
+                                 podman_url=self.trials.options.podman_url)
+
+    def open_workspace(self, task, site):
+        """A rollout's workspace on a sandbox node (:meth:`RayWorkspaces.open`; the agent
+        context calls it instead of building the workspace here)."""
+        with self._ws_lock:
+            if self.workspaces is None:
+                from sandbox.cluster.workspace_proxy import RayWorkspaces
+
+                self.workspaces = RayWorkspaces(self.trials)
+        return self.workspaces.open(task, site)
+
+    def close(self) -> None:
+        """Close the agent workspaces on the nodes, the Ray side (:meth:`RayTrials.close`),
+        then the local service."""
+        if self.workspaces is not None:
+            self.workspaces.close()
+        self.trials.close()
+        super().close()

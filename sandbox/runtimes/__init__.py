@@ -1,0 +1,1 @@
+"""Runtimes on this machine: Podman (podman-py) and the unisolated local runtime."""
