@@ -22,7 +22,7 @@ DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "confte
 
 @dataclass
 class ECreditConfig(GRPOConfig):
-    """GRPO configuration plus the counterfactual-credit fields (DESIGN.md §3).
+    """GRPO configuration plus the counterfactual-credit fields (design page, "Credit arms").
 
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
@@ -31,7 +31,7 @@ class ECreditConfig(GRPOConfig):
     ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
     disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, any
-    ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired, issue 25: the message
+    ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired: the message
     names the Ray settings, :func:`sandbox.runtimes.podman_runtime.endpoints_retired`), an unknown
     ``sandbox_backend`` or a refused ray combination (:func:`sandbox.check_backend`,
     :class:`sandbox.cluster.dispatch.RayOptions`).
@@ -123,7 +123,7 @@ class ECreditConfig(GRPOConfig):
     runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
 
     def __post_init__(self) -> None:
-        if self.selection_seed is None:  # issue 14 §4: one selection stream per run seed
+        if self.selection_seed is None:  # one selection stream per run seed
             self.selection_seed = self.seed
         if self.arm not in ARMS:
             raise ValueError(f"arm: expected one of {ARMS}, got {self.arm!r}")
@@ -168,7 +168,7 @@ class ECreditConfig(GRPOConfig):
         super().__post_init__()
 
     def _require_vllm(self) -> None:
-        """Issue 23: ``use_vllm`` (TRL's own generation path, colocate or server mode, kept
+        """``use_vllm`` (TRL's own generation path, colocate or server mode, kept
         as is) refused at parse time, in one line, where vLLM is not installed - not after the
         tasks, the sandbox service and the start receipt."""
         import importlib.util
@@ -179,7 +179,7 @@ class ECreditConfig(GRPOConfig):
                              " on a CUDA host, or drop --use_vllm")
 
     def _check_backend(self) -> None:
-        """Issue 25: ``sandbox_backend`` is local or ray; ray needs runtime podman and valid
+        """``sandbox_backend`` is local or ray; ray needs runtime podman and valid
         Ray options (ValueError naming the field)."""
         from sandbox.backend import check_backend
         check_backend(self.sandbox_backend, self.runtime)
@@ -194,7 +194,7 @@ class ECreditConfig(GRPOConfig):
                           podman_url=self.ray_podman_url, registry=self.ray_image_registry)
 
     def _resolve_endpoints(self) -> None:
-        """Issue 13 §5 / issue 25: ``verifier_endpoints`` (the remote-Podman round robin) is
+        """``verifier_endpoints`` (the remote-Podman round robin) is
         retired, so any value is refused with the migration message; the deprecated
         ``podman_endpoints`` fills ``agent_endpoints`` when that is empty (its entries must
         be local now); a remote agent endpoint is refused (ValueError naming the field)."""

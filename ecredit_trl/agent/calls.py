@@ -3,7 +3,7 @@
 Pure functions over the rollout's chat messages (TRL's completion: assistant messages
 with ``tool_calls``, then one ``tool`` message per executed call) and the calls that
 reached the environment (:class:`~ecredit_trl.agent.env.ToolCall`, each with its turn
-and ``status``). Only the policy's own mistakes are format errors (issue 11 §3):
+and ``status``). Only the policy's own mistakes are format errors:
 
 * a turn with no tool call before a submit;
 * a call TRL ran that never reached the environment (unknown tool, bad arguments);

@@ -11,7 +11,7 @@ Source of the semantics: SWE-agent / Anthropic ``str_replace_editor``
 (``view`` with line numbers, ``create`` refuses existing files,
 ``str_replace`` needs exactly one occurrence, ``insert`` after a line).
 
-Bytes the agent did not ask to change are kept (issue 11): files are read and
+Bytes the agent did not ask to change are kept: files are read and
 written as bytes, decoded as UTF-8 or, when that fails, Latin-1 (a lossless
 byte ↔ character map) and encoded back the same way; a file whose line ends are
 all CRLF is edited in LF form and written back with CRLF (the agent's

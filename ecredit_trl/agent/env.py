@@ -22,8 +22,8 @@ git. The trainer groups those snapshots into turns with the assistant messages o
 the completion (one turn = one assistant message); trees live in
 :attr:`SWEAgentEnv.snapshot_repo`.
 
-Every tool call is recorded and followed by a snapshot, whatever it raised
-(issue 11 §2): an editor error is the policy's (``status="error"``); anything else
+Every tool call is recorded and followed by a snapshot, whatever it raised:
+an editor error is the policy's (``status="error"``); anything else
 (the runtime could not start the exec, an API error, a snapshot error) ends the
 episode (:attr:`SWEAgentEnv.failure`); who caused it is :attr:`SWEAgentEnv.failure_class`
 (:mod:`ecredit_trl.agent.failures`): the infrastructure (None: the trainer excludes the
@@ -33,7 +33,7 @@ file over ``max_file_bytes``, the rollout's files removed), scored with the fail
 (:mod:`eval.integrity.agent_failures`). The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
 
-Image-held tasks (no ``repo_dir``, issue 13 §1): the tree is the image's ``workdir`` with
+Image-held tasks (no ``repo_dir``): the tree is the image's ``workdir`` with
 everything in it, copy-on-write per rollout (:mod:`sandbox.workspace.imagetree`), in a container of the
 task image running ``bash -lc``; S_0 is the tree at reset, so the artifact applies in a fresh
 container of the image as the SWE-bench harness applies a prediction.

@@ -1,4 +1,5 @@
-"""How an agent episode ends on a failure, and who caused it (issue 11 §2, §4; issue 21 §2).
+"""How an agent episode ends on a failure, and who caused it (design page, "Who caused a
+failure decides the reward").
 
 :class:`EpisodeFailures` is mixed into :class:`~ecredit_trl.agent.env.SWEAgentEnv`: after
 every call its workspace (:meth:`sandbox.workspace.rollout.RolloutWorkspace.after_call`) measures the
@@ -71,7 +72,7 @@ class EpisodeFailures:
             self._fail("snapshot_error", f"{type(exc).__name__}: {exc}")
             return self._last_tree()
         self._generated = after.generated
-        if after.over_budget is not None:  # the policy wrote it: a scored failure (issue 21 §2)
+        if after.over_budget is not None:  # the policy wrote it: a scored failure
             self._fail("disk_budget", after.over_budget[0], "agent_disk_budget",
                        after.over_budget[1])
             return self._last_tree()

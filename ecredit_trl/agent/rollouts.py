@@ -19,7 +19,7 @@ Runs ``n`` rollouts per task with what GRPO training uses (``ecredit_trl.train``
   seeded per rollout from ``sha256(f"{seed}:{task_id}:{rollout_index}")``; ``--temperature 0``
   decodes greedily.
 
-Batching (``--batch-size B``, default 8; issue 15 §2): up to B episodes in flight, one batched
+Batching (``--batch-size B``, default 8): up to B episodes in flight, one batched
 ``model.generate`` per round over the episodes waiting for a turn, their tool calls run
 concurrently (``--agent-concurrency`` threads; each episode's own calls in order), each row
 written when its episode ends (:mod:`ecredit_trl.agent.batched`). Every episode keeps its own

@@ -1,4 +1,4 @@
-"""Generation through vLLM for batched evaluation rollouts (``--use-vllm``, issue 15 §2).
+"""Generation through vLLM for batched evaluation rollouts (``--use-vllm``).
 
 :class:`VLLMEngine` has the engine interface :func:`ecredit_trl.agent.batched.run_batched`
 calls (``generate_batch`` + ``row_sampler``): one ``vllm.LLM.generate`` call per round, the

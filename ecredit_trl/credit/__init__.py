@@ -1,4 +1,4 @@
-"""The method (DESIGN.md §3), pure where it can be.
+"""The method (design page, "Credit arms"), pure where it can be.
 
 * :mod:`.blocks` — edit blocks from per-turn snapshots, eligibility, verifier-blind
   selection, restore/ablation.

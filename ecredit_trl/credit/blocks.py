@@ -1,4 +1,5 @@
-"""Edit blocks, eligibility, verifier-blind selection and restore (DESIGN.md §3).
+"""Edit blocks, eligibility, verifier-blind selection and restore (design page, "Edit blocks
+and eligibility" and "Selection and restore").
 
 Input is the list of per-turn snapshot trees ``S_0..S_K`` of one rollout (tree
 ids in one git repository, ``S_0`` = base; see :class:`sandbox.snapshots.snapshot.Snapshotter`).
@@ -26,7 +27,7 @@ rollout index: nothing takes a verifier result, so nothing can look at one.
   mode from ``S_{k-1}``, or is deleted when absent there, applied to ``S_K``;
   the ablated artifact is ``git diff --binary`` from base and may be empty.
 
-source: DESIGN.md §3
+source: the design page, "Edit blocks and eligibility" and "Selection and restore"
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ DEFAULT_TEST_PATTERNS: tuple[str, ...] = (
     "*_test.py",
     "conftest.py",
 )
-"""Default test-path patterns (DESIGN.md §3). See :func:`is_test_path` for how
-each form matches."""
+"""Default test-path patterns (design page, "Edit blocks and eligibility"). See
+:func:`is_test_path` for how each form matches."""
 
 REASONS: tuple[str, ...] = ("not_last_touch", "test_only", "not_restorable")
 """Reason codes of an ineligible block, in the order they are checked."""
@@ -123,7 +124,7 @@ def edit_blocks(repo, snapshots: Sequence[str]) -> list[EditBlock]:
         ValueError: ``snapshots`` is empty or holds a non-string.
         SnapshotError: a tree id is unknown in ``repo``.
 
-    source: DESIGN.md §3 "Edit block"
+    source: the design page, "Edit blocks and eligibility"
     """
     snaps = _check_snapshots(snapshots)
     blocks: list[EditBlock] = []
@@ -233,7 +234,7 @@ def eligibility(repo, snapshots: Sequence[str], blocks: Sequence[EditBlock] | No
         SnapshotError: a tree id is unknown (a failed restore is not raised:
             it is the ``not_restorable`` reason).
 
-    source: DESIGN.md §3 "Eligibility"
+    source: the design page, "Edit blocks and eligibility"
     """
     snaps = _check_snapshots(snapshots)
     patterns = tuple(test_patterns)
@@ -311,7 +312,7 @@ def select_block(eligible_turns: Iterable[int], *, run_seed: int, task_id: str,
     Raises:
         ValueError: a turn that is not an int >= 1, or a bad seed/id/index.
 
-    source: DESIGN.md §3 "Selection"
+    source: the design page, "Selection and restore"
     """
     turns: set[int] = set()
     for t in eligible_turns:
@@ -452,7 +453,7 @@ def ablate(repo, snapshots: Sequence[str], block: EditBlock) -> Ablation:
         ValueError: the block's turn is outside 1..K.
         SnapshotError: the block is not restorable, or a tree is unknown.
 
-    source: DESIGN.md §3 "Restore"
+    source: the design page, "Selection and restore"
     """
     snaps = _check_snapshots(snapshots)
     K = len(snaps) - 1

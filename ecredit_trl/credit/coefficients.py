@@ -4,7 +4,7 @@ Pure functions, no I/O. The trainer adds the returned coefficients to the
 terminal group advantage A (never replacing it): per-token advantage
 ``A + C_arm(t)``.
 
-Notation (source: DESIGN.md §3 "Coefficients"):
+Notation (source: the design page, "Credit arms"):
 
 * ``L``  number of generated tokens of the rollout (``token_turn >= 0``);
   environment/tool-result tokens are ``-1`` and are never counted.
@@ -226,7 +226,7 @@ def credit_coefficients(
             ``token_turn`` not a 1-D integer tensor or holding values < -1;
             ``selected_turn`` not an int >= 0 or None.
 
-    source: DESIGN.md §3
+    source: the design page, "Credit arms"
     """
     arm = _check_arm(arm)
     lam, cap = _check_hyper(credit_lambda, credit_cap)
@@ -273,7 +273,7 @@ def credit_coefficients_batch(
             ``token_turn``'s batch dimension (the message names the argument
             and, for a bad element, its index).
 
-    source: DESIGN.md §3
+    source: the design page, "Credit arms"
     """
     arm = _check_arm(arm)
     lam, cap = _check_hyper(credit_lambda, credit_cap)
@@ -334,7 +334,7 @@ class CreditStats:
         reason: when not applied, one of ``"arm_O"``, ``"no_selection"``,
             ``"empty_turn"``, ``"no_contrast"`` (checked in that order); else None.
 
-    source: DESIGN.md §3
+    source: the design page, "Credit arms"
     """
 
     arm: str
@@ -392,7 +392,7 @@ def credit_stats(
         ValueError: as :func:`credit_coefficients`, and when ``arm == "E"`` and
             ``advantage`` is None.
 
-    source: DESIGN.md §3
+    source: the design page, "Credit arms"
     """
     arm = _check_arm(arm)
     lam, cap = _check_hyper(credit_lambda, credit_cap)

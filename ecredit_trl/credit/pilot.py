@@ -3,7 +3,7 @@
 ``python -m ecredit_trl.credit.pilot --tasks SOURCE --trajectories FILE --out DIR
 [--seed N --credit-lambda X --credit-cap X --concurrency N --runtime podman|local]``
 
-Per trajectory (DESIGN.md §3, issue 4), in file order:
+Per trajectory (design page, "Exclusion reasons", "Query bound"), in file order:
 
 1. ``format_error`` rollouts are excluded (reason ``format_error``; a rollout whose
    writes cannot be replayed onto its repository counts here too, with the
@@ -22,24 +22,24 @@ Per trajectory (DESIGN.md §3, issue 4), in file order:
    shrinkage ``s`` / cap flag / m / L of :func:`ecredit_trl.credit.coefficients.credit_stats`
    (arm M).
 
-Image-held tasks (no ``repo_dir``, issue 13 §4) are replayed from S_0 = the image's tree at
+Image-held tasks (no ``repo_dir``) are replayed from S_0 = the image's tree at
 reset, the base their training rollouts start from (:mod:`ecredit_trl.credit.taskbase`); their
 trials run in the task images as for any task.
 
 A trial's utility follows the trainer's rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`):
 a completed trial is graded, a missing observation attributed to the artifact only when the
-task's control observed every listed test (DESIGN.md §3 "Utility"); a trial the artifact
-broke (``timeout``, ``oom``, ``pids``, ``output_limit``, ``apply_failed``, ``truncated_log``
-with a healthy control under the same limits and a retry that broke too) scores the failure
-value (:mod:`eval.integrity.attribution`); ``infra_error`` and every unattributed failure give no
-utility.
+task's control observed every listed test (design page, "Utility and the missing-observation
+rule"); a trial the artifact broke (``timeout``, ``oom``, ``pids``, ``output_limit``,
+``apply_failed``, ``truncated_log`` with a healthy control under the same limits and a retry
+that broke too) scores the failure value (:mod:`eval.integrity.attribution`); ``infra_error``
+and every unattributed failure give no utility.
 
 Outputs (each written atomically: temp file + rename): ``selections.jsonl``,
 ``trials.jsonl`` (every trial submitted, controls included), ``records.jsonl``
 (one per trajectory), ``pilot.json`` (:func:`pilot_table`), ``pilot.md``
 (:func:`render_markdown`), ``logs/<trial_id>.log``.
 
-source: DESIGN.md §3; issue 4
+source: the design page, "Utility and the missing-observation rule" and "Query bound"
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ DEFAULT_CREDIT_CAP = 1.0
 
 
 def contrast(u_p: float | None, u_pb: float | None) -> float | None:
-    """``D = U(P) − U(P\\b)``; None when either utility is None (DESIGN.md §3 "Contrast")."""
+    """``D = U(P) − U(P\\b)``; None when either utility is None (design page, "Utility and the
+    missing-observation rule")."""
     if u_p is None or u_pb is None:
         return None
     return float(u_p) - float(u_pb)
@@ -152,7 +153,7 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
             ``repo_dir`` nor ``image``, or a bad λ/c/concurrency.
         sandbox.workspace.imagetree.ImageTreeError: an image-held task's image cannot be read.
 
-    source: DESIGN.md §3; issue 4
+    source: the design page, "Query bound"
     """
     from sandbox.backend import make_runtime
     from sandbox.trials.pool import VerifierPool
@@ -366,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
-                                             "each, tabulate D (DESIGN.md §3).")
+                                             "each, tabulate D.")
     ap.add_argument("--tasks", required=True, help="task source for eval.tasks.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
     ap.add_argument("--trajectories", required=True, help="trajectory JSONL (replay format)")
@@ -375,13 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--credit-lambda", type=float, default=DEFAULT_CREDIT_LAMBDA)
     ap.add_argument("--credit-cap", type=float, default=DEFAULT_CREDIT_CAP)
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"
                          "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
     ap.add_argument("--test-pattern", action="append", default=None,
-                    help="test-path pattern (repeatable; default: DESIGN §3 defaults)")
+                    help="test-path pattern (repeatable; default: the built-in test-path patterns)")
     args = ap.parse_args(argv)
     from eval.tasks.splits import load_tasks
 

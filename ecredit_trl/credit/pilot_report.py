@@ -3,7 +3,7 @@ pilot's records and trials, :func:`render_markdown` writes ``pilot.md``.
 
 The pilot itself (replay, selection, trials) is :mod:`ecredit_trl.credit.pilot`.
 
-source: issue 4 (table), DESIGN.md §3 (query bound)
+source: the design page, "Query bound"
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 __all__ = ["EXCLUSIONS", "pilot_table", "render_markdown"]
 
 EXCLUSIONS: tuple[str, ...] = ("format_error", "no_eligible_block", "no_original_utility")
-"""Exclusion reasons, in the order they are applied (DESIGN.md §3)."""
+"""Exclusion reasons, in the order they are applied (design page, "Exclusion reasons")."""
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -75,7 +75,7 @@ def pilot_table(records: Sequence[dict], trials: Sequence[dict]) -> dict:
         ValueError: a record with an unknown exclusion, or a usable record
             without the fields above.
 
-    source: issue 4 (table), DESIGN.md §3 (query bound)
+    source: the design page, "Query bound"
     """
     excluded, usable, constructed = _sort_records(records)
     all_signs = _signs(usable)
@@ -241,7 +241,7 @@ def render_markdown(table: dict, meta: dict | None = None) -> str:
         f"- query bound (≤ 1 factual, ≤ 1 counterfactual per rollout): "
         f"**{'holds' if table['query_bound']['ok'] else 'VIOLATED'}**",
         "",
-        "D = U(P) − U(P\\b); U = f2p_passed/|F2P| − 1[any P2P not passing] (DESIGN.md §3). "
+        "D = U(P) − U(P\\b); U = f2p_passed/|F2P| − 1[any P2P not passing]. "
         "s, m, L as arm M's shared shrinkage.",
         "",
     ]

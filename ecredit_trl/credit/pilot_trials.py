@@ -1,12 +1,12 @@
 """The pilot's verifier trials (phases B/C of :mod:`ecredit_trl.credit.pilot`): the
 empty-patch control of each task (cached in ``DIR/controls/``), one factual trial per
 admitted rollout, at most one counterfactual trial each, graded against the task's
-fixed lists (DESIGN.md §3 "Utility"; issue 4). A trial's result becomes a utility by
-the trainer's own rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`): a failure the
-artifact caused (its trial hangs, OOMs, floods, cuts its log while the task's control is
-healthy under the same limits and the pool's retry fails too) scores the failure value, so
-the pilot measures the same D training would; every other failure leaves the utility
-unavailable.
+fixed lists (design page, "Utility and the missing-observation rule"). A trial's result
+becomes a utility by the trainer's own rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`):
+a failure the artifact caused (its trial hangs, OOMs, floods, cuts its log while the task's
+control is healthy under the same limits and the pool's retry fails too) scores the failure
+value, so the pilot measures the same D training would; every other failure leaves the
+utility unavailable.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Verifier trials of one generation round: sequential or overlapped (issue 15 §1).
+"""Verifier trials of one generation round: sequential or overlapped.
 
-The method's query rules (DESIGN.md §3) in one place for both orders:
+The method's query rules (design page, "Query bound") in one place for both orders:
 
 * one factual trial per planned rollout (empty artifacts included);
 * at most one counterfactual trial per rollout, arms B/M only, for a rollout admitted
@@ -10,10 +10,10 @@ The method's query rules (DESIGN.md §3) in one place for both orders:
   rollout is excluded as ``no_original_utility`` (admission order unchanged);
 * a trial that broke its own limits (timeout, OOM, pids, output) or did not apply is scored
   with the failure value when the task's control is healthy and the pool's one retry broke
-  too (:mod:`eval.integrity.attribution`, issue 21 §2): factual and counterfactual alike, the record
+  too (:mod:`eval.integrity.attribution`): factual and counterfactual alike, the record
   carrying ``failure_class`` / ``failure_evidence``; else it is unavailable.
 
-``pipeline: sequential`` (the order before issue 15) runs, after every episode has ended,
+``pipeline: sequential`` (the original order) runs, after every episode has ended,
 the missing empty-patch controls, then all factual trials, then the counterfactual
 trials of the rollouts whose factual utility exists. ``pipeline: overlapped`` submits the
 controls of the batch's tasks when the round's generation starts, and each rollout's
@@ -75,7 +75,7 @@ class TrialPipelineMixin:
         from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
         from eval.tasks.trialspec import task_trial_spec
 
-        # limits from the task's split unless given (issue 13 §6); recorded on each result
+        # limits from the task's split unless given; recorded on each result
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
                                memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,
                                bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
@@ -116,8 +116,9 @@ class TrialPipelineMixin:
 
     def _take_controls(self, pairs) -> None:
         """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
-        for the attribution rules (DESIGN.md §3; a failed one is run again next round, and
-        until then no failure of the task's trials is attributed)."""
+        for the attribution rules (design page, "Who caused a failure decides the reward"; a
+        failed one is run again next round, and until then no failure of the task's trials is
+        attributed)."""
         for tid, res in pairs:
             self._batch_trials.append(("control", res))
             self.verified_trial_ids.append(res.trial_id)

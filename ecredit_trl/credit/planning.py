@@ -1,8 +1,8 @@
 """From a finished rollout to its credit query: turns, snapshots, selection, ablation.
 
 Pure functions (turn maps, snapshot grouping, contrast) plus :func:`plan_query`,
-which reads git trees but never a verifier result (DESIGN.md §3: selection is
-verifier-blind and recorded before any trial runs).
+which reads git trees but never a verifier result (design page, "Selection and restore":
+selection is verifier-blind and recorded before any trial runs).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ecredit_trl.credit.blocks import SelectionRecord, ablate, edit_blocks, elig
 from ecredit_trl.credit.coefficients import credit_coefficients_batch
 
 EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
-"""Exclusion reasons, applied in this order (DESIGN.md §3, issue "Credit core"; ``truncated``
-issue 14 §4: with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
+"""Exclusion reasons, applied in this order (design page, "Exclusion reasons"; ``truncated``:
+with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
 
 
 def is_truncated(ids: Sequence[int], stop_ids: Sequence[int]) -> bool:
@@ -88,7 +88,7 @@ def credit_turns(turns: torch.Tensor, submit_turns: Sequence[int | None] | None)
 
     Returns: (B, T) int64; equal to ``turns`` except that ``turns > submit_turn`` is -1.
     Tokens generated after ``submit`` get C = 0 in every arm and, like tool-result
-    tokens, count in neither L nor m (DESIGN.md §3 "Tokens after submit"), so B and M
+    tokens, count in neither L nor m (design page, "Credit arms"), so B and M
     still carry the same mass s·λ·D·L.
 
     Raises: ValueError when ``submit_turns`` does not have one entry per row.
@@ -108,7 +108,8 @@ def per_token_advantages(arm: str, *, advantages: torch.Tensor, completion_mask:
                          selected_turns: Sequence[int | None], credit_lambda: float,
                          credit_cap: float, submit_turns: Sequence[int | None] | None = None,
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask`` (DESIGN.md §2).
+    """Per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask`` (design page,
+    "Data flow of one training step").
 
     Args:
         advantages: (B,) float — the terminal group advantages A from TRL.
@@ -178,7 +179,8 @@ def generated_by_turn(call_turns: Sequence[int], call_generated: Sequence[Sequen
 
 
 def contrast(u_factual: float | None, u_ablated: float | None) -> float | None:
-    """D = U(P) − U(P\\b); None when either utility is unavailable (DESIGN.md §3)."""
+    """D = U(P) − U(P\\b); None when either utility is unavailable (design page,
+    "Utility and the missing-observation rule")."""
     if u_factual is None or u_ablated is None:
         return None
     return float(u_factual) - float(u_ablated)

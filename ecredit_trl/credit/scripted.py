@@ -33,8 +33,6 @@ docs, the two halves of a split fix).
 
 ``python -m ecredit_trl.credit.scripted --tasks bundled --out FILE [--max-tasks N]``
 writes them as JSONL.
-
-source: issue 4 "Tests"
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a task's S_0 lives for host-side replay (the pilot, scripted rollouts).
 
 A bundled task's S_0 is ``base_commit`` of its local ``repo_dir``. An image-held task
-(no ``repo_dir``, issue 13 §1) has S_0 = *the tree at reset*: the image's ``workdir``
+(no ``repo_dir``) has S_0 = *the tree at reset*: the image's ``workdir``
 (tracked files as they are on disk + untracked files its ``.gitignore`` does not
 ignore). The agent environment reads that tree once per image into a bare git store
 with S_0 as one root commit (:func:`sandbox.workspace.imagetree.base_cache`); :func:`s0_source`
@@ -11,7 +11,7 @@ artifact S_0 → S_K applies in a fresh container of the image as the SWE-bench 
 applies a prediction. Ignored files (build outputs) are not in that clone; snapshots
 never record them, so the trees, blocks and artifacts are the same.
 
-source: issue 13 §1 ("S_0 is the tree at reset"), §4 (the pilot on image tasks)
+source: the design page, "Trajectory and snapshots" (S_0 is the tree at reset)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Agent-agnostic trajectory records and their replay into snapshot trees.
 
-A trajectory file is JSONL, one rollout per line (issue 4):
+A trajectory file is JSONL, one rollout per line:
 
 .. code-block:: json
 
@@ -20,7 +20,7 @@ A trajectory file is JSONL, one rollout per line (issue 4):
   applied first (directories they leave empty are removed), then writes in
   path order; a turn with no writes is allowed (it still has a snapshot).
 * ``generated_tokens`` (int >= 0) counts the policy-generated tokens of the
-  turn (the m and L of DESIGN.md §3); environment/tool-result tokens are not
+  turn (the m and L of the design page, "Credit arms"); environment/tool-result tokens are not
   counted.
 * Extra fields are allowed at the record and turn level and are kept in
   ``extra`` (the trainer writes its own rollouts in this format).
@@ -30,7 +30,7 @@ field's path. Paths must be relative, normalised, not empty, and outside
 ``.git``. Writes to paths the repository's ``.gitignore`` ignores are applied
 but do not show in snapshots (as in SWE-bench patch extraction).
 
-source: DESIGN.md §3 "Trajectory"; issue 4
+source: the design page, "Trajectory and snapshots"
 """
 
 from __future__ import annotations
@@ -427,7 +427,7 @@ def replay(trajectory: Trajectory, repo_dir: str | os.PathLike, base_commit: str
             (a parent is a file, the path is a directory, a symlinked parent).
         SnapshotError: git could not snapshot the working tree.
 
-    source: DESIGN.md §3 "Trajectory"
+    source: the design page, "Trajectory and snapshots"
     """
     work = checkout_base(repo_dir, base_commit, workdir)
     # the clone's .git is ours alone: it becomes the private store (our config, attributes)

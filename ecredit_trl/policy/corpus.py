@@ -7,7 +7,7 @@ Two renderings:
   with the tool schemas (SFT then masks with ``assistant_only_loss=True``, the template's
   ``{% generation %}`` markers).
 * :func:`episode_example`: any family's demonstration as the rollout loop assembles an
-  episode (issue 23 §1.2): the prompt rendered by :meth:`Policy.render_prompt
+  episode: the prompt rendered by :meth:`Policy.render_prompt
   <ecredit_trl.agent.generation.Policy.render_prompt>`, then per assistant turn the ids the
   model must generate (up to and including its end-of-turn token) and the tool-result suffix
   of :meth:`Policy.tool_suffix_ids <ecredit_trl.agent.generation.Policy.tool_suffix_ids>`

@@ -17,20 +17,20 @@ learn to stop after ``submit``.
 :data:`SUBMIT_OUTPUT` and :data:`CLOSING_MESSAGE` are part of the warm start's cache key
 (:func:`ecredit_trl.policy.warmstart.recipe_for`).
 
-**Variants** (issue 14 §2, :class:`DemoVariants`): so that trajectories carry edit blocks
+**Variants** (:class:`DemoVariants`): so that trajectories carry edit blocks
 whose counterfactual contrast D is 0 and blocks with D > 0 (and the credit's block selection
 has a choice), a seeded fraction of the demonstrations (:func:`demo_variant`) is not plain:
 
 * ``extra``: after the fix, one more ``str_replace`` adds a comment line above a function
   definition (a harmless D = 0 block). It goes into another library file of the same
-  package when there is one (the fix blocks stay eligible: DESIGN §3's last-touch rule
-  is per path), else into the fixed file itself (then it is that file's last touch).
-  No ``view`` precedes it (it keeps episodes within ``max_turns``).
+  package when there is one (the fix blocks stay eligible: the last-touch rule is per
+  path, see the design page, "Edit blocks and eligibility"), else into the fixed file itself (then
+  it is that file's last touch). No ``view`` precedes it (it keeps episodes within ``max_turns``).
 * ``revert``: right after the first ``view``, an exploratory wrong edit (another one-line
   mutation, :func:`eval.tasks.bundled.mutations.find_mutations`, on the buggy line or the nearest
   line of the view window) that the next ``str_replace`` corrects; the final patch is the
   gold patch (checked).
-* ``harmful`` (issue 24 §1, the positive control): after the fix, one more ``str_replace``
+* ``harmful`` (the positive control): after the fix, one more ``str_replace``
   inserts ``return None`` below the ``def`` line of a function a PASS_TO_PASS test exercises
   (a D < 0 block; the site is screened with real verifier trials,
   :mod:`ecredit_trl.policy.harmful_sites`). A task drawn ``harmful`` without a screened site
@@ -167,7 +167,7 @@ def gold_edits(path: str, old_text: str, new_text: str) -> list[GoldEdit]:
 
 
 # ---------------------------------------------------------------------------
-# variants (issue 14 §2)
+# variants
 # ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class DemoVariants:
         revert_fraction: expected share of ``revert`` demonstrations (0..1; the shares
             are disjoint, their sum <= 1).
         seed: seeds :func:`demo_variant` and the choice of edit sites.
-        harmful_fraction: expected share of ``harmful`` demonstrations (0..1, issue 24 §1).
+        harmful_fraction: expected share of ``harmful`` demonstrations (0..1).
     """
 
     extra_fraction: float = 0.0

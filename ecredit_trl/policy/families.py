@@ -1,4 +1,4 @@
-"""Tiny local models of every family TRL can parse tool calls for (issue 23 §1).
+"""Tiny local models of every family TRL can parse tool calls for.
 
 For each chat template ``trl.chat_template_utils.add_response_schema`` maps to a tool-call
 parser (:data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`) a :class:`Family` names the architecture

@@ -1,4 +1,4 @@
-"""SFT warm start of a tiny model of any chat-template family (issue 23 §1.2).
+"""SFT warm start of a tiny model of any chat-template family.
 
 The embedded default policy (:mod:`.warmstart`) speaks TRL's ``qwen3`` template. To show that
 a user's own family works end to end, the tiny model of that family (:mod:`.families`: its

@@ -1,4 +1,4 @@
-"""Where a task's harmful edit goes, screened once with real verifier trials (issue 24 §1).
+"""Where a task's harmful edit goes, screened once with real verifier trials.
 
 The positive control's warm start (:mod:`ecredit_trl.policy.demos`, variant ``harmful``) adds,
 after the fix, an edit block that breaks a PASS_TO_PASS test: ``return None`` right below the
@@ -15,7 +15,8 @@ Results are cached per task in ``<cache>/harmful/<key>.json``, ``key`` = sha256 
 task is never re-screened (written by temp + rename).
 
 Site rule (why): another library file than the fixed ones when one has a candidate, so the fix
-blocks stay eligible (DESIGN §3's last-touch rule is per path); else the fixed file itself
+blocks stay eligible (the last-touch rule is per path, see the design page, "Edit
+blocks and eligibility"); else the fixed file itself
 (the harmful block is then that file's last touch and the only eligible block); never inside
 a function the fix changes (the fix must still be what makes FAIL_TO_PASS pass).
 """
@@ -59,7 +60,7 @@ def _is_test_path(rel: str) -> bool:
 
 def library_files(paths: list[str], fix_paths: list[str]) -> list[str]:
     """Library ``.py`` files a harmful edit may go to: in the package folder of the first
-    fixed file or below it, not test files (DESIGN §3's default test patterns), sorted."""
+    fixed file or below it, not test files (the default test-path patterns), sorted."""
     top = Path(fix_paths[0]).parent
     out = []
     for p in paths:

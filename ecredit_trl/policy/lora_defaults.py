@@ -1,4 +1,4 @@
-"""LoRA defaults per architecture (issue 23 §"LoRA defaults"): which modules ``--lora_r R``
+"""LoRA defaults per architecture: which modules ``--lora_r R``
 adapts when ``--lora_target_modules`` is left at ``auto``, and the resolved record a run's
 manifest keeps.
 

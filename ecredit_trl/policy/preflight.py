@@ -1,4 +1,4 @@
-"""Checks and settings of a user's ``--model`` before training starts (issue 23): where it
+"""Checks and settings of a user's ``--model`` before training starts: where it
 is (a directory, or a hub id's snapshot in the local hub cache), whether TRL can parse tool
 calls from its chat template, and the LoRA configuration of its architecture. Used by
 ``ecredit_trl/train.py`` before any receipt or rollout."""
@@ -26,7 +26,7 @@ def model_location(model: str) -> str:
 
 
 def check_template(cfg, model_path, given: str) -> str:
-    """Issue 23 §3: refuse, before any receipt or rollout, a policy whose chat template TRL
+    """Refuse, before any receipt or rollout, a policy whose chat template TRL
     has no tool-call parser for (``--chat_template NAME`` replaces it with TRL's copy).
     Reads the saved template text (no tokenizer load). Returns the TRL template name.
 

@@ -8,8 +8,8 @@ copy in ``ecredit_trl/templates/``: TRL's ``add_response_schema`` and
 and a tiny Llama (hidden 192, 4 layers, 4 heads, FFN 512, tied embeddings, fp32): 2.2M
 parameters with a 2.4k vocabulary, 2.54M with the warm start's 4k one.
 
-Source of the shape: the CPU probe in ``NOTES.md`` ("An embedded demo policy that produces
-real edits on CPU").
+Source of the shape: a CPU probe made while developing it (an embedded demo policy that
+produces real edits on CPU).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PAD_TOKEN = "<|endoftext|>"
 #: which makes SFT and GRPO ~3x cheaper. Digits are still split one by one.
 USE_REGEX = False
 
-#: Model shape (NOTES.md probe). ``num_key_value_heads = num_attention_heads`` (plain MHA).
+#: Model shape (from that CPU probe). ``num_key_value_heads = num_attention_heads`` (plain MHA).
 MODEL_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=4, intermediate_size=512, max_position_embeddings=4096)
 

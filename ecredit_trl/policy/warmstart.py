@@ -53,7 +53,7 @@ from ecredit_trl.policy.sft import (
 )
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
-#: v2: demonstration variants (extra D = 0 block, reverted exploratory edit; issue 14 §2).
+#: v2: demonstration variants (extra D = 0 block, reverted exploratory edit).
 CODE_VERSION = "warmstart-v2"
 
 #: Default SFT recipe (measured on the 2-core reference CPU; the full table is in the README,
@@ -64,7 +64,7 @@ CODE_VERSION = "warmstart-v2"
 #: the loss sits on a plateau whose length depends on the seed (480 steps at 5e-3: 0 % / 10 %
 #: for seeds 0 / 1); a 40-step warmup at 3e-3 leaves it early for both: 400 steps -> final
 #: loss 0.006 / 0.010, bundled:train at T = 1 68.6 % / 54.3 % (n = 2, max_turns 7); 800 steps
-#: -> 91 % / 90 %, too strong for GRPO to have room (issue 14 §2). ~1.7 s/step, one thread.
+#: -> 91 % / 90 %, too strong for GRPO to have room. ~1.7 s/step, one thread.
 DEFAULT_RECIPE = {
     "vocab_size": 4000,
     "steps": 400,
@@ -74,7 +74,7 @@ DEFAULT_RECIPE = {
     "warmup_steps": 40,
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,
-    # issue 14 §2: shares of demonstrations with a harmless extra edit block (D = 0) and
+    # shares of demonstrations with a harmless extra edit block (D = 0) and
     # with an exploratory wrong edit corrected by the next turn (demos.DemoVariants)
     "extra_fraction": 0.25,
     "revert_fraction": 0.25,
@@ -101,7 +101,7 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
     from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
     from ecredit_trl.policy.tiny_model import MODEL_SHAPE, chat_template
 
-    known = {*DEFAULT_RECIPE, "harmful_fraction"}  # issue 24 §1; in a recipe only when > 0
+    known = {*DEFAULT_RECIPE, "harmful_fraction"}  # harmful: in a recipe only when > 0
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"warm-start recipe: unknown field(s) {unknown}; known: {sorted(known)}")
@@ -129,7 +129,7 @@ def policy_key(tasks, recipe: dict) -> str:
 
 
 #: Image-held task sets with host-repository twins (same ids, problem statements and gold
-#: patches): their default policy is the twin's (issue 13 §4: ``bundled-image`` is made from
+#: patches): their default policy is the twin's (``bundled-image`` is made from
 #: the bundled projects). Source name -> twin source name; the split suffix is kept.
 DEMO_TWINS = {"bundled-image": "bundled"}
 

@@ -185,7 +185,7 @@ def _official_eval_script(row: dict, image: str, log_parser: str, where: str) ->
 def docker_hub_name(image: str) -> str:
     """``image`` with ``docker.io/`` in front when its first path component names no
     registry (no ``.`` or ``:`` in it and not ``localhost``): Podman needs a
-    registry-qualified name where Docker assumes Docker Hub (NOTES.md, SWE-bench harness).
+    registry-qualified name where Docker assumes Docker Hub (as the SWE-bench harness does).
     ``swebench/sweb.eval.x86_64.x:latest`` -> ``docker.io/swebench/sweb.eval.x86_64.x:latest``.
     """
     first, sep, _ = image.partition("/")
