@@ -1,4 +1,4 @@
-"""Run records (DESIGN.md §5): what a run was made of, what happened, how it ended.
+"""Run records (design page, "Run records"): what a run was made of, what happened, how it ended.
 
 * :mod:`.manifest` — the hashed run manifest a resume binds to.
 * :mod:`.receipts` — start / resume / checkpoint / termination receipts.

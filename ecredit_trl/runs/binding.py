@@ -1,5 +1,5 @@
-"""Resume binding of a run (DESIGN.md §5): which checkpoint, which recorded command line,
-whether the manifest still matches, and which ledger/trajectory rows the resumed
+"""Resume binding of a run (design page, "Run records"): which checkpoint, which recorded
+command line, whether the manifest still matches, and which ledger/trajectory rows the resumed
 session supersedes.
 
 Used by ``ecredit_trl/train.py`` before anything heavy is loaded; everything here
@@ -215,7 +215,7 @@ def lr_at(cfg, *, step: int, max_steps: int, base_lrs: list[float]) -> list[floa
 
 
 def schedule_change(checkpoint: Path, cfg) -> dict | None:
-    """What a resume with a changed ``max_steps`` does to the LR schedule (issue 14 §4).
+    """What a resume with a changed ``max_steps`` does to the LR schedule.
 
     transformers rebuilds the scheduler for the new horizon and then loads the
     checkpoint's scheduler and optimizer states, so the first resumed step runs at the

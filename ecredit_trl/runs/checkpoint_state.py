@@ -1,4 +1,4 @@
-"""What a checkpoint holds beyond TRL's own state, for exact resume (DESIGN.md §5).
+"""What a checkpoint holds beyond TRL's own state, for exact resume (design page, "Run records").
 
 * :class:`ExactResumeMixin` — the trainer's counters and caches
   (``ecredit_state[_<rank>].json``), TRL's buffered generation batch when a checkpoint
@@ -177,7 +177,7 @@ class ExactResumeMixin:
     resume_schedule: dict | None = None  # set by train.py: runs.binding.schedule_change
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        """transformers' load, then (a resume with a changed ``max_steps``, issue 14 §4) the
+        """transformers' load, then (a resume with a changed ``max_steps``) the
         optimizer's LR set to the rebuilt schedule's value at the resumed step: the restored
         param groups hold the old horizon's LR (0 after a completed linear schedule), which
         the first resumed step would otherwise use. ``LambdaLR`` schedulers only."""

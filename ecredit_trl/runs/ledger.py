@@ -1,4 +1,5 @@
-"""Rows of ``trajectories.jsonl`` and ``ledger.jsonl`` (DESIGN.md §2, §5), as pure functions.
+"""Rows of ``trajectories.jsonl`` and ``ledger.jsonl`` (design page, "Run records"), as pure
+functions.
 
 One generation round gives one trajectory row per rollout and one ledger row for the
 round (counts summed over every rank). The trainer computes the credit and gathers
@@ -14,18 +15,19 @@ from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
 
 GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
                     "record_error")
-"""Exclusions before any trial (issue 11 §2, §4): the agent container could not start, an
-exec or API call failed, a snapshot failed, the disk budget ran out, building the
+"""Exclusions before any trial (design page, "Exclusion reasons"): the agent container could
+not start, an exec or API call failed, a snapshot failed, the disk budget ran out, building the
 rollout's records raised."""
 EXCLUSIONS = GUARD_EXCLUSIONS + EXCLUSION_ORDER
 """Every exclusion reason; the ledger lists those of :data:`EXCLUSION_ORDER` (the method's:
 ``format_error``, ``no_eligible_block``, ``truncated``, ``no_original_utility``) always,
 zeros included, and the guard ones when they occurred."""
 POLICY_FAILURE_CLASSES = (*FAILURE_CLASSES, *AGENT_FAILURE_CLASSES)
-"""``failure_class`` values of a rollout whose failure is charged to the policy (issue 21 §2):
-its factual trial broke its limits or did not apply while the control was healthy
-(``artifact_*``, :mod:`eval.integrity.attribution`), or its agent exhausted its own container's disk
-budget, pids or memory (``agent_*``). Any other value is counted as ``other``."""
+"""``failure_class`` values of a rollout whose failure is charged to the policy (design page,
+"Who caused a failure decides the reward"): its factual trial broke its limits or did not
+apply while the control was healthy (``artifact_*``, :mod:`eval.integrity.attribution`), or
+its agent exhausted its own container's disk budget, pids or memory (``agent_*``). Any other
+value is counted as ``other``."""
 
 
 def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[float, float]:
@@ -108,7 +110,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
     ``failure_retries`` (attribution retries, all trials: apart from infra ``retries``) and
     ``failure_not_reproduced`` (trials whose first failure the retry did not repeat).
     ``protected_paths_touched`` counts the rollouts whose factual trial found the artifact
-    changing a path of the verifier's protected set (issue 12 §1: test infrastructure put
+    changing a path of the verifier's protected set (test infrastructure put
     back to base before the tests ran), so a policy drifting toward test tampering shows.
     """
     local = {
@@ -125,7 +127,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "failure_not_reproduced": sum(1 for _, r in trials if getattr(r, "failed_attempts", None)
                                       and r.exit_class == "ok"),
         "infra_errors": sum(1 for _, r in trials if r.exit_class == "infra_error"),
-        # ray backend (issue 25): images a node had to pull for one of the round's trials
+        # ray backend: images a node had to pull for one of the round's trials
         "image_pulls": sum(1 for _, r in trials if getattr(r, "image_pull", "") == "pulled"),
         "protected_paths_touched": sum(1 for k, r in trials if k == "factual"
                                        and getattr(r, "protected_touched", None)),
@@ -170,7 +172,7 @@ def round_metrics(tot: dict[str, float]) -> dict[str, float]:
         "ecredit/resolved_rate": tot["resolved"] / n,
         "ecredit/reward_unavailable": tot["reward_unavailable"],
         # masked share: rows whose reward is None (TRL gives them advantage 0): a policy
-        # drifting toward breaking its sandbox would show here (issue 21 §2)
+        # drifting toward breaking its sandbox would show here
         "ecredit/masked_share": tot["reward_unavailable"] / n,
         "ecredit/failure_attributed_share": sum(
             tot.get(f"failed_{c}", 0) for c in (*POLICY_FAILURE_CLASSES, "other")) / n,
@@ -200,14 +202,14 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     (at most one per admitted rollout); ``counterfactual_discarded`` the ones that ran and
     were not used (their seconds are in the sums).
 
-    Tokens and credit (issue 14 §4): ``generated_tokens`` every token the policy generated
+    Tokens and credit: ``generated_tokens`` every token the policy generated
     (tool results excluded; tokens after submit and of truncated rows included: they cost),
     ``credited_tokens`` the tokens in TRL's loss (``completion_mask * tool_mask``),
     ``credit_applied`` whether any nonzero C entered the advantages of a loss token this
     round, ``credit_rollouts`` on how many rollouts; ``rollouts_excluded`` always names the
     method's reasons (:data:`EXCLUSIONS`).
 
-    Attribution (issue 21 §2): ``masked_share`` = ``reward_unavailable / rollouts`` (rows TRL
+    Attribution: ``masked_share`` = ``reward_unavailable / rollouts`` (rows TRL
     masks); ``failures_attributed`` the rollouts whose failure was charged to the policy, by
     class (non-zero classes only); ``failures_unattributed`` the factual trials whose
     attributable failure stayed unavailable, by reason; ``failure_retries`` the attribution

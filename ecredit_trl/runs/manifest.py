@@ -1,4 +1,5 @@
-"""Run manifest: what a run was made of, hashed so a resume can be bound to it (DESIGN.md §5).
+"""Run manifest: what a run was made of, hashed so a resume can be bound to it (design page,
+"Run records").
 
 ``runs/<name>/manifest.json`` is written once, at the start of a run::
 
@@ -35,7 +36,7 @@ UNBOUND_CONFIG_FIELDS = frozenset({
     "output_dir", "logging_dir", "run_name", "runs_dir", "disable_tqdm", "report_to",
     # where sandboxes run: results do not depend on which Podman endpoint serves them
     "podman_endpoints", "agent_endpoints", "verifier_endpoints",
-    # ... nor on which backend dispatches them (issue 25: a resume may switch local <-> ray)
+    # ... nor on which backend dispatches them (a resume may switch local <-> ray)
     "sandbox_backend", "ray_address", "sandbox_max_in_flight", "ray_podman_url",
     "ray_image_registry",
     # secrets never belong in a record
@@ -182,7 +183,7 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
         "images": (image_ids or image_digests)(images) if runtime == "podman"
         else {i: None for i in set(images)},
         "sealed_holdouts": sealed_holdouts(), "world_size": int(world_size), "model": model,
-        # issue 23: the LoRA actually applied (architecture defaults resolved), None = full
+        # the LoRA actually applied (architecture defaults resolved), None = full
         "lora": (config.get("model") or {}).get("lora"),
     }
 

@@ -2,7 +2,7 @@
 
 Kept apart from the trainer so the rule can be checked against real trials
 without importing TRL. Failures the artifact caused follow the attribution rule of
-:mod:`eval.integrity.attribution` (issue 21 §2), the same function ``eval.run`` calls.
+:mod:`eval.integrity.attribution`, the same function ``eval.run`` calls.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete", "trunc
                   "timeout", "apply_failed", "infra_error", "oom", "pids", "output_limit")
 """How a verifier trial's result was used. ``graded``/``attributed`` give a utility
 (``attributed``: missing tests counted as failures because the empty-patch control
-observed them, DESIGN.md §3); ``artifact_<class>`` (:data:`eval.integrity.attribution.FAILURE_CLASSES`)
+observed them); ``artifact_<class>`` (:data:`eval.integrity.attribution.FAILURE_CLASSES`)
 give the contract's failure value (the artifact broke its own trial while the control was
 healthy, and the retry broke too); every other outcome leaves the utility unavailable
 (None), never 0."""

@@ -1,4 +1,4 @@
-"""Receipts of a run: start, resume, every checkpoint, termination (DESIGN.md §5).
+"""Receipts of a run: start, resume, every checkpoint, termination (design page, "Run records").
 
 A run directory holds ``receipts/`` with one JSON file per event, named by
 *session* (one process lifetime working on the run: the first start is

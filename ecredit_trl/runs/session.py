@@ -1,5 +1,5 @@
-"""One training session's records (DESIGN.md §5), step by step as ``train.py`` opens and
-closes it: rank agreement, where the run lives, sessions of the runs directory that
+"""One training session's records (design page, "Run records"), step by step as ``train.py``
+opens and closes it: rank agreement, where the run lives, sessions of the runs directory that
 ended without a receipt, the checkpoint check of a resume, the manifest and the
 start/resume receipt, and at the end the termination receipt with its summary.
 

@@ -1,4 +1,4 @@
-"""Per-round stage timings of the training step (issue 15 §3): who was busy, who waited.
+"""Per-round stage timings of the training step: who was busy, who waited.
 
 :class:`RoundClock` collects wall intervals (monotonic seconds) of one generation round
 from any thread; :func:`stage_timings` turns them into the ledger's timing fields with

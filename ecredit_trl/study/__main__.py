@@ -24,7 +24,7 @@ from pathlib import Path
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.study",
-                                 description="Run or inspect an arm study (issue 14).")
+                                 description="Run or inspect an arm study.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run or resume every unit of a study")
     run.add_argument("--config", required=True, help="study YAML (studies/<name>.yaml)")

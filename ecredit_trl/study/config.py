@@ -1,4 +1,4 @@
-"""Study configuration: load and validate ``studies/<name>.yaml`` (issue 14 §1).
+"""Study configuration: load and validate ``studies/<name>.yaml``.
 
 A study config is a YAML mapping with exactly these keys (anything else is an error that
 names the key)::
@@ -7,7 +7,7 @@ names the key)::
     model: null                    # null = the embedded warm-started default policy
     warmstart: {harmful_fraction: 0.5}  # model: null only: warm-start recipe overrides
                                    #     (ecredit_trl.policy.warmstart.recipe_for fields; a
-                                   #     positive control's harmful blocks, issue 24 §1)
+                                   #     positive control's harmful blocks)
     arms: [O, B, M]                # from O, B, M, E
     seeds: [0, 1]                  # every arm's seeds ...
     seeds_by_arm: {E: [0]}         # ... unless an arm has its own list (arms listed here
@@ -21,14 +21,14 @@ names the key)::
            reuse_verdicts: false,  # true: evals share <out>/verdicts/ (eval.run
                                    #     --reuse-verdicts; opt-in, see eval.evaluation.verdicts)
            in_distribution: []}    # eval splits that may share ids with the training
-                                   #     pool (the embedded `bundled:train`; DESIGN §4)
+                                   #     pool (the embedded `bundled:train`)
     bootstrap: {n_boot: 10000, seed: 0, alpha: 0.05, power: 0.8}  # power: of the MDD
     pooled_seeds: shared           # seeds-pooled differences use the seeds both arms
                                    #     share (M−E on E's seeds); `all`: every seed
     accelerate_config: null        # path of an `accelerate launch --config_file`
     sandbox: {backend: local, ray_address: auto, max_in_flight: 24, podman_url: "",
               image_registry: null}  # where verifier trials run, for every training run
-                                   #     and every eval.run (issue 25; docs/scale-out.md)
+                                   #     and every eval.run (docs/scale-out.md)
 
 ``arm``, ``seed``, ``output_dir`` and ``runs_dir`` are set by the study per run and may not
 appear under ``train``. The resolved config (defaults filled in) is hashed with sha256 over
@@ -38,7 +38,7 @@ so studies bound before the key existed keep their hash; the same holds for the 
 at their defaults (:data:`OMIT_AT_DEFAULT`: ``eval.in_distribution: []``,
 ``bootstrap.power: 0.8``, ``pooled_seeds: shared``, ``warmstart: {}``).
 
-``sandbox`` chooses where verifier trials run (issue 25): ``local`` (the default) or ``ray``
+``sandbox`` chooses where verifier trials run: ``local`` (the default) or ``ray``
 (an existing cluster at ``ray_address``; ``max_in_flight`` is the cluster-wide cap of each
 unit). Every unit gets it: training runs as ``--sandbox_backend ...`` fields (a resume too:
 the study's current section wins over the run's recorded one) and ``eval.run`` as
@@ -49,7 +49,7 @@ move to a cluster half-way. The same fields under ``train`` are refused (one pla
 kinds of unit).
 
 The training pool never overlaps an evaluation split unless that split is listed in
-``eval.in_distribution`` (DESIGN.md §4); ``official500`` / ``holdout100`` are evaluation-only.
+``eval.in_distribution``; ``official500`` / ``holdout100`` are evaluation-only.
 That check needs the task ids, so ``study run`` makes it (:mod:`ecredit_trl.study.pool`)
 before anything runs; reading a study folder never does.
 """

@@ -5,10 +5,9 @@
   the legend and draws nothing.
 * ``paired_diffs.png`` — per split, every seeds-pooled difference (M−B, M−O, M−E,
   arm − baseline) as a point with its bootstrap CI; Pending ones are listed, not drawn.
-* ``harmful_curve.png`` — only with a positive control (issue 24 §1):
+* ``harmful_curve.png`` — only with a positive control:
   :func:`ecredit_trl.study.report_control_render.write_control_plot`.
 
-source: issue 14 §1 (b), (e)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training pool never overlaps an evaluation split (issue 24 §4; DESIGN.md §4).
+"""The training pool never overlaps an evaluation split (design page, "Evaluation").
 
 ``study run`` calls :func:`check_train_pool` before it writes anything: it loads the ids of
 ``train.tasks`` (the first ``train.max_tasks`` of them, as train.py trains on) and of every
@@ -19,7 +19,7 @@ from ecredit_trl.study.config import StudyConfig, StudyConfigError
 
 __all__ = ["EVAL_ONLY", "check_train_pool", "overlap_message", "train_source"]
 
-#: Task sources that only evaluation may use (DESIGN.md §4: fixed denominators 500 / 100).
+#: Task sources that only evaluation may use (fixed denominators 500 / 100).
 EVAL_ONLY = ("official500", "holdout100")
 _SHOW = 3  # ids named in the message
 
@@ -79,8 +79,8 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
     source = train_source(cfg)
     if source.partition(":")[0] in EVAL_ONLY:
         raise StudyConfigError(f"{where}: train.tasks: {source!r} is evaluation-only "
-                               f"({' and '.join(EVAL_ONLY)} are never trained on, DESIGN.md "
-                               "§4); train on a pool such as swegym:PATH, swesmith:PATH or "
+                               f"({' and '.join(EVAL_ONLY)} are never trained on); "
+                               "train on a pool such as swegym:PATH, swesmith:PATH or "
                                "your own rows file")
     if load is None:
         from eval.tasks.splits import load_tasks

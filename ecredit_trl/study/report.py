@@ -35,7 +35,7 @@ which ``status`` tells whether it is current. Nothing is half-written: everythin
 and computed first, the files are staged in a temporary folder inside ``out_dir`` and then
 renamed into place, so an error leaves the previous report intact.
 
-source: issue 14 §1; DESIGN.md §4 ("a study ... 'Pending' for what did not run")
+source: the design page, "Evaluation" (a study reports 'Pending' for what did not run)
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def study_report(out_dir: str | Path) -> dict:
                                states[f"eval-{r['label']}-{split_dirname(sp)}"]["status"])
                      for r in runs] for sp in splits}
     differences = {sp: _differences(out, study, sp, runs, baseline[sp]) for sp in splits}
-    try:  # issue 24 §1: the positive control's harmful-block and resolved rates
+    try:  # the positive control's harmful-block and resolved rates
         control = control_section(out, study, runs, {k: r["status"] == "done"
                                                      for k, r in states.items()})
     except ControlError as exc:

@@ -1,4 +1,4 @@
-"""The positive control in the study report: harmful-block rate and resolved rate (issue 24 §1).
+"""The positive control in the study report: harmful-block rate and resolved rate.
 
 A study whose policy was warm-started with harmful demonstrations (``warmstart:
 {harmful_fraction: ...}``, :func:`ecredit_trl.study.runner.control_policy`) has

@@ -1,4 +1,4 @@
-"""``report.md`` section (h) and ``harmful_curve.png``: the positive control (issue 24 §1).
+"""``report.md`` section (h) and ``harmful_curve.png``: the positive control.
 
 Pure rendering of the ``control`` dict of :func:`ecredit_trl.study.report_control.control_section`
 (None figures print **Pending**); the PNG is written atomically (:func:`eval.files.save_figure`).

@@ -1,4 +1,4 @@
-"""The studied policy's parameter count, measured from its weight files (issue 24 §5).
+"""The studied policy's parameter count, measured from its weight files.
 
 The report's caveat line states how large the policy is from the model it evaluated, never
 a fixed string: the count is the sum over every tensor of the product of its shape, read

@@ -1,6 +1,6 @@
 """The study's paired differences: which seeds each side pools, and the rows (pure).
 
-Seeds rule (issue 24 §3): a seeds-pooled difference A − B averages each arm's per-task
+Seeds rule: a seeds-pooled difference A − B averages each arm's per-task
 figure over **the seeds both arms share** (M − E on E's seeds only), unless the study sets
 ``pooled_seeds: all`` (every seed of each arm). A pair with no shared seed, or under ``all``
 with different seed sets, still mixes seed sets, and its row says so (``mixed_seeds`` and
@@ -11,7 +11,7 @@ A pooled row is Pending until every seed it pools is evaluated (done). The rows 
 per-task figure in [0, 1] (success today; a later per-task rate, e.g. a harmful-block rate,
 goes through the same functions with its own ``per_task`` maps).
 
-source: issue 24 §2–§3, DESIGN.md §4 (task-paired comparison, M−B primary; M−O, M−E)
+source: the design page, "Evaluation" (task-paired comparison, M−B primary; M−O, M−E)
 """
 
 from __future__ import annotations

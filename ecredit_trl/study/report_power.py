@@ -1,4 +1,4 @@
-"""The budget that would detect a measured difference: tasks × n × seeds (issue 24 §1, pure).
+"""The budget that would detect a measured difference: tasks × n × seeds (pure).
 
 :func:`eval.stats.power.mdd` gives the minimum detectable difference of the design that ran, from
 the spread s_d of the paired per-task differences d_t = a_t − b_t. To say what *another*

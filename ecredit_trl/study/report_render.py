@@ -2,7 +2,6 @@
 
 Every figure that is None prints **Pending** (not run or not recorded), never 0.
 
-source: issue 14 §1 (report items a–g and the Answer)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ learning curves from ``ledger.jsonl`` rows, the pilot's signal table from
 differences with their bootstrap CI (through :mod:`eval.compare`'s public functions) and the
 "Answer" verdicts. ``None`` everywhere means *Pending* (not run / not recorded), never 0.
 
-source: issue 14 §1 (report items b–g), DESIGN.md §3 (signal quantities), §4 (comparison)
+source: the design page, "Credit arms" (signal quantities) and "Evaluation" (comparison)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["COST_KEYS", "CREDIT_ARMS", "STANDARD_PAIRS", "arm_costs", "learning_
 CREDIT_ARMS = ("B", "M", "E")
 """Arms whose training trajectories get a signal table (arm O applies no credit)."""
 STANDARD_PAIRS = (("M", "B"), ("M", "O"), ("M", "E"))
-"""The differences the study answers, primary first (DESIGN.md §4)."""
+"""The differences the study answers, primary first (design page, "Evaluation")."""
 COST_KEYS = ("trials_factual", "trials_counterfactual", "trials_control", "generated_tokens",
              "credited_tokens", "queue_wait_s", "round_wall_s", "gpu_hours", "service_hours",
              "steps", "train_wall_s", "cpu_hours", "eval_wall_s", "eval_trials")
@@ -93,8 +93,9 @@ def signal_table(rows: Sequence[dict], arm: str) -> dict:
 
     Returns: the pilot table, with ``excluded`` extended by the training-only exclusion
         reasons (``truncated``, sandbox guards …, counted apart and in ``planned``). Arm E
-        never queries D (DESIGN.md §3): its ``nonzero``/``positive``/``negative``/``zero``
-        are None and ``cap_active``/``median_shrinkage`` are its clip factor on A over the
+        never queries D (design page, "Credit arms"): its
+        ``nonzero``/``positive``/``negative``/``zero`` are None and
+        ``cap_active``/``median_shrinkage`` are its clip factor on A over the
         rollouts whose credit applied (a selected turn with m > 0); ``d_measured`` says which.
 
     Raises: ValueError naming the row and field when a usable row lacks a field
@@ -241,7 +242,7 @@ def pair_row(name: str, per_a: Mapping[str, float] | None, per_b: Mapping[str, f
 
 
 def integrity_counts(ledger: Sequence[dict]) -> dict:
-    """Reward integrity of one run from its ``ledger.jsonl`` rows (pure; issue 21 §2).
+    """Reward integrity of one run from its ``ledger.jsonl`` rows (pure).
 
     Returns: ``rollouts``, ``masked`` (rollouts whose reward was None: TRL gives them
     advantage 0), ``masked_share`` (masked / rollouts, None without rollouts), ``excluded``

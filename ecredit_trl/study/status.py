@@ -1,4 +1,4 @@
-"""What a study folder holds: every unit's state, read from the records (issue 14 §1).
+"""What a study folder holds: every unit's state, read from the records.
 
 Units, in the order ``study run`` works through them:
 
@@ -308,7 +308,7 @@ def report_unit(out: Path, cfg: StudyConfig, units: list[Unit]) -> Unit:
         rep.state, rep.detail = ("done", "") if same else ("stale", "units changed since")
         return rep
     cmps = [out / "compare" / split_dirname(s) / "compare.json" for s in cfg.eval["splits"]]
-    if all(p.is_file() for p in cmps):  # a report from before `inputs` (issue 24 §5)
+    if all(p.is_file() for p in cmps):  # a report from before `inputs`
         newest = max(p.stat().st_mtime for p in cmps)
         rep.state = "done" if (out / "report.json").stat().st_mtime >= newest else "stale"
     return rep
