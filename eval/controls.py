@@ -3,13 +3,13 @@
 ``python -m eval.controls --split S --out DIR [--repeats N --keep-flaky --runtime podman|local
 --concurrency C --timeout-s T --task-id ID ...]``
 
-For every task of the split, in fresh sandboxes (DESIGN.md §4, issue 6):
+For every task of the split, in fresh sandboxes (design page, "Evaluation"):
 
 * **gold** control: the task's gold patch; expected resolved (graded with the empty control's
   log for attribution);
 * **empty** control: no patch; expected F2P not passing and P2P passing.
 
-With ``--repeats N`` both run N times per task, each in a fresh container (issue 12 §3): a
+With ``--repeats N`` both run N times per task, each in a fresh container: a
 listed test whose status differs between repeats of the same patch is flaky
 (:mod:`eval.grading.flaky`), listed per task in the manifest; a task with a flaky F2P test is not
 admitted and a flaky P2P test is dropped from the task's P2P list (``p2p_dropped``, applied
@@ -264,7 +264,7 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
     kind = runtime_kind(runtime)
-    digests = require_task_images(tasks, split, runtime)  # issue 13 §2: refuse when missing
+    digests = require_task_images(tasks, split, runtime)  # refuse when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
@@ -479,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "empty-patch controls per task; admission manifest.")
     ap.add_argument("--split", required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
+    add_runtime_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"

@@ -1,7 +1,8 @@
 """Which policy an evaluation ran: resolve a model path or run directory, fingerprint it.
 
 Shared by :mod:`eval.run` (binding of result slots) and ``ecredit_trl.agent.rollouts`` (which
-loads the weights); stdlib only, so ``eval`` stays free of TRL / peft imports (DESIGN §1).
+loads the weights); stdlib only, so ``eval`` stays free of TRL / peft imports (design page,
+"Layers").
 
 Accepted paths:
 

@@ -1,5 +1,5 @@
 """Report stage of an evaluation: slot rows → summary tables (pure), ``report.md``,
-``replay.md`` and the figures (DESIGN.md §4: success = mean over every rollout)."""
+``replay.md`` and the figures (design page, "Evaluation": success = mean over every rollout)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "per_repo": dict(sorted(per_repo.items())),
         "task_success_distribution": m["task_success_distribution"],
         "format_error_slots": sum(1 for r in rows if r.get("format_error")),
-        # issue 21 §2: slots whose trial broke its limits and was charged to the artifact
+        # slots whose trial broke its limits and was charged to the artifact
         "failures_attributed": dict(sorted(Counter(r["failure_class"] for r in rows
                                                    if r.get("failure_class")).items())),
         "stop_reasons": dict(sorted(Counter(r["stop_reason"] for r in rows
@@ -85,7 +85,7 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
 
 
 def _swebench_counts(rows: list[dict], total: int) -> dict:
-    """The two-verdict counts of :func:`summarize` (issue 12 §1)."""
+    """The two-verdict counts of :func:`summarize`."""
     known = [r for r in rows if not _is_unknown(r)]
     swe = sum(1 for r in known if r.get("resolved_swebench") is True)
     return {"resolved_swebench": swe, "success_swebench": swe / total,

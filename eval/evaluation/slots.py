@@ -1,5 +1,5 @@
 """Slot rows of an evaluation: their schema constants, unknown slots, and small helpers
-shared by the stages (DESIGN.md §4, issue 6)."""
+shared by the stages (design page, "Evaluation")."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SCHEMA = 1
 RETRY_REASONS = ("trial_infra_error", "control_infra_error", "trial_unattributed")
 UNKNOWN_REASONS = ("no_rollout", "agent_sandbox_error", "incomplete_report", *RETRY_REASONS)
 
-#: Classification keys of a slot (DESIGN.md §4), in report order.
+#: Classification keys of a slot (design page, "Evaluation"), in report order.
 SLOT_KEYS = ("raw", "report_binary", "strict", "unknown")
 
 

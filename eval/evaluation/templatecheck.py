@@ -1,4 +1,4 @@
-"""Is a policy's chat template one TRL can parse tool calls from? (issue 23 §3)
+"""Is a policy's chat template one TRL can parse tool calls from?
 
 TRL 1.16's ``trl.chat_template_utils.add_response_schema`` gives a tokenizer a tool-call
 parser only when its chat template equals one of TRL's shipped templates character for

@@ -1,5 +1,5 @@
 """An opt-in verdict store shared across evaluations (``eval.run --reuse-verdicts DIR``;
-issue 14 §2, cost): a clean trial of one artifact on one task is run once and its log is
+to save cost): a clean trial of one artifact on one task is run once and its log is
 re-graded for every later slot that submits the same bytes on the same task.
 
 Off by default: official runs verify every slot. Fit for deterministic, flake-screened tasks

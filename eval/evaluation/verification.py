@@ -1,8 +1,8 @@
 """Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
 (:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
 ``DIR/controls/``; it also answers empty artifacts), and grading with
-:func:`eval.grading.grader.grade` against the task's fixed lists (DESIGN.md §4, issue 6). With an
-opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
+:func:`eval.grading.grader.grade` against the task's fixed lists (design page, "Evaluation").
+With an opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def agent_failure_class(r: dict) -> str | None:
 
 def trial_row(res) -> dict:
     """The timing / attempt fields of a trial result recorded in a slot row (seconds), and
-    the Ray node that served it (``node``, "" on the local backend; issue 25)."""
+    the Ray node that served it (``node``, "" on the local backend)."""
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
                                          "test_exit_code", "limits", "failed_attempts")} | {

@@ -1,4 +1,4 @@
-"""Flaky listed tests: named, never averaged away (issue 12 §3, DESIGN §4).
+"""Flaky listed tests: named, never averaged away (design page, "Evaluation").
 
 A listed test is *flaky* when its observed status differs between repeats of the same patch
 (the gold patch run N times, or the empty patch run N times, each in a fresh container).

@@ -5,14 +5,16 @@ Four layers, each with the source of its rules:
 * **Reading** (:func:`eval.grading.log_parsing.read_log`): for pytest logs, statuses come only from
   pytest's own report lines (``-rA`` summary ``STATUS <id>``, ``-v`` ``<id> STATUS [ nn%]``),
   never from captured output, and a listed id is recognised exactly whatever characters it
-  holds (issue 12 §2, :mod:`eval.grading.pytest_report`); other repos use their swebench parser.
+  holds (:mod:`eval.grading.pytest_report`); other repos use their swebench parser.
   Only the text between the ``>>>>> Start Test Output`` / ``>>>>> End Test Output`` markers
-  is read when present, and the raw ordered :class:`Observation` list is kept (DESIGN §4).
+  is read when present, and the raw ordered :class:`Observation` list is kept (design page,
+  "Evaluation").
 * **SWE-bench report** (``swebench.harness.grading``): ``resolved`` comes from swebench's own
   ``get_eval_tests_report`` + ``get_resolution_status`` on the listed tests' statuses (none
   when ``get_logs_eval`` would reject the log): a missing test fails, XFAIL passes, SKIPPED
   fails a FAIL_TO_PASS test but keeps a PASS_TO_PASS one.
-* **Utility** (DESIGN §3): ``U = f2p_passed / |F2P| - 1[any P2P test not passing]`` with
+* **Utility** (design page, "Utility and the missing-observation rule"):
+  ``U = f2p_passed / |F2P| - 1[any P2P test not passing]`` with
   "passing" taken from that same swebench report; ``None`` when the report is incomplete
   unless the same task's empty-patch control observed every listed test (attribution).
 * **Parser agreement**: the same log through swebench's own parser; every listed test whose
@@ -128,17 +130,18 @@ class GradeReport:
         map ``get_logs_eval`` would grade; ``False`` whenever swebench would reject the log).
     resolution_status: ``RESOLVED_FULL`` / ``RESOLVED_PARTIAL`` / ``RESOLVED_NO`` (swebench).
     complete: the log is not rejected (see :class:`ParsedLog`) and every listed test was
-        observed (DESIGN §3).
+        observed.
     truncated: START marker without END marker.
-    utility: DESIGN §3 utility, or ``None`` when unavailable.
+    utility: the utility U, or ``None`` when unavailable.
     attributed: the utility counts missing tests as failures because the control observed
-        every listed test (DESIGN §3).
+        every listed test.
     control_complete: the control log's own ``complete``; ``None`` without a control log.
     f2p / p2p: listed test id -> observed status in the parsed region (``MISSING`` when
         unobserved), the raw view; grading uses swebench's map.
     missing: listed ids (F2P then P2P, each once) with no observed status.
     duplicates: parser test id -> its statuses in log order, for ids observed more than once.
-    classification: per-slot views (DESIGN §4), each a bool, with ``expected`` the slot's
+    classification: per-slot views (design page, "Evaluation"), each a bool, with
+        ``expected`` the slot's
         expected outcome (``expected_resolved``; ``None`` means True, a rollout):
         ``raw``: the harness exit status matches ``expected`` (``"ok"`` when expected
         resolved, a known non-"ok" status when not); ``report_binary``: ``resolved ==
@@ -292,7 +295,7 @@ def _duplicates(observations: Sequence[Observation]) -> dict[str, list[str]]:
 
 def _utility(report: Mapping[str, Mapping[str, list[str]]], f2p: list[str], p2p: list[str]
              ) -> float:
-    """DESIGN §3: ``f2p_passed / |F2P| - 1[any P2P not passing]``; F2P term 0 when empty."""
+    """U = ``f2p_passed / |F2P| - 1[any P2P not passing]``; F2P term 0 when empty."""
     f2p_term = len(report[FAIL_TO_PASS]["success"]) / len(f2p) if f2p else 0.0
     return f2p_term - (0.0 if len(report[PASS_TO_PASS]["success"]) == len(p2p) else 1.0)
 
@@ -300,7 +303,7 @@ def _utility(report: Mapping[str, Mapping[str, list[str]]], f2p: list[str], p2p:
 def _classify(*, expected: bool, exit_status: str | None, resolved: bool, complete: bool,
               attributed: bool, status: Mapping[str, str],
               obs_of: Mapping[str, list[Observation]]) -> dict[str, bool]:
-    """DESIGN §4 slot views (see :func:`grade`)."""
+    """The slot views (see :func:`grade`)."""
     raw = exit_status == "ok" if expected else (exit_status is not None and exit_status != "ok")
     clean = (complete
              and all(s in (_PASSED, _FAILED) for s in status.values())
@@ -407,7 +410,7 @@ def grade(
     Steps (rules and sources: module docstring, :class:`GradeReport`): read the listed tests'
     statuses (:func:`_observe`) -> swebench's report on them (:func:`_swebench_report`; a
     rejected log never resolves) -> utility (:func:`_utility`; when not ``complete``, only if
-    the ``control_log`` is complete: ``attributed``) -> DESIGN §4 views (:func:`_classify`)
+    the ``control_log`` is complete: ``attributed``) -> slot views (:func:`_classify`)
     -> swebench's own parser on the same log (:func:`_parser_agreement`).
 
     Args:

@@ -1,10 +1,11 @@
 """Turn a verifier test log into test statuses: swebench's log parsers, and for pytest logs
-the report-line reader of :mod:`eval.grading.pytest_report` (issue 12 §2).
+the report-line reader of :mod:`eval.grading.pytest_report`.
 
 * :func:`parse_log`: a swebench log parser over the graded region, exactly as
   ``swebench.harness.grading.get_logs_eval`` (swebench 5.0.2) reads a log; next to the
   (last-wins) status map, the raw ordered :class:`Observation` list, one entry per parsed
-  line, duplicates and reused names included (DESIGN §4). The bundled task builder and the
+  line, duplicates and reused names included (design page, "Evaluation"). The bundled task
+  builder and the
   swebench side of every grade use it.
 * :func:`read_log`: what :func:`eval.grading.grader.grade` reads. For swebench's pytest-family
   parsers (``parse_log_pytest``, ``_options``, ``_v2``, matplotlib, seaborn) statuses come

@@ -1,4 +1,4 @@
-"""Read test statuses from pytest's own report lines, never from captured output (issue 12 §2).
+"""Read test statuses from pytest's own report lines, never from captured output.
 
 swebench's pytest parsers split every line that starts with a status word on whitespace. Two
 consequences: a listed id with spaces inside its parametrize brackets is cut at the first space

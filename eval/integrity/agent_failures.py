@@ -1,7 +1,8 @@
-"""The score of an episode the policy broke in its own agent container (issue 21 §2).
+"""The score of an episode the policy broke in its own agent container.
 
 One rule for training (:mod:`ecredit_trl.agent.failures`) and ``eval.run``
-(:mod:`eval.evaluation.verification`), DESIGN.md §3 "who caused a failure decides the reward":
+(:mod:`eval.evaluation.verification`); see the design page, "Who caused a failure decides the
+reward":
 
 * **agent-caused** (``failure_class`` in :data:`AGENT_FAILURE_CLASSES`): the tree grew past
   the rollout's disk budget or a file past the per-file limit (``agent_disk_budget``), or an
@@ -30,7 +31,8 @@ AGENT_FAILURE_CLASSES = ("agent_disk_budget", *AGENT_EXEC_CLASSES)
 
 
 def failure_utility(f2p, p2p) -> float:
-    """The fixed-list contract's failure value (DESIGN.md §3): U as if no listed test passed,
+    """The fixed-list contract's failure value (design page, "Utility and the
+    missing-observation rule"): U as if no listed test passed,
     ``0 / |F2P| − 1[P2P non-empty]``: −1.0 when the task lists PASS_TO_PASS tests, else 0.0.
     (The same value as the attribution rule's for a trial charged to the artifact.)"""
     return 0.0 - (1.0 if len(p2p) else 0.0)

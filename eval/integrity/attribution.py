@@ -1,5 +1,6 @@
 """Who caused a failed verifier trial: the artifact (a scored failure) or the infrastructure
-(unavailable). One pure rule for training and ``eval.run`` (issue 21 §2, DESIGN.md §3, §6).
+(unavailable). One pure rule for training and ``eval.run`` (design page, "Who caused a
+failure decides the reward").
 
 **The rule.** A trial of an artifact that ended in one of
 :data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES` (``timeout``, ``oom``, ``pids``,

@@ -1,7 +1,7 @@
-"""The evaluation metrics as ``evaluate`` modules shipped inside the package (issue 14 §3).
+"""The evaluation metrics as ``evaluate`` modules shipped inside the package.
 
 * ``per_rollout_success`` — success = resolved slots / (tasks × n), fixed denominator, unknown
-  counted apart (DESIGN.md §4); used by :func:`eval.evaluation.report.summarize`.
+  counted apart (design page, "Evaluation"); used by :func:`eval.evaluation.report.summarize`.
 * ``paired_bootstrap`` — task-paired difference a − b and its percentile bootstrap CI; used
   by :mod:`eval.compare` (and through it the study).
 

@@ -1,8 +1,8 @@
 """Power of a task-paired comparison: the minimum detectable difference (pure).
 
 The study answers "no difference detected" only together with how large a difference it
-could have seen (issue 24 §2; DESIGN.md §4 "every comparison states its minimum detectable
-difference"). The estimate here is the **paired-variance** one (not the bootstrap): per task
+could have seen (design page, "Evaluation": every comparison states its minimum detectable
+difference). The estimate here is the **paired-variance** one (not the bootstrap): per task
 t with both figures, d_t = a_t − b_t (each a_t the task's success over its n rollouts and the
 seeds used, so the spread of d_t already carries the design's tasks × n × seeds); then
 

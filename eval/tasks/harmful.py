@@ -1,4 +1,4 @@
-"""The positive control's harmful edit block and its detector (issue 24 §1).
+"""The positive control's harmful edit block and its detector.
 
 A *harmful edit* is one more edit block a warm-start demonstration makes after the fix: right
 below the ``def`` line of a function that a PASS_TO_PASS test exercises it inserts

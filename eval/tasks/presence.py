@@ -1,4 +1,4 @@
-"""Task images present before a run starts (issue 13 §2).
+"""Task images present before a run starts.
 
 ``train.py``, ``eval.run`` and ``eval.controls`` call :func:`require_task_images` right after
 loading their tasks: a run whose task images are not in local Podman storage is refused with

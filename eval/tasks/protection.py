@@ -1,4 +1,4 @@
-"""The verifier's protected set per task (issue 12 §1): row validation and the effective set.
+"""The verifier's protected set per task: row validation and the effective set.
 
 The set itself (defaults, matching, the in-sandbox restore) lives in :mod:`sandbox.trials.protect`
 and :mod:`sandbox.trials.script`; here a task row's ``protected_paths`` is checked and turned
@@ -63,9 +63,9 @@ def protected_set(task) -> tuple[str, ...]:
     """The verifier's protected set for ``task`` (patterns of :func:`sandbox.trials.protect.matches`).
 
     :data:`sandbox.trials.protect.DEFAULT_PROTECTED` (conftest.py at any depth, pytest.ini,
-    tox.ini, site hooks, ``*.pth``, dist/egg-info, DESIGN §3's test-path patterns) without
+    tox.ini, site hooks, ``*.pth``, dist/egg-info, the default test-path patterns) without
     the task's ``remove`` entries, plus every file named by a listed test id (exact paths),
-    plus the task's ``add`` entries. Source: issue 12 §1.
+    plus the task's ``add`` entries. Source: the design page, "Threat model".
     """
     from sandbox.trials.protect import DEFAULT_PROTECTED, exact_pattern, listed_test_files
 
@@ -78,7 +78,7 @@ def protected_set(task) -> tuple[str, ...]:
 
 
 def verdict_fields(task, res, rep) -> dict:
-    """The protection-related fields of one graded trial (issue 12 §1).
+    """The protection-related fields of one graded trial.
 
     Args:
         task: the task (FAIL_TO_PASS, PASS_TO_PASS, log_parser).

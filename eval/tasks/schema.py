@@ -46,7 +46,8 @@ class Task:
     Attributes:
         instance_id, repo, base_commit, problem_statement, patch (gold), test_patch,
         version, environment_setup_commit: as in SWE-bench.
-        FAIL_TO_PASS, PASS_TO_PASS: fixed test-id lists (DESIGN §3 utility contract).
+        FAIL_TO_PASS, PASS_TO_PASS: fixed test-id lists (design page, "Utility and the
+            missing-observation rule").
         image: fully-qualified image name the verifier trial runs in.
         eval_script: bash run in ``workdir`` after the artifact is applied; prints the test
             output between ``>>>>> Start Test Output`` / ``>>>>> End Test Output`` and the
@@ -57,18 +58,18 @@ class Task:
             when the image already holds the repository at base (SWE-bench images).
         workdir: repository path inside the sandbox.
         extra: everything else (source row fields we do not model, build metadata).
-        protected_paths: how this task changes the verifier's default protected set
-            (issue 12 §1): ``None`` (the default set) or ``{"add": [patterns],
+        protected_paths: how this task changes the verifier's default protected set:
+            ``None`` (the default set) or ``{"add": [patterns],
             "remove": [patterns]}``; ``remove`` may only name patterns of
             :data:`sandbox.trials.protect.DEFAULT_PROTECTED`. Add ``setup.cfg`` /
             ``pyproject.toml`` to protect pytest config kept there. See
             :func:`protected_set`.
-        eval_script_source: where ``eval_script`` came from (issue 13 §3):
+        eval_script_source: where ``eval_script`` came from:
             :data:`SCRIPT_FROM_ROW` (the row's own script, passed through swebench's
             ``make_test_spec``), :data:`SCRIPT_MISSING` (the row had none), an adapter's
             value (e.g. ``"swesmith.harness"``), or ``None`` (not recorded: tasks built here).
         log_parser_fallback: ``True`` when swebench has no parser for ``repo`` and the
-            generic ``parse_log_pytest`` was chosen for it (adapters; issue 13 §3).
+            generic ``parse_log_pytest`` was chosen for it (adapters).
         checkout_base: ``True`` when the image's ``workdir`` is *not* at ``base_commit``
             and ``base_commit`` (then a branch name of the image's repository, e.g. a
             SWE-smith instance branch) must be checked out before the agent starts and
@@ -197,7 +198,7 @@ def docker_hub_name(image: str) -> str:
 def _verifier_fields(row: dict, where: str, official: bool) -> tuple[str, str, str, str | None]:
     """``(image, log_parser, eval_script, eval_script_source)`` of a validated row.
 
-    The row's own ``image`` wins (issue 13 §2; for ``official`` rows, Docker Hub names, it
+    The row's own ``image`` wins (for ``official`` rows, Docker Hub names, it
     is registry-qualified with :func:`docker_hub_name`), else the swebench name. The row's
     ``log_parser`` wins, else swebench's parser for ``repo``. The eval script is the row's
     (see :func:`_official_eval_script`).

@@ -14,7 +14,7 @@ file's bytes).
 Selection (version-independent, no RNG state): sort the pool ids by
 ``sha256(f"{seed}:{id}")`` and take the first ``n``. ``sha256`` = :func:`ids_sha256` of the
 sorted ids. Every manifest under ``datasets/`` with ``"sealed": true`` is binding
-(DESIGN.md §4): :func:`check_not_sealed` (used by ``load_tasks(..., purpose="train")``)
+(design page, "Evaluation"): :func:`check_not_sealed` (used by ``load_tasks(..., purpose="train")``)
 refuses any of their ids. This module loads no tasks (the split loader :mod:`eval.tasks.splits`
 sits on top of it).
 """
@@ -183,7 +183,7 @@ def sealed_ids(directory: str | Path | None = None) -> dict[str, str]:
 
 
 def check_not_sealed(task_ids, directory: str | Path | None = None) -> None:
-    """Refuse sealed ids (DESIGN.md §4: training refuses any holdout task).
+    """Refuse sealed ids (design page, "Evaluation": training refuses any holdout task).
 
     Raises: SealedTaskError listing every sealed id found (and its manifest).
     """

@@ -1,5 +1,5 @@
 """Split loader: a task list by source name, dispatching to official loading, bundled
-building and sealed-manifest checks (DESIGN.md §4, issue 3).
+building and sealed-manifest checks (design page, "Evaluation").
 
 Sources accepted by :func:`load_tasks`:
 
@@ -46,7 +46,7 @@ from eval.files import datasets_dir
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
 from eval.tasks.sealed import check_not_sealed, file_sha256, ids_sha256, read_manifest, sealed_ids
 
-#: Hub id and split of SWE-bench Verified (issue 3).
+#: Hub id and split of SWE-bench Verified.
 OFFICIAL_HUB_ID = "SWE-bench/SWE-bench_Verified"
 OFFICIAL_SPLIT = "test"
 OFFICIAL_SIZE = 500

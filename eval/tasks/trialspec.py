@@ -1,6 +1,6 @@
 """The verifier trial of a task: :func:`task_trial_spec` (and the cached base tree of a
 bundled task's repository that it ships into the sandbox: the agent's checkout, not a
-``git archive``; issue 11 §5), with its limits from :func:`trial_limits` (issue 13 §6)."""
+``git archive``), with its limits from :func:`trial_limits`."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ _TRIAL_DEFAULT_KEYS = {"timeout_s": float, "memory": str, "pids": int, "cpus": f
 def trial_limits(task: Task, *, timeout_s: float | None = None, memory: str | None = None,
                  cpus: float | None = None,
                  bundled_timeout_s: float = BUNDLED_TIMEOUT_S) -> TrialLimits:
-    """The limits of ``task``'s verifier trials (pure; issue 13 §6).
+    """The limits of ``task``'s verifier trials (pure).
 
     Rule, per field, first match wins:
 
@@ -108,8 +108,8 @@ _ARCHIVE_LOCK = threading.Lock()
 def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
     """The agent's starting tree of ``repo_dir`` at ``commit`` as tar bytes
     (:func:`sandbox.snapshots.basetree.base_tree_tar`: a checkout, not ``git archive``, so export
-    attributes and checkout conversions give the same bytes the agent starts from; issue
-    11 §5), cached per ``(resolved repo_dir, commit)`` for the life of the process.
+    attributes and checkout conversions give the same bytes the agent starts from),
+    cached per ``(resolved repo_dir, commit)`` for the life of the process.
 
     Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot check it out.
     """

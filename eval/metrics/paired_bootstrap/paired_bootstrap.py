@@ -5,8 +5,8 @@ Loaded by local path (``eval.metrics.load_metric("paired_bootstrap")``, which ca
 ``evaluate`` copies this file into its modules cache and imports it from there, so it
 imports only numpy, datasets and evaluate.
 
-The rule (DESIGN.md §4: "Arm comparison is task-paired (M−B primary; M−O, M−E), with a
-bootstrap CI"): per task t with both figures, d_t = a_t − b_t; the estimate is the mean of
+The rule (design page, "Evaluation"): arm comparison is task-paired (M−B primary; M−O, M−E),
+with a bootstrap CI. Per task t with both figures, d_t = a_t − b_t; the estimate is the mean of
 d over the paired tasks; its CI is the percentile bootstrap over tasks (resample the paired
 tasks with replacement, ``numpy.random.default_rng(seed)``, ``n_boot`` resamples, quantiles
 alpha/2 and 1 − alpha/2 of the resampled means; Efron & Tibshirani 1993, ch. 13).
@@ -84,7 +84,7 @@ class PairedBootstrap(evaluate.Metric):
             }),
             # no "numpy" format: datasets' numpy formatter casts float64 to float32
             format=None,
-            reference_urls=["DESIGN.md §4 (task-paired arm comparison with a bootstrap CI)"],
+            reference_urls=["docs/design.md, Evaluation (task-paired comparison, bootstrap CI)"],
         )
 
     def compute(self, **kwargs):

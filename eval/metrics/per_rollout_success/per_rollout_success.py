@@ -5,7 +5,7 @@ Loaded by local path (``eval.metrics.load_metric("per_rollout_success")``, which
 ``evaluate`` copies this file into its modules cache and imports it from there, so it
 imports only numpy, datasets and evaluate.
 
-The rule (DESIGN.md §4, issue 6): success = resolved slots / (tasks × n), the mean over
+The rule (design page, "Evaluation"): success = resolved slots / (tasks × n), the mean over
 every rollout, never best-of-n. A slot is one (task, rollout index) of ``tasks × range(n)``;
 a slot without a row stays in the denominator as not resolved and counts as unknown
 (``missing``, the evaluation's ``no_rollout``); a row marked unknown is never resolved and is
@@ -86,7 +86,7 @@ class PerRolloutSuccess(evaluate.Metric):
             }),
             # no "numpy" format: datasets' numpy formatter casts float64 to float32
             format=None,
-            reference_urls=["DESIGN.md §4 (per-rollout mean, never best-of-n)"],
+            reference_urls=["docs/design.md, Evaluation (per-rollout mean, never best-of-n)"],
         )
 
     def compute(self, **kwargs):

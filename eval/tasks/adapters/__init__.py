@@ -1,4 +1,4 @@
-"""Adapters from SWE-bench-like training sets to :class:`eval.tasks.schema.Task` rows (issue 13 §3).
+"""Adapters from SWE-bench-like training sets to :class:`eval.tasks.schema.Task` rows.
 
 Each adapter reads that project's own rows (its field names kept), fills what the
 :mod:`eval.tasks.schema` schema needs, and hands the row to :func:`eval.tasks.schema.task_from_row`, so

@@ -3,7 +3,7 @@
 ``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
 [--force]`` builds (or finds in the cache) the tasks of a recipe and prints a summary.
 
-Pipeline (issue 3, "Bundled tasks from real code"):
+Pipeline:
 
 1. **Sources.** Each project's sdist is fetched with ``pip download --no-deps --no-binary
    :all:`` (cached under ``$ECREDIT_CACHE/sdists``), its sha256 checked against the recipe,
@@ -28,10 +28,10 @@ Pipeline (issue 3, "Bundled tasks from real code"):
 4. **Controls**: gold (the reverse patch) must resolve and the empty patch must not (every
    F2P test failing, every P2P test passing), both graded by :func:`eval.grading.grader.grade`;
    gold runs twice and a candidate whose listed tests differ between the two is dropped
-   as flaky (issue 12 §3, :mod:`eval.grading.flaky`).
+   as flaky (:mod:`eval.grading.flaky`).
 5. The first ``target_per_project`` validated candidates of each project (in candidate
    order, so batch sizes never change the result) become single tasks.
-   **Pairs** (``multi_per_project`` > 0, issue 14 §2, :mod:`eval.tasks.bundled.multi`): the next
+   **Pairs** (``multi_per_project`` > 0, :mod:`eval.tasks.bundled.multi`): the next
    ``2 * multi_per_project + multi_spare`` screened candidates are parts (screening only,
    no controls of their own), never tasks of their own; they are paired (another file
    first, else another function of the file), each pair becomes one commit with both

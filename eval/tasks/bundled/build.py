@@ -176,7 +176,7 @@ def make_candidate(ws: Workspace, p: ProjectRecipe, k: int) -> Candidate:
 
 
 def run_pristine(ws: Workspace, trials: _Trials, stats: dict, log) -> dict[str, dict[str, str]]:
-    """Step 2: all the recipe's tests on each pristine tree, twice (issue 12 §3); returns
+    """Step 2: all the recipe's tests on each pristine tree, twice; returns
     project → {listable test id: "PASSED"}: listable and PASSED in both runs. Tests whose
     status differs between the two runs are flaky (``eval.grading.flaky``): never listed, and named
     in ``build.json`` (``pristine_flaky``).

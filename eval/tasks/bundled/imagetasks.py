@@ -1,4 +1,4 @@
-"""Stand-in image-held tasks (issue 13 §4): the bundled tasks baked into Podman images.
+"""Stand-in image-held tasks: the bundled tasks baked into Podman images.
 
 ``python -m eval.build_tasks --image-tasks`` (:func:`ensure_image_tasks`) turns the built
 bundled tasks (:mod:`eval.tasks.bundled.build`) into tasks shaped like SWE-bench's: no

@@ -1,4 +1,4 @@
-"""Multi-block bundled tasks: two validated mutations of one project in one task (issue 14 §2).
+"""Multi-block bundled tasks: two validated mutations of one project in one task.
 
 A single-mutation task is fixed by one edit block, so trajectories on it carry one block and
 the credit arms B and M differ only in where that block's credit lands. A *pair* task

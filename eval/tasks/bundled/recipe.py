@@ -17,8 +17,8 @@ from pathlib import Path
 from eval.files import datasets_dir
 
 #: Bump when the builder's output for the same recipe changes (it is part of the cache key).
-#: 3: pristine and gold run twice, flaky tests and candidates dropped (issue 12 §3).
-#: 4: multi-block tasks (two mutations in one task, :mod:`eval.tasks.bundled.multi`; issue 14 §2).
+#: 3: pristine and gold run twice, flaky tests and candidates dropped.
+#: 4: multi-block tasks (two mutations in one task, :mod:`eval.tasks.bundled.multi`).
 #: 5: pair parts screened only (no controls of their own), a pair's screening trial is its
 #:    empty control, pairs tried only until the target count is kept (build cost).
 BUILDER_VERSION = 5

@@ -93,7 +93,7 @@ def screen(c: Candidate, r, base: dict[str, str], recipe: Recipe, parse_log) -> 
 def control(c: Candidate, g, e, grade, gold2=None) -> None:
     """Gold must resolve (complete); empty must not: every F2P FAILED/ERROR, every P2P PASSED.
     With ``gold2`` (a second gold trial) the listed tests' statuses must be the same in both
-    gold runs: a candidate with a flaky listed test is dropped (issue 12 §3)."""
+    gold runs: a candidate with a flaky listed test is dropped."""
     from eval.grading.flaky import varying_statuses
 
     gr = grade(g.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
