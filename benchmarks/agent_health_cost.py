@@ -1,4 +1,4 @@
-"""What telling agent-caused exec failures from infrastructure costs (issue 21 §2).
+"""What telling agent-caused exec failures from infrastructure costs.
 
 On real Podman agent sessions (:class:`sandbox.workspace.session.PodmanSession`, the offline sandbox
 image), medians over ``--sessions`` sessions of:

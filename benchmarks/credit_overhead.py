@@ -9,7 +9,7 @@ tokens masked) with the embedded tiny policy, time:
   turn map from the masks, ``credit_coefficients_batch`` and ``(A + C) * mask``.
 
 Arm O runs the same injection with C ≡ 0. Verification is excluded.
-Target (issue "trainer"): credit path ≤ 1% of the step.
+Target: credit path ≤ 1% of the step.
 
     python benchmarks/credit_overhead.py [--batch 8] [--tokens 640] [--turns 3] [--repeats 20]
 """

@@ -1,4 +1,4 @@
-"""Evaluation throughput: one rollout at a time vs batched (issue 15 §2, §3 eval half).
+"""Evaluation throughput: one rollout at a time vs batched.
 
 Runs the same seeded evaluation twice with ``eval.run.evaluate`` (embedded policy, the first
 ``--tasks`` tasks of ``bundled:train``, ``--n`` rollouts each, Podman verifier trials at

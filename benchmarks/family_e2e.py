@@ -1,4 +1,4 @@
-"""Time the end-to-end family path (issue 23 §1.2) per chat-template family.
+"""Time the end-to-end family path per chat-template family.
 
 For each family: warm-start its tiny model on the two default tasks
 (:func:`ecredit_trl.policy.family_warmstart.ensure_family_policy`; cached, so pass a fresh

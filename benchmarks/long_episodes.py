@@ -1,4 +1,4 @@
-"""Generation and training cost per token of long episodes on this CPU (issue 23, "Long episodes").
+"""Generation and training cost per token of long episodes on this CPU.
 
 For each completion length L (default 4096 / 8192 / 16384 tokens), with the embedded policy
 (the cached warm-started tiny model, :func:`ecredit_trl.policy.warmstart.ensure_default_policy`):

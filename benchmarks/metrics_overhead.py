@@ -1,4 +1,4 @@
-"""Overhead of computing the metrics through the ``evaluate`` modules (issue 14 §3).
+"""Overhead of computing the metrics through the ``evaluate`` modules.
 
 Times, in one process: the first ``load_metric`` (``import evaluate`` + ``evaluate.load`` of
 the local folder), then per call (median of ``--repeats``):

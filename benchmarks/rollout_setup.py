@@ -1,4 +1,4 @@
-"""Rollout setup + first snapshot on an image-held task with a big tree (issue 13 §1).
+"""Rollout setup + first snapshot on an image-held task with a big tree.
 
 Builds (once; kept with ``--keep-image``) a task image from the offline sandbox image whose
 ``/testbed`` is a git repository of ``--files`` files totalling ``--mb`` MB: 96% tracked

@@ -4,9 +4,9 @@ Overhead = setup (create container, copy repo + scripts, start) + apply +
 cleanup, per trial; reported in seconds and as a fraction of the test time.
 Throughput (trials/minute) at concurrency 1 and 2 through the VerifierPool.
 
-Target (issue "Foundation"): overhead ≤ 0.5 s per trial.
+Target: overhead ≤ 0.5 s per trial.
 
-The cost of the attribution retry (issue 21 §2): an artifact that OOMs at import and one
+The cost of the attribution retry: an artifact that OOMs at import and one
 that hangs at import (``--hang-timeout`` seconds) are each run through the pool, which runs
 them a second time; printed: the first attempt's and the retry's service seconds and the
 total (the wall-clock limit is paid twice by a hang).

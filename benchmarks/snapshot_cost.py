@@ -5,7 +5,7 @@ Each turn changes 3 files, then takes a snapshot (private index, ``git add -A`` 
 repo's own index: must not re-hash the tree), the steady-state median and p90,
 and, for contrast, a snapshot from a cold index (read-tree, full re-hash).
 
-Targets (issue "Foundation"): steady state ≤ 25 ms at 5k files and ≤ 80 ms at 20k.
+Targets: steady state ≤ 25 ms at 5k files and ≤ 80 ms at 20k.
 
     python benchmarks/snapshot_cost.py [--sizes 1000 5000 20000] [--turns 15]
 """

@@ -19,7 +19,7 @@ records (``ledger.jsonl`` timing fields, TRL's ``step_time`` in ``metrics.jsonl`
   over the whole run), so the table says whether a step was CPU-saturated and what floor
   its own CPU work puts under any reordering (other jobs on the machine show as ``other``).
 
-Targets (issue 15 §3, this 2-core machine): overlapped step wall ≤ 0.7 × sequential,
+Targets (this 2-core machine): overlapped step wall ≤ 0.7 × sequential,
 round wall / max(stage busy) ≤ 1.3.
 
 With ``--repeats 2`` the runs go sequential, overlapped, overlapped, sequential (a load

@@ -1,4 +1,4 @@
-"""Study budget: where a study's wall time goes, and what a whole study would cost (issue 14 §2).
+"""Study budget: where a study's wall time goes, and what a whole study would cost.
 
 Reads finished records only (it runs nothing):
 
@@ -21,7 +21,7 @@ prints the 1-minute load average so each table carries it.
     python benchmarks/study_budget.py --runs exp/runs/* --evals exp/eval-* \
         [--steps 12] [--startup-s 35] [--json OUT]
 
-Without records, ``--service`` projects a study from **service times** instead (issue 24 §4:
+Without records, ``--service`` projects a study from **service times** instead (for
 the official template on a cluster, whose trials this machine cannot time): per training step
 ``--rollouts`` rollouts, each verified by one factual trial plus, for B and M, one
 counterfactual trial (``--trials-per-rollout`` is that upper bound), ``--trial-s LO HI``

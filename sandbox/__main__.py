@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     g.add_argument("--no-temp", action="store_true", help="leave temp directories alone")
     g.add_argument("--ray-address", default=None,
                    help="also remove the containers on every sandbox node of this running Ray "
-                        "cluster (auto, HOST:PORT): one pinned task per node (issue 25)")
+                        "cluster (auto, HOST:PORT): one pinned task per node")
     args = ap.parse_args(argv)
     if args.cmd == "gc" and args.ray_address:
         from sandbox.cluster.dispatch import gc_cluster

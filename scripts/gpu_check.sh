@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU readiness check (issue 15 §4), for a CUDA machine set up with scripts/setup.sh and a CUDA
+# GPU readiness check, for a CUDA machine set up with scripts/setup.sh and a CUDA
 # build of torch (TORCH_SPEC is one pip requirement: PyPI's plain torch==2.13.0 wheel for Linux
 # x86-64 is a CUDA build when pip is not pointed at a CPU-only wheel source).
 #
@@ -17,7 +17,7 @@
 #   1b. caches (after the device check): the bundled tasks and the warm-started embedded policy (built on first use on a
 #      fresh host: minutes; reused after), so the timed steps measure training, not the builds;
 #   4. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores);
-#   5. family end to end (issue 23 §1.2) in bf16 on CUDA: for each of GPU_CHECK_FAMILIES (default
+#   5. family end to end in bf16 on CUDA: for each of GPU_CHECK_FAMILIES (default
 #      "llama3_2 gptoss qwen2_5", fastest first) benchmarks/family_e2e.py warm-starts the tiny
 #      family model on two bundled tasks (ecredit_trl.policy.family_warmstart, cached), trains
 #      2 GRPO steps of arm M with bf16 + LoRA r 8 + gradient checkpointing, then eval.run grades

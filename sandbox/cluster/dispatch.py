@@ -1,4 +1,4 @@
-"""The ``ray`` sandbox backend for verifier trials (issue 25): Ray tasks, Podman on every node.
+"""The ``ray`` sandbox backend for verifier trials: Ray tasks, Podman on every node.
 
 :class:`~sandbox.cluster.trials.RayTrials` is a trial runtime (``run_trial(spec) -> TrialResult``)
 that the :class:`~sandbox.trials.pool.VerifierPool` drives exactly as it drives a local

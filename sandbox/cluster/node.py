@@ -1,4 +1,4 @@
-"""What runs *on* a Ray node for the ``ray`` sandbox backend (issue 25): trials, image listing, gc.
+"""What runs *on* a Ray node for the ``ray`` sandbox backend: trials, image listing, gc.
 
 The functions here execute inside Ray worker processes on sandbox nodes and talk to that
 node's own Podman, never to another machine's:

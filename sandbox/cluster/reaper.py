@@ -1,4 +1,4 @@
-"""A killed trainer leaves nothing running on any node (issue 25, ``sandbox_backend=ray``).
+"""A killed trainer leaves nothing running on any node (``sandbox_backend=ray``).
 
 A dead driver's Ray tasks and non-detached actors die with it (Ray fate-shares them with
 their owner), but a trial's container is Podman's, not a child of the Ray worker, so it

@@ -1,4 +1,4 @@
-"""The ``ray`` sandbox backend's trial runtime (issue 25): :class:`RayTrials` and the
+"""The ``ray`` sandbox backend's trial runtime: :class:`RayTrials` and the
 :class:`RayRoutedRuntime` that ``make_runtime(..., backend="ray")`` returns.
 
 How a trial is dispatched (cap, placement, pulls, retries) is described in

@@ -1,4 +1,4 @@
-"""Agent sandboxes on Ray (issue 25): a rollout's workspace lives on one sandbox node.
+"""Agent sandboxes on Ray: a rollout's workspace lives on one sandbox node.
 
 The object is the local one, :class:`sandbox.workspace.rollout.RolloutWorkspace` (tree, container,
 snapshotter, budget, release), made by the same constructors; only its place differs:

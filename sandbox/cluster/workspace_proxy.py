@@ -1,4 +1,4 @@
-"""The trainer side of agent sandboxes on Ray (issue 25): :class:`RayWorkspaces` opens a
+"""The trainer side of agent sandboxes on Ray: :class:`RayWorkspaces` opens a
 rollout's workspace on a sandbox node, :class:`RemoteWorkspace` is its proxy with the
 interface of :class:`sandbox.workspace.rollout.RolloutWorkspace`. The design (one host actor per
 node, the cap, placement, what crosses, a lost node) is in :mod:`sandbox.cluster.workspace_host`.

@@ -3,8 +3,8 @@
 
 ``pull`` reads a ``.txt`` / ``.jsonl`` / ``.json`` FILE itself (:func:`images_from_file`).
 Any other ``--split`` (a split name, a ``.parquet`` or sealed manifest) needs the task
-loaders of ``eval``, which ``sandbox`` must not import (DESIGN.md §1): the command is handed
-to ``python -m eval.images pull`` in a subprocess with the same arguments.
+loaders of ``eval``, which ``sandbox`` must not import (design page, "Layers"): the command
+is handed to ``python -m eval.images pull`` in a subprocess with the same arguments.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ so run on local (``unix://``) endpoints only (``agent_endpoints``,
 :func:`check_agent_endpoints`). Trials on other hosts are the ``ray`` backend's
 (:mod:`sandbox.cluster.dispatch`: a Ray task per trial, each node's own Podman); the remote
 endpoint list that once spread trials round robin (``verifier_endpoints``, ``ssh://``) is
-retired in its favour (issue 25: one scheduler), and a remote URL is refused here naming
+retired in its favour (one scheduler), and a remote URL is refused here naming
 the Ray settings (:func:`check_trial_endpoints`).
 
 Every container is labelled ``ecredit.run=<run id>``; the runtime removes its
@@ -143,7 +143,7 @@ def is_local_endpoint(url: str) -> bool:
 def check_agent_endpoints(urls, field: str = "agent_endpoints") -> list[str]:
     """Agent endpoints must be local: an agent session bind-mounts the rollout's working
     tree from this machine, which a remote (``ssh://``, ``tcp://``) service cannot see (the
-    container would start without the tree; issue 13 §5). Empty entries are dropped.
+    container would start without the tree). Empty entries are dropped.
 
     Returns: the local URLs. Raises: ValueError naming ``field`` and the remote URL.
     """
@@ -161,7 +161,7 @@ def check_agent_endpoints(urls, field: str = "agent_endpoints") -> list[str]:
 
 def endpoints_retired(field: str = "verifier_endpoints") -> str:
     """The one-line refusal of a remote Podman endpoint list, naming ``field`` and the Ray
-    settings that replace it (issue 25: one scheduler, Ray's; docs/scale-out.md, migrating
+    settings that replace it (one scheduler, Ray's; docs/scale-out.md, migrating
     from verifier_endpoints)."""
     return (f"{field}: retired: verifier trials on other hosts run on a Ray cluster with Podman "
             "on every node, not on a list of Podman endpoints; pass --sandbox_backend ray "

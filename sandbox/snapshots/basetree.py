@@ -1,6 +1,6 @@
 """The verifier's base tree for host-side repositories: the agent's starting tree, byte for byte.
 
-Issue 11 §5: ``git archive`` is not the tree the agent starts from when the repository
+``git archive`` is not the tree the agent starts from when the repository
 carries export attributes (``export-ignore`` drops files, ``export-subst`` expands
 placeholders) or checkout conversions (``ident`` expands ``$Id$``, ``eol=crlf`` rewrites line
 endings): a patch taken from the agent's tree then fails to apply or applies by fuzz.

@@ -1,6 +1,6 @@
 """Git commands that obey only us: private git directories, safe config and environment.
 
-Host-side git must never read anything the agent can write (DESIGN.md §6): its
+Host-side git must never read anything the agent can write (design page, "Threat model"): its
 ``.git/config`` (``core.fsmonitor``, ``filter.<x>.clean``, ``diff.<x>.textconv`` name
 programs), hooks, attributes, excludes or object stores. Every command here runs with
 an explicit ``--git-dir`` that only we write, ``-c`` overrides of every key that runs a
@@ -22,9 +22,9 @@ DEFAULT_SNAPSHOT_IGNORE: tuple[str, ...] = (
     ".coverage.*", "coverage.xml", "htmlcov/", ".mypy_cache/", ".ruff_cache/",
     ".hypothesis/", ".tox/", ".nox/",
 )
-"""Generated files that are never edits (DESIGN.md §3): a pattern ending in ``/`` names a
-directory at any depth, one without ``/`` a file name at any depth, others a whole path
-(``fnmatch`` globs, case-sensitive)."""
+"""Generated files that are never edits (design page, "Edit blocks and eligibility"): a
+pattern ending in ``/`` names a directory at any depth, one without ``/`` a file name at any
+depth, others a whole path (``fnmatch`` globs, case-sensitive)."""
 
 ATTRIBUTE_RESETS = "* !text !eol !crlf !ident !filter !diff !merge !working-tree-encoding\n"
 """``info/attributes`` of every private store: no conversion, filter or diff driver."""

@@ -1,8 +1,8 @@
 """Git snapshots of an agent's working tree, taken through a private git directory.
 
 Each agent turn ends with :meth:`Snapshotter.snapshot`, which records the working
-tree as a git *tree object* (S_k in DESIGN.md §3). The agent's tree is hostile
-(DESIGN.md §6): it may hold a ``.git`` whose config names programs
+tree as a git *tree object* (S_k, design page "Trajectory and snapshots"). The agent's tree is
+hostile (design page, "Threat model"): it may hold a ``.git`` whose config names programs
 (``core.fsmonitor``, ``filter.<x>.clean``, ``diff.<x>.textconv``), hooks, excludes,
 alternates or forged objects, and in-tree ``.gitattributes`` / ``.gitignore`` files.
 So host-side git never reads the agent's ``.git`` after construction:
@@ -357,7 +357,8 @@ def changed_paths(repo: str | os.PathLike, tree_a: str, tree_b: str) -> list[Cha
     """Paths whose content or mode differ between ``tree_a`` and ``tree_b``.
 
     Renames are reported as a delete plus a create (edit blocks are sets of
-    paths, DESIGN.md §3). Binary files are compared by blob id like any other.
+    paths, design page "Edit blocks and eligibility"). Binary files are compared by blob id
+    like any other.
 
     Returns: the changed paths sorted by path.
     Raises: SnapshotError when a tree id is unknown in ``repo`` (see :func:`store_of`).
@@ -413,7 +414,7 @@ def restore_paths(repo: str | os.PathLike, final_tree: str, source_tree: str,
     """Restore ``paths`` of ``final_tree`` to their state in ``source_tree``.
 
     Each path takes its blob and mode from ``source_tree``, or is removed when
-    absent there (DESIGN.md §3 "Restore"). Other paths are untouched.
+    absent there (design page, "Selection and restore"). Other paths are untouched.
 
     Returns: the id of the resulting tree (may equal the base or the empty tree).
     Raises: SnapshotError when the result is not a valid tree (e.g. a restored

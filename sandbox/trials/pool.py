@@ -8,11 +8,11 @@ apart from service time. Trials that end in ``infra_error`` are retried up to
 A trial that ran out of one of its limits or whose artifact did not apply
 (:data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES`: timeout, OOM kill, pids, output, apply failure)
 is run once more (``failure_retries``) under the same spec:
-the attribution rule (:func:`eval.integrity.attribution.attribute_failure`, issue 21 §2) charges such a
+the attribution rule (:func:`eval.integrity.attribution.attribute_failure`) charges such a
 failure to the artifact only when it recurs, so a one-off slow or starved node is not read
 as the policy's doing. The earlier attempt is kept in ``failed_attempts``; the result
 returned is the retry's (graded normally when the retry ended ``ok``). Failure retries are
-counted apart from infra retries (``stats["failure_retries"]``, DESIGN.md §3 query bound).
+counted apart from infra retries (``stats["failure_retries"]``, design page "Query bound").
 """
 
 from __future__ import annotations

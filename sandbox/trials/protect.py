@@ -1,6 +1,6 @@
 """The verifier's protected set: test infrastructure an artifact must not change.
 
-Issue 12 §1 / DESIGN.md §6 ("artifact → verdict"): before the listed tests run in a
+Design page, "Threat model" (artifact → verdict): before the listed tests run in a
 verifier trial, every path of the task's protected set that the artifact touched is
 put back to its base content (or removed when the artifact created it). The artifact
 is still applied whole; only what decides how tests are *collected, run and reported*
@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 
 TEST_PATH_PATTERNS: tuple[str, ...] = ("tests/", "testing/", "test_*.py", "*_test.py",
                                        "conftest.py")
-"""DESIGN.md §3's default test-path patterns (the same list as
+"""The default test-path patterns (design page, "Edit blocks and eligibility"; the same list as
 ``ecredit_trl.credit.blocks.DEFAULT_TEST_PATTERNS``; ``sandbox`` may not import it)."""
 
 INFRA_PATTERNS: tuple[str, ...] = (
@@ -32,7 +32,7 @@ INFRA_PATTERNS: tuple[str, ...] = (
     "*.dist-info/",         # entry points (pytest11 plugins) of a "distribution" on sys.path
     "*.egg-info/",
 )
-"""Test infrastructure protected by default, beyond the test-path patterns (issue 12 §1).
+"""Test infrastructure protected by default, beyond the test-path patterns.
 ``*.dist-info/`` and ``*.egg-info/`` are ours: ``python -m pytest`` puts the working
 directory on ``sys.path``, where a ``pytest11`` entry point in a made-up distribution
 would be loaded as a plugin. pytest config inside ``setup.cfg`` / ``pyproject.toml`` is

@@ -1,6 +1,6 @@
 """The bash script every verifier trial runs inside its sandbox (both runtimes).
 
-Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
+Steps, in order:
 
 0. Only when ``checkout`` exists (a task whose base is a branch of the image's repository,
    SWE-smith): ``git checkout`` of that branch in ``workdir`` (local, else a new local one
@@ -32,7 +32,7 @@ Steps, in order (issue 11 §5, issue 12 §1, issue 11 §4):
    nothing of this unprotected run can reach the verdict.
 8. ``oom-kills-end`` with the counter again.
 
-Failures the artifact's code can cause are made visible (issue 21 §2): ``pids-max-start``
+Failures the artifact's code can cause are made visible: ``pids-max-start``
 / ``pids-max-end`` carry the pids cgroup's ``max`` event counter (v2 ``pids.events``, v1
 ``pids/pids.events``: how often a fork was refused at the pids limit) and a watcher forked
 before the tests prints ``pids-max-hit N`` the moment it rises (so a fork flood that holds

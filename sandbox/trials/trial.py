@@ -102,7 +102,7 @@ class TrialSpec:
         labels: extra container labels (the runtime adds run and trial ids).
         protected: the protected set (patterns of :func:`sandbox.trials.protect.matches`): every
             path the artifact names that matches is put back to its base content before
-            the tests run (issue 12 §1). ``.git/`` is always added. Empty = nothing
+            the tests run. ``.git/`` is always added. Empty = nothing
             protected but ``.git/``.
         swebench_pass: run the eval script a second time without protection when the
             artifact touched a protected path (SWE-bench harness semantics, for
@@ -116,7 +116,7 @@ class TrialSpec:
             ``infra_error`` with a ``checkout:`` error (exit 94), never a grade of another
             tree.
         max_output_bytes: limit (bytes) on the eval script's output kept in the log; past it
-            the rest is drained unread and the trial is ``output_limit`` (issue 21 §2).
+            the rest is drained unread and the trial is ``output_limit``.
     """
 
     trial_id: str
@@ -203,7 +203,7 @@ class TrialResult:
             service time.
         attempts: number of tries (1 + infra retries).
         retried_errors: the error messages of the retried attempts.
-        protected: the protected set the trial used (patterns; issue 12 §1).
+        protected: the protected set the trial used (patterns).
         protected_touched: protected paths whose content, mode or existence the artifact
             changed (each was put back to base before the tests ran), sorted.
         log_swebench: output of the unprotected SWE-bench pass (see
@@ -446,7 +446,7 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
     sandbox that died before that (killed, crashed, service lost) is an
     ``infra_error`` and nothing about the tests is inferred from it.
 
-    Resource classes, first match wins (issue 21 §2): ``output_limit`` (the output passed
+    Resource classes, first match wins: ``output_limit`` (the output passed
     its limit: the log is cut, whatever happened next), ``pids`` (``pids``: a fork was
     refused at the limit, and the trial did not otherwise end ``ok``: tests that met the
     limit and still finished are graded from their log), ``timeout``, then ``oom`` (any OOM
@@ -455,8 +455,8 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
     :func:`finish`) is ``truncated_log``: the script itself survived, so the eval script was
     cut from inside the container — by code the tests ran (an artifact that kills its
     parent shell or truncates ``eval.sh`` while bash reads it) or by the task itself, which
-    its control then shows — never by the infrastructure. Issue 21 §2: before this class
-    such a trial was ``ok`` and its log graded as truncated, i.e. unavailable, whatever the
+    its control then shows — never by the infrastructure. Without this class
+    such a trial would be ``ok`` and its log graded as truncated, i.e. unavailable, whatever the
     control did: a reward escape.
     """
     completed = (error is None and markers["test_end"] is not None and exit_code == 0

@@ -1,4 +1,4 @@
-"""The host side of a verifier trial's limits: its deadline and its log size (issue 21 §2).
+"""The host side of a verifier trial's limits: its deadline and its log size.
 
 The trial script caps the eval script's output itself (``head -c``, :mod:`sandbox.trials.script`),
 but code in the sandbox runs as the same user as the script and can write to the container's

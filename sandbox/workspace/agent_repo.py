@@ -14,7 +14,7 @@ SWE-bench checkout (``git status``, ``diff``, ``stash``, ``checkout -- f``, comm
   inside). Root in the container cannot write a read-only bind mount (capabilities are
   dropped), unlike a hardlinked object store.
 
-* it holds nothing else git could show (issue 21 §1): :func:`write_git_dir` writes its
+* it holds nothing else git could show: :func:`write_git_dir` writes its
   ``.git`` file by file, so there is no ``origin`` remote, no other branch, tag, reflog,
   ``packed-refs``, stash, notes, ``ORIG_HEAD``/``FETCH_HEAD`` or shallow/graft file, and no
   object but those of the base (borrowed from the store). Image-held tasks get the same

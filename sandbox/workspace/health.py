@@ -1,11 +1,11 @@
-"""Who broke an agent container: the policy's own processes, or the infrastructure (issue 21 §2).
+"""Who broke an agent container: the policy's own processes, or the infrastructure.
 
 An exec that the runtime could not start (:class:`sandbox.workspace.session.SandboxExecError`) used to
 be an infra failure of the rollout, always: the reward became unavailable and TRL masked
 the row. A policy can cause that itself (5,000 background ``sleep`` s fill its pids limit;
 a process that holds the memory limit gets the next exec killed), so masking every such
 failure pays a failing policy for breaking its own sandbox. The rule here
-(DESIGN.md §3 "who caused a failure decides the reward", §6):
+(design page, "Who caused a failure decides the reward"):
 
 An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when all hold:
 

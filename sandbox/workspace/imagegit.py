@@ -1,4 +1,4 @@
-"""What of an image's git the agent may see: only S_0 (issue 21 §1, DESIGN.md §6).
+"""What of an image's git the agent may see: only S_0 (design page, "Threat model").
 
 A task image's repository carries history, and real images carry the answer in it: future
 commits, branches, tags, remote-tracking refs (SWE-bench images built before SWE-bench#465

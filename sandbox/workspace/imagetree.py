@@ -1,4 +1,4 @@
-"""Rollout trees of image-held tasks: the image's ``/testbed``, copy-on-write (issue 13 §1).
+"""Rollout trees of image-held tasks: the image's ``/testbed``, copy-on-write.
 
 A SWE-bench task's repository, with its untracked build outputs (compiled extensions, a
 generated ``_version.py``, ``*.egg-info``) and its environment, lives inside the task
@@ -24,7 +24,7 @@ image. A rollout's tree is therefore the image's own ``workdir``, never a clone:
 * :meth:`ImageTree.show_only_s0` replaces, before the agent runs, the tree's ``.git`` by a
   new one holding S_0 as its only commit, objects borrowed from the base cache's store
   (mounted read-only in the agent's container), index = the cache's S_0 index: the agent
-  sees none of the image's history (issue 21 §1; how: :mod:`sandbox.workspace.imagegit`).
+  sees none of the image's history (how: :mod:`sandbox.workspace.imagegit`).
 * :meth:`ImageTree.changes` lists what the container's overlay upper layer holds: every
   write to the tree goes through it, so snapshots look at those paths only, not at the
   whole tree (``benchmarks/rollout_setup.py``: setup + first snapshot of a 1 GB / 50k-file

@@ -1,7 +1,7 @@
-"""One rollout's workspace: its tree, container, snapshots, disk budget and release (issue 25).
+"""One rollout's workspace: its tree, container, snapshots, disk budget and release.
 
 A :class:`RolloutWorkspace` is everything one agent rollout owns in the sandbox layer, built
-by one constructor per kind of task (DESIGN §4 "two kinds of task, one path"):
+by one constructor per kind of task (two kinds of task, one path):
 
 * :meth:`RolloutWorkspace.for_repo_dir` — a repository on this host (``task.repo_dir``):
   a clone holding one root commit of the base (:func:`sandbox.workspace.agent_repo.agent_clone`,
@@ -18,7 +18,8 @@ over it (private git directory, never the agent's ``.git``), an optional session
 surface over it; the ``ray`` backend hosts the very same object on a sandbox node
 (:mod:`sandbox.cluster.workspace_host`), so local and Ray are two places for one object.
 
-Who caused a failure is not decided here (that is the trainer's rule, DESIGN §3): this
+Who caused a failure is not decided here (that is the trainer's rule, design page,
+"Who caused a failure decides the reward"): this
 module reports facts (a setup error, an over-budget measurement with its evidence, a
 snapshot error, the session's diagnosis) and the caller classifies them.
 """
@@ -162,11 +163,11 @@ class RolloutWorkspace:
 
     @classmethod
     def for_image(cls, task, site: WorkspaceSite) -> RolloutWorkspace:
-        """The workspace of an image-held task (no ``repo_dir``, issue 13 §1): the tree is
+        """The workspace of an image-held task (no ``repo_dir``): the tree is
         the image's ``workdir``, copy-on-write (:mod:`sandbox.workspace.imagetree`), S_0 = that tree at
         reset (tracked + untracked non-ignored files, from a per-image cache; a
         ``checkout_base`` task's branch checked out first, S_0 per branch), its ``.git``
-        replaced by one holding S_0 only (issue 21 §1); commands run as ``bash -lc`` in the
+        replaced by one holding S_0 only; commands run as ``bash -lc`` in the
         task image's environment. A tree or container that cannot be set up is recorded in
         ``setup_error``.
 
@@ -279,7 +280,7 @@ class RolloutWorkspace:
         """``(detail, evidence)`` when the tree is over a disk limit of the site, else None.
         Evidence: ``tree_budget_bytes``, ``grown_bytes``, ``max_file_bytes``,
         ``largest_file_bytes`` (bytes) and ``largest_path`` (a file name) when one file is
-        over the per-file limit (issue 21 §2)."""
+        over the per-file limit."""
         site = self.site
         use = self.usage()
         grown = use.total_bytes - self.usage_at_reset

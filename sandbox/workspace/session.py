@@ -50,8 +50,8 @@ class SandboxExecError(RuntimeError):
 
     Raised when the command's start marker never reached the output (OCI runtime error,
     pids limit exhausted, container gone, API error): the command did not run as the
-    agent asked, so its "output" is not a tool result (DESIGN.md §6, sandbox failure →
-    reward). The message holds the exit status and what the runtime printed.
+    agent asked, so its "output" is not a tool result (design page, "Threat model",
+    sandbox failure → reward). The message holds the exit status and what the runtime printed.
     """
 
 
