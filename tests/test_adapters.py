@@ -1,4 +1,4 @@
-"""SWE-Gym and SWE-smith rows through eval.tasks.adapters (issue 13 §3). Rows are made here in
+"""SWE-Gym and SWE-smith rows through eval.tasks.adapters. Rows are made here in
 each project's own field names; the SWE-smith eval script runs for real (git + pytest on a
 repository laid out like a SWE-smith instance: a branch with the bug commit and the
 test-removal commit)."""

@@ -1,4 +1,4 @@
-"""Agent containers under a hostile policy (issue 11 §2, §4): every call recorded and
+"""Agent containers under a hostile policy: every call recorded and
 snapshotted whatever it raised; init as PID 1; an exec the runtime could not start is a
 sandbox failure, charged to whoever caused it (``tests/test_agent_failures.py``); per-file and per-rollout disk limits; temp directories of dead runs."""
 
@@ -131,7 +131,7 @@ def test_init_reaps_orphans_of_timed_out_calls(task, tmp_path, podman_runtime):
 def test_exec_its_own_processes_block_is_the_agents_failure(task, tmp_path, podman_runtime):
     """Live processes the group kill cannot reach (own sessions) fill the pids limit: the
     next exec fails in the OCI runtime. It is recorded as a sandbox failure, never tool
-    output, and charged to the agent (``agent_pids``, issue 21 §2: its own processes, the
+    output, and charged to the agent (``agent_pids``: its own processes, the
     service healthy); an agent's own ``exit 125`` stays the command's status."""
     env, ctx = _env(task, tmp_path, podman_runtime, bash_timeout_s=60)
     try:

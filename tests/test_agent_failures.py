@@ -1,4 +1,4 @@
-"""Who broke the agent's container decides the reward (issue 21 §2, DESIGN.md §3, §6).
+"""Who broke the agent's container decides the reward (design page, "Who caused a failure decides the reward").
 
 Live Podman agent sessions attacked as a policy would: a fork flood of background sleeps up
 to the container's pids limit, memory filled to the container's limit, a tree past the disk

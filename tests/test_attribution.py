@@ -1,4 +1,4 @@
-"""A failing rollout cannot escape its negative reward by breaking its own trial (issue 21 §2).
+"""A failing rollout cannot escape its negative reward by breaking its own trial.
 
 The attribution rule (:mod:`eval.integrity.attribution`): a trial that hangs, is OOM-killed, exhausts
 its pids, floods its log or does not apply is the artifact's failure (the contract's failure

@@ -1,4 +1,4 @@
-"""A real GRPO step with a mixed group (issue 21 §2): a hanging rollout gets the negative
+"""A real GRPO step with a mixed group: a hanging rollout gets the negative
 advantage an honest failure gets; a rollout that failed for infrastructure reasons gets 0
 and stays out of the group's baseline.
 

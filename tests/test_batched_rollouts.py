@@ -1,4 +1,4 @@
-"""Batched evaluation rollouts (issue 15 §2): the embedded policy on bundled tasks gives the
+"""Batched evaluation rollouts: the embedded policy on bundled tasks gives the
 same seeded rows one episode at a time and batched (greedy and sampled); rows are written as
 episodes end, resume skips written slots, errors release every environment. No Podman: the
 agent's bash has no sandbox (the embedded policy views, edits and submits)."""

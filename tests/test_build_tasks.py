@@ -266,7 +266,7 @@ def test_bundled_tasks_are_consistent(bundled):
         assert repo.git("cat-file", "-t", t.base_commit).strip() == "commit"
         assert repo.git("rev-parse", f"{t.base_commit}^").strip() == t.environment_setup_commit
         assert repo.diff(t.base_commit, t.environment_setup_commit) == t.patch
-        # one-line fix (or re-add) per mutation; a pair task (issue 14 §2) has two
+        # one-line fix (or re-add) per mutation; a pair task has two
         assert t.patch.count("\n+") - t.patch.count("\n+++") <= t.extra["blocks"]
         assert len(t.extra["mutations"]) == t.extra["blocks"] in (1, 2)
         assert t.FAIL_TO_PASS and not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
@@ -284,7 +284,7 @@ def test_bundled_tasks_are_consistent(bundled):
 
 @pytest.mark.podman
 def test_a_third_of_the_training_tasks_are_pairs(bundled):
-    """Issue 14 §2: at least a third of bundled:train needs edits in two places."""
+    """At least a third of bundled:train needs edits in two places."""
     from eval.tasks.splits import load_tasks
 
     train = load_tasks("bundled:train", purpose="train")

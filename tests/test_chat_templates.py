@@ -1,4 +1,4 @@
-"""Issue 23 §3: a policy whose chat template TRL cannot parse tool calls from is refused up
+"""A policy whose chat template TRL cannot parse tool calls from is refused up
 front in one line; ``--chat_template NAME`` swaps in TRL's copy."""
 
 import shutil
@@ -135,7 +135,7 @@ def test_eval_run_refuses_before_tasks_and_output(qwen_dir, tmp_path, capsys):
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None,
                     reason="vLLM is installed here: training may use it")
 def test_training_use_vllm_without_vllm_is_one_line(tmp_path):
-    """Issue 23: TRL's ``use_vllm`` is refused at parse time where vLLM is missing (the
+    """TRL's ``use_vllm`` is refused at parse time where vLLM is missing (the
     code path stays; ``eval.run --use-vllm`` has its own check, tests/test_vllm_engine.py)."""
     proc = subprocess.run([sys.executable, "ecredit_trl/train.py", "--arm", "M", "--use_vllm",
                            "true", "--vllm_mode", "server", "--runs_dir", str(tmp_path)],

@@ -1,4 +1,4 @@
-"""Tests for ecredit_trl.credit.coefficients (source: DESIGN.md §3 "Coefficients")."""
+"""Tests for ecredit_trl.credit.coefficients (source: the design page, "Credit arms")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """official500 rows kept as swebench 5 ships them, and user-given holdout lists sealed with
-``python -m eval.holdout seal --from`` (issue 13 §3). Rows are made here; no hub, no Podman."""
+``python -m eval.holdout seal --from``. Rows are made here; no hub, no Podman."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The docs are checked against the code (issue 22): the MkDocs site builds with
+"""The docs are checked against the code: the MkDocs site builds with
 ``--strict`` (broken links and anchors fail), every command block marked runnable in
 README.md and docs/ runs, every CLI a command block names has its ``--help`` run, every flag
 a command block passes exists in that CLI's parser, and the generated references cover every

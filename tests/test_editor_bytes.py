@@ -1,4 +1,4 @@
-"""The editor keeps every byte it was not asked to change (issue 11 §3): CRLF, Latin-1,
+"""The editor keeps every byte it was not asked to change: CRLF, Latin-1,
 no final newline, file mode."""
 
 import os

@@ -92,7 +92,7 @@ def test_seed_missing_a_task_makes_it_incomplete_for_the_arm():
 
 
 def test_pairs_pool_shared_seeds_and_carry_their_mdd():
-    """M ran seeds 0 and 1, E seed 0 only: M−E compares M:0 with E:0 (issue 24 §3); MDD =
+    """M ran seeds 0 and 1, E seed 0 only: M−E compares M:0 with E:0; MDD =
     (z_0.975 + z_0.8) * sd(d) / sqrt(T) with the published quantiles."""
     runs = [_run("M:0", {"t1": 1.0, "t2": 0.5, "t3": 0.0}),
             _run("M:1", {"t1": 0.0, "t2": 0.0, "t3": 0.0}),

@@ -1,4 +1,4 @@
-"""eval.stats.power: the minimum detectable difference of a task-paired comparison (issue 24 §2).
+"""eval.stats.power: the minimum detectable difference of a task-paired comparison.
 
 Expected values are computed here independently: the sample SD by hand (not
 ``statistics``), the normal quantiles as published constants (z_0.975 = 1.959963984540054,

@@ -45,7 +45,7 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert f"**{s['resolved']} / 4 = " in report and "| unknown |" in report
-    # both verdicts per slot (issue 12 §1): on these -rA logs with space-free ids the
+    # both verdicts per slot: on these -rA logs with space-free ids the
     # parsers agree, so they are equal wherever nothing protected was touched
     for r in res["slots"]:
         if not r["classification"]["unknown"] and not r["protected_touched"]:

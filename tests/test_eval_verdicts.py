@@ -1,4 +1,4 @@
-"""eval.run --reuse-verdicts in Podman (issue 14 §2, cost): the same per-slot verdicts with
+"""eval.run --reuse-verdicts in Podman (to save cost): the same per-slot verdicts with
 and without the store, identical artifacts verified once, a second eval reusing the first
 one's verdicts (controls included), untrusted store entries re-verified, unclean trials
 (injected infra error, real timeout) never stored."""

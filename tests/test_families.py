@@ -1,4 +1,4 @@
-"""Issue 23 §1: every template TRL maps to a tool-call parser, on a tiny local model of its
+"""Every template TRL maps to a tool-call parser, on a tiny local model of its
 family. A scripted episode (several tool calls, tool results, submit) is assembled exactly as
 the rollout loop assembles it (``EpisodeTurns``: generated ids, then ``tool_suffix_ids``),
 parsed back with the product's parser (``Policy.parse`` = TRL's ``parse_response``), and

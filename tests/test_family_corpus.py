@@ -1,4 +1,4 @@
-"""The family warm start's SFT rows (issue 23 §1.2): a gold-patch demonstration as the rollout
+"""The family warm start's SFT rows: a gold-patch demonstration as the rollout
 loop assembles an episode, with the loss on generated ids only, for families with and without
 a TRL training template; a family whose parser cannot read a demonstration back is refused."""
 

@@ -1,4 +1,4 @@
-"""Issue 23 §1.2: a user's own model family, end to end, for three structurally different
+"""A user's own model family, end to end, for three structurally different
 chat formats: Qwen2.5 (``<tool_call>`` JSON inside ChatML), Llama 3.2 (a bare JSON call after
 the assistant header, ``<|eot_id|>``; TRL has no ``{% generation %}`` template for it) and
 gpt-oss (harmony channels: ``commentary to=functions.NAME``, ``<|call|>``; MoE experts).

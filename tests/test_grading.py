@@ -751,7 +751,7 @@ STATUSES = ["PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", None]  # None = not
     p2p=st.lists(st.sampled_from(STATUSES), min_size=0, max_size=5),
 )
 def test_utility_formula_property(f2p, p2p):
-    """Independent oracle for swebench semantics and the DESIGN §3 utility."""
+    """Independent oracle for swebench semantics and the utility U."""
     f_ids = [f"t.py::test_f{i}" for i in range(len(f2p))]
     p_ids = [f"t.py::test_p{i}" for i in range(len(p2p))]
     lines = [f"{s} {t}" for t, s in zip(f_ids + p_ids, f2p + p2p, strict=True) if s]

@@ -1,4 +1,4 @@
-"""Issue 12 §2: every listed test found, no status read from captured output.
+"""Every listed test found, no status read from captured output.
 
 Three kinds of evidence:
 

@@ -1,4 +1,4 @@
-"""The answer is not readable in the task image's git history (issue 21 §1, DESIGN.md §6).
+"""The answer is not readable in the task image's git history (design page, "Threat model").
 
 Task images whose history holds the fix in every place git keeps things: a branch, an
 annotated tag, a remote-tracking ref with its ``origin`` remote and ``FETCH_HEAD``, only the

@@ -1,4 +1,4 @@
-"""Issue 23: ``--model HUB_ID`` with ``HF_HUB_OFFLINE=1`` loads a model from the local hub
+"""``--model HUB_ID`` with ``HF_HUB_OFFLINE=1`` loads a model from the local hub
 cache layout; an absent one is one line saying where it was looked for."""
 
 import os

@@ -1,4 +1,4 @@
-"""Agent environments on image-held tasks (issue 13 §1): the tree is the image's /testbed,
+"""Agent environments on image-held tasks: the tree is the image's /testbed,
 copy-on-write, with its untracked build outputs; commands run in a login shell of the task
 image; S_0 is the tree at reset; the artifact applies in a fresh container of the image."""
 
@@ -142,8 +142,8 @@ def test_image_task_rollout_tree_env_artifact_and_release(ctx, task, podman_runt
                            check=True).stdout.split()
     assert files == [".gitignore", "NOTES.txt", "calc.py", "docs/guide.txt", "docs/more/a.txt",
                      "pkg/__init__.py", "pkg/sub/deep.py", "pkg/util.py", "test_calc.py"]
-    # the image's environment in a login shell; its history is not the agent's (issue 21
-    # §1): one commit, S_0, on the image's branch, and a clean status (the untracked file
+    # the image's environment in a login shell; its history is not the agent's:
+    # one commit, S_0, on the image's branch, and a clean status (the untracked file
     # is part of S_0, the ignored build output stays ignored)
     assert env.bash("which python").strip() == "/opt/testenv/bin/python"
     assert env.bash("python -c 'import _gen; print(_gen.VALUE)'").strip() == "42"

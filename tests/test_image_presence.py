@@ -1,4 +1,4 @@
-"""Task images present up front (issue 13 §2): train.py, eval.run and eval.controls refuse a
+"""Task images present up front: train.py, eval.run and eval.controls refuse a
 task list whose images are not in local Podman storage with one line naming the missing count
 and the pull command, before anything is written; digests are recorded when present."""
 

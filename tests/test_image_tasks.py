@@ -1,4 +1,4 @@
-"""Stand-in image-held tasks (eval.tasks.bundled.imagetasks, issue 13 §4): images, rows, splits,
+"""Stand-in image-held tasks (eval.tasks.bundled.imagetasks): images, rows, splits,
 and verifier trials with ``repo_archive=None`` (the image holds /testbed).
 
 Unit tests need nothing; tests marked ``podman`` build the image tasks (or load them from the

@@ -1,4 +1,4 @@
-"""End to end on the stand-in image-held tasks (``bundled-image``, issue 13 §4): the agent's
+"""End to end on the stand-in image-held tasks (``bundled-image``): the agent's
 tree and the verifier keep the untracked build output; the main job (arm M, 2 steps),
 ``eval.run``, ``eval.controls`` and the pilot run on them (2-3 tasks, few rollouts).
 
@@ -81,7 +81,7 @@ def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
         assert f"BASE_COMMIT = '{t.base_commit}'" in env.bash(f"cat {bo}")
         # ... with the image's environment active in the agent's login shell
         assert env.bash("which python").strip() == "/opt/testbed-env/bin/python"
-        # the agent's repository is S_0 alone (issue 21 §1): not the image's base commit,
+        # the agent's repository is S_0 alone: not the image's base commit,
         # whose parent is the sdist import; that history stays the verifier's
         (base,) = [v for k, v in ctx._image_bases.items() if k[0] != "lock"]
         assert env.bash("git rev-list --all").split() == [base.commit]
@@ -141,7 +141,7 @@ def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runti
     assert len(slots) == 4
     assert all(not r["classification"]["unknown"] for r in slots), slots
     # every slot records the limits its trial ran under, control-answered slots included
-    # (stand-in image tasks have no repo_dir: the harness limits, issue 13 §6)
+    # (stand-in image tasks have no repo_dir: the harness limits)
     assert [r["trial"]["limits"]["source"] for r in slots] == ["harness"] * 4
     assert {r["trial"]["limits"]["timeout_s"] for r in slots} == {1800.0}
 

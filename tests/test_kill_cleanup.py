@@ -1,4 +1,4 @@
-"""A trainer SIGKILLed mid-round (issue 11 §4): its agent containers keep running (conmon
+"""A trainer SIGKILLed mid-round: its agent containers keep running (conmon
 outlives the private Podman service); the next start of a run in the same runs directory
 removes them, a finished run leaves no temp trees, and ``python -m sandbox gc`` removes
 the killed run's temp trees (working roots, snapshot indexes)."""
@@ -118,7 +118,7 @@ def _run_name(run_dir: Path) -> str | None:
 
 
 def test_resume_removes_every_container_of_the_killed_session(tmp_path, warm_policy):
-    """Issue 21 §3: SIGKILL a run written to ``--output_dir`` (as the study writes its units:
+    """SIGKILL a run written to ``--output_dir`` (as the study writes its units:
     the directory's name is not the run's name) while its verifier trials run, then resume it
     to completion: every container of the killed session, whatever its role, is removed and
     named in the resume receipt."""

@@ -1,4 +1,4 @@
-"""The layout rules of DESIGN.md §1: import direction, no cycles, sizes."""
+"""The layout rules (design page, "Layers"): import direction, no cycles, sizes."""
 
 import ast
 import subprocess

@@ -1,4 +1,4 @@
-"""Long episodes (issue 23): a scripted 40-turn episode in the real trainer, one twin cut
+"""Long episodes: a scripted 40-turn episode in the real trainer, one twin cut
 mid-turn by ``max_completion_length``.
 
 Real SWE episodes run 30-100 turns and TRL's tool loop keeps the whole episode inside
@@ -21,7 +21,7 @@ truncated by TRL's rule, masked by ``mask_truncated_completions``, excluded as `
 (its eligible block planned, no counterfactual trial, C = 0, no loss tokens); A's last-touch
 eligibility (only the fix's turn: the drafts are overwritten, the other files are test-only),
 its contrast from the two real trials, and its credit vector C = s·λ·D·L/m on the fix's tokens
-and 0 elsewhere (DESIGN.md §3 "Coefficients"; L leaves out turn 40, after ``submit``).
+and 0 elsewhere (design page, "Credit arms"; L leaves out turn 40, after ``submit``).
 """
 
 from __future__ import annotations

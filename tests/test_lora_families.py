@@ -1,4 +1,4 @@
-"""Issue 23: LoRA defaults per architecture wrap the intended modules of each family, and one
+"""LoRA defaults per architecture wrap the intended modules of each family, and one
 forward/backward with gradient checkpointing trains only the adapters."""
 
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""eval.metrics: the per-rollout success and paired bootstrap ``evaluate`` modules (issue 14 §3).
+"""eval.metrics: the per-rollout success and paired bootstrap ``evaluate`` modules.
 
 The modules must give the numbers of the code they replaced (main @ 733b7b9): that code is
 kept below as ``_legacy_*`` (copied verbatim, its arithmetic only) and compared field by
@@ -207,7 +207,7 @@ def test_compare_fixture_gives_the_replaced_codes_intervals():
     cmp = compare(runs, n_boot=100, pooled_seeds="all")
     assert cmp["pairs"][0]["ci"] == [0.75, 0.75] and cmp["pairs"][0]["only_in_b"] == ["t2"]
     assert cmp["arms"]["M"]["ci"] == [0.75, 0.75] and cmp["arms"]["B"]["ci"] == [0.0, 0.0]
-    # the default since issue 24 §3: the seed both arms share, M:0 against B:0
+    # the default: the seed both arms share, M:0 against B:0
     (pair,) = compare(runs, n_boot=100)["pairs"]
     assert pair["diffs"] == {"t1": 1.0, "t2": 0.0} and pair["only_in_b"] == []
     assert (pair["seeds_a"], pair["seeds_b"]) == ([0], [0])

@@ -1,4 +1,4 @@
-"""Multi-block bundled tasks and demonstration variants (issue 14 §2).
+"""Multi-block bundled tasks and demonstration variants.
 
 Pure parts (pairing, combined mutations, ids, problem-statement order, recipe fields,
 screening of a pair, demonstration steps) need only git; ``test_pair_build_on_one_project``

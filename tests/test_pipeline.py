@@ -1,4 +1,4 @@
-"""``pipeline: overlapped`` computes what ``pipeline: sequential`` computes (issue 15 §1).
+"""``pipeline: overlapped`` computes what ``pipeline: sequential`` computes.
 
 The real trainer path in this process (``ecredit_trl.train.main``: Podman, the embedded
 policy, bundled tasks, real TRL steps, real verifier trials), run twice with the same
@@ -7,8 +7,8 @@ submitted as episodes end). Rollout 2's factual trial is given an image that doe
 exist (a real ``infra_error`` trial: the container cannot be made), so its factual utility
 is unavailable: the overlapped run has already submitted its counterfactual trial, which
 must be discarded and counted, never used. (An artifact that does not apply no longer
-serves: with a healthy control and a failing retry it is the policy's failure, scored,
-issue 21 §2.)
+serves: with a healthy control and a failing retry it is the policy's failure, scored;
+see the design page, "Who caused a failure decides the reward".)
 """
 
 from __future__ import annotations

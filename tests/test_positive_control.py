@@ -1,4 +1,4 @@
-"""The positive control (issue 24 §1): the harmful edit's detector, its site rule, the
+"""The positive control: the harmful edit's detector, its site rule, the
 ``harmful`` demonstration variant, the screening on real verifier trials and the report's
 harmful-block / resolved-rate tables on a crafted study folder.
 """

@@ -1,4 +1,4 @@
-"""A killed trainer leaves nothing running on any node (issue 25, ``sandbox_backend=ray``).
+"""A killed trainer leaves nothing running on any node (``sandbox_backend=ray``).
 
 A trainer-like driver (tests/ray_cluster_driver.py ``victim``: the runtime train.py makes, a
 pool with two long trials in flight on the two sandbox nodes) is SIGKILLed; the run's

@@ -1,4 +1,4 @@
-"""The ``ray`` sandbox backend (issue 25): verifier trials as Ray tasks and agent workspaces on
+"""The ``ray`` sandbox backend: verifier trials as Ray tasks and agent workspaces on
 Ray actors, Podman on every node.
 
 The cluster tests run a real local Ray cluster (head + worker nodes, ``ray.cluster_utils``)

@@ -1,4 +1,4 @@
-"""``eval.controls`` and the signal pilot on the ``ray`` backend (issue 25), end to end: each
+"""``eval.controls`` and the signal pilot on the ``ray`` backend, end to end: each
 CLI started with ``--sandbox-backend ray`` against a local cluster (a head node and two
 sandbox nodes, tests/ray_cluster_driver.py ``tools``, inside ``unshare -n``) grades its trials
 on the sandbox nodes and records the node that served each one. ``eval.run`` and the main

@@ -1,4 +1,4 @@
-"""A rollout that breaks its own agent container is scored, not masked (issue 21 §2).
+"""A rollout that breaks its own agent container is scored, not masked.
 
 The real trainer path in this process (``ecredit_trl.train.main``: Podman, the embedded
 policy, a real TRL step, real verifier trials, ``terminal_reward: utility``). The embedded

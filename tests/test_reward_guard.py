@@ -1,4 +1,4 @@
-"""Guard per rollout (issue 11 §2): whatever one rollout's records do, the run goes on.
+"""Guard per rollout: whatever one rollout's records do, the run goes on.
 
 The real trainer path in this process (`ecredit_trl.train.main`: Podman, tiny policy,
 real TRL step, real verifier trials), with two failures injected: one rollout's agent

@@ -1,4 +1,4 @@
-"""Evaluation rollouts whose episode ends on a failure (issue 11 §4, issue 21 §2): the row
+"""Evaluation rollouts whose episode ends on a failure: the row
 records the failure and who caused it, loads in the replay format, and nothing raises (after
 the disk budget the files are gone). ``eval.run`` scores them by the training rule: an
 episode the policy broke (disk budget, a fork flood in its own container) is a failed slot

@@ -1,4 +1,4 @@
-"""Podman endpoints (issues 13 §5 and 25): agent sessions only on local agent endpoints; the
+"""Podman endpoints: agent sessions only on local agent endpoints; the
 remote verifier endpoint list is retired in favour of the Ray backend (one scheduler), so it
 is refused in one line naming the Ray settings; one local socket serves trials and sessions."""
 

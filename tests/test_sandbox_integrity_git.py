@@ -1,4 +1,4 @@
-"""Issue 11 §1–§3: host-side git never obeys the agent's repository; what we record is
+"""Host-side git never obeys the agent's repository; what we record is
 what the agent changed; git works inside the agent's container.
 
 The ``podman`` tests run a live agent session (``SWEAgentEnv`` + its Podman container):
@@ -67,7 +67,7 @@ def _apply_in_fresh_base(task, patch: str, tmp_path) -> Path:
     return clone
 
 
-# -- §1: program-running keys the agent sets up inside its container -----------------------
+# -- program-running keys the agent sets up inside its container ---------------------------
 
 SETUPS = {
     "fsmonitor": "git config core.fsmonitor 'touch {m}; false'\n",
@@ -112,7 +112,7 @@ def test_agent_git_config_never_runs_on_the_host(kind, task, tmp_path, podman_ru
         release(env)
 
 
-# -- §1: no-code variants: the recorded artifact is the true change ------------------------
+# -- no-code variants: the recorded artifact is the true change ----------------------------
 
 @pytest.mark.podman
 def test_agent_config_without_code_cannot_change_the_record(task, tmp_path, podman_runtime):
@@ -147,7 +147,7 @@ def test_agent_config_without_code_cannot_change_the_record(task, tmp_path, podm
         release(env)
 
 
-# -- §1/§2: the agent's own git actions, deleted .git, nested repositories -----------------
+# -- the agent's own git actions, deleted .git, nested repositories ------------------------
 
 @pytest.mark.podman
 def test_agent_git_actions_and_reinit_never_break_the_record(task, tmp_path, podman_runtime):
@@ -199,7 +199,7 @@ def test_agent_git_actions_and_reinit_never_break_the_record(task, tmp_path, pod
         release(env)
 
 
-# -- §3: generated files and bytecode ------------------------------------------------------
+# -- generated files and bytecode ----------------------------------------------------------
 
 @pytest.mark.podman
 def test_generated_files_are_not_edits_and_are_reported(task, tmp_path, podman_runtime):

@@ -189,7 +189,7 @@ def test_memory_limit_is_enforced(podman_runtime):
     r = podman_runtime.run_trial(spec("hog", eval_script=hog, limits=Limits(memory="64m")))
     assert "ALLOCATED" not in r.log.splitlines()
     # the kernel OOM-kills the python child; the trial script itself survives, and the
-    # cgroup's oom_kill counter makes the trial `oom` (issue 11 §4), never a test result
+    # cgroup's oom_kill counter makes the trial `oom`, never a test result
     assert r.exit_class == "oom", r.log
     assert r.oom_kills == 1
     assert r.test_exit_code == 137

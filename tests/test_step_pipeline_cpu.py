@@ -1,4 +1,4 @@
-"""The CPU picture of ``benchmarks/step_pipeline.py`` (issue 15 §3) and the OpenMP default.
+"""The CPU picture of ``benchmarks/step_pipeline.py`` and the OpenMP default.
 
 Pure parts on known samples (rounds found from the ledger rows, utilisation, the share of
 saturated periods), this run's containers found by name in real cgroup / storage files laid

@@ -75,12 +75,12 @@ def test_config_resolves_seeds_defaults_and_hash():
 def test_shipped_study_configs_load():
     emb = load_study_config(REPO_ROOT / "studies" / "embedded.yaml")
     assert emb.model is None and emb.accelerate_config is None
-    # the positive control (issue 24 §1): M runs first, then O, B, E
+    # the positive control: M runs first, then O, B, E
     assert emb.design() == [("M", 0), ("O", 0), ("B", 0), ("E", 0)]
     assert emb.warmstart == {"harmful_fraction": 0.5}
     assert emb.eval["splits"] == ["bundled:train"]
     assert emb.eval_n("bundled:train") >= 4 and emb.eval["temperature"] == 1.0
-    assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (issue 14 §2, cost)
+    assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (to save cost)
     off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
     assert off.arms == ["O", "B", "M", "E"] and off.seeds == [0, 1, 2]
     assert off.train["max_steps"] == 80 and off.train["lora_r"] > 0
@@ -214,7 +214,7 @@ def test_status_on_a_partial_folder(tmp_path):
     assert [got[k][0] for k in list(got)[5:]] == ["pending"] * 4
     table = render_status(list(units.values()), out)
     assert table.splitlines()[-1] == "2 done, 2 failed, 1 stale, 4 pending"
-    assert main(["status", "--out", str(out)]) == 1  # a unit failed (issue 24 §5)
+    assert main(["status", "--out", str(out)]) == 1  # a unit failed
 
 
 # -- the CI smoke study -----------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_smoke_study_killed_and_resumed(tmp_path):
                                     if k != "report report"), st.stdout
     report_there = (REPO_ROOT / "ecredit_trl" / "study" / "report.py").is_file()
     assert states["report report"] == ("done" if report_there else "pending"), st.stdout
-    # the study's own records name paths relative to the study folder (issue 24 §5) ...
+    # the study's own records name paths relative to the study folder ...
     rec = json.loads((out / "units" / "eval-O-s0-two.json").read_text())
     assert rec["run_dir"] == "runs/O-s0" and rec["log"] == "logs/eval-O-s0-two.log"
     inputs = json.loads((out / "compare" / "two" / "inputs.json").read_text())
@@ -382,7 +382,7 @@ def test_report_subcommand(tmp_path, capsys):
     assert "study.json missing" in capsys.readouterr().err
 
 
-# -- issue 24 §4: the training pool never overlaps an evaluation split -----------------------
+# -- the training pool never overlaps an evaluation split -----------------------
 def _row(tid: str) -> dict:
     return {"instance_id": tid, "repo": "local/p", "base_commit": "0" * 40,
             "problem_statement": "", "patch": "", "test_patch": "", "version": "0",

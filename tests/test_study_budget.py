@@ -1,4 +1,4 @@
-"""``benchmarks/study_budget.py`` (issue 14 §2): its figures from crafted run and eval records."""
+"""``benchmarks/study_budget.py``: its figures from crafted run and eval records."""
 
 from __future__ import annotations
 

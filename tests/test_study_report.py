@@ -1,4 +1,4 @@
-"""ecredit_trl.study.report: the study report from a study folder (issue 14 §1).
+"""ecredit_trl.study.report: the study report from a study folder.
 
 The folder is built with the real writers where they are cheap: ``ledger_row`` /
 ``trajectory_row`` (ecredit_trl.runs.ledger), ``RunReceipts`` (start + termination),
@@ -331,7 +331,7 @@ def test_receipt_summary_from_receipts(tmp_path):
     assert receipt_summary(killed) == {"class": "sigterm", "sessions": 1, "step": 1}
 
 
-# -- issue 24: power, seeds, one definition of done, measured size, relocation ----------------
+# -- power, seeds, one definition of done, measured size, relocation ----------------
 Z = 1.959963984540054 + 0.8416212335729143  # z_0.975 + z_0.8 (published constants)
 
 

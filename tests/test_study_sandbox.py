@@ -1,4 +1,4 @@
-"""The study config's ``sandbox`` section (issue 25): validated naming the key, passed to every
+"""The study config's ``sandbox`` section: validated naming the key, passed to every
 unit (training runs, their resumes and ``eval.run``) as flags their own parsers accept,
 recorded in ``study.json`` and left out of the hash."""
 

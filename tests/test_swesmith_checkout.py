@@ -1,4 +1,4 @@
-"""SWE-smith tasks start from a branch of the image's repository (issue 13 §3): the verifier
+"""SWE-smith tasks start from a branch of the image's repository: the verifier
 checks the instance branch out in /testbed before applying the artifact, the agent's reset
 checks it out in the rollout's tree before S_0 is taken, and an image without the branch is
 a clear error, never a grade of the image's default tree. Live Podman throughout."""

@@ -1,7 +1,7 @@
 """Task schema, split loaders, sealed holdouts (eval.tasks.schema, eval.tasks.splits, eval.tasks.sealed,
 eval.holdout). No hub access, no Podman.
 
-Fixtures in the SWE-bench format are written by the tests themselves (issue 3).
+Fixtures in the SWE-bench format are written by the tests themselves.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_swebench_row_gets_official_parser_image_and_script():
 
 
 def test_official_row_keeps_its_own_image_registry_qualified():
-    """Issue 13 §2/§3: a row's own ``image`` wins; Podman needs the registry in front."""
+    """A row's own ``image`` wins; Podman needs the registry in front."""
     t = task_from_row(swe_row(3, image="swebench/whatever:v1"), 1, official=True)
     assert t.image == "docker.io/swebench/whatever:v1"
     t = task_from_row(swe_row(3, image="ghcr.io/me/img:2"), 1, official=True)

@@ -1,4 +1,4 @@
-"""Stage timings of a generation round (issue 15 §3): unions, gaps, ledger fields."""
+"""Stage timings of a generation round: unions, gaps, ledger fields."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool-loop bookkeeping (issue 11 §3): calls TRL never ran and calls after submit are not
+"""Tool-loop bookkeeping: calls TRL never ran and calls after submit are not
 format errors; tokens generated after submit get C = 0 in every arm."""
 
 from __future__ import annotations

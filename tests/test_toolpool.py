@@ -1,4 +1,4 @@
-"""Tool calls in parallel across rollouts (issue 15 §1): TRL's own tool loop, prefetched.
+"""Tool calls in parallel across rollouts: TRL's own tool loop, prefetched.
 
 TRL 1.16's real ``GRPOTrainer._tool_call_loop`` runs here on a stand-in trainer: the
 generation is scripted (token ids name the next assistant message; ``parse_response``

@@ -65,7 +65,7 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
     cf = sum(r["trials_counterfactual"] for r in ledger)
     factual = sum(r["trials_factual"] for r in ledger)
     assert factual == len(trajs)  # one factual trial per rollout
-    # issue 12 §1: each factual record states its protected set and what the artifact touched
+    # each factual record states its protected set and what the artifact touched
     assert all("conftest.py" in t["factual"]["protected"] for t in trajs if t["factual"])
     assert sum(r["protected_paths_touched"] for r in ledger) == sum(
         1 for t in trajs if t["factual"] and t["factual"]["protected_touched"])
@@ -81,7 +81,7 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
         assert t["counterfactual"] is None or isinstance(t["counterfactual"], dict)
     assert (run / "checkpoint-final" / "config.json").exists()
     assert (run / "metrics.jsonl").exists()
-    # run records (DESIGN.md §5): manifest, start / checkpoint / termination receipts
+    # run records (design page, "Run records"): manifest, start / checkpoint / termination receipts
     man = json.loads((run / "manifest.json").read_text())
     assert man["world_size"] == 1 and man["tasks"]["n"] == len(cfg["tasks"])
     assert len(man["config_sha256"]) == 64 and len(man["code"]["sha256"]) == 64

@@ -30,7 +30,7 @@ def test_bad_arguments_fail_with_one_line(args, expected, tmp_path):
 
 
 def test_selection_seed_defaults_to_the_run_seed():
-    """Issue 14 §4: every seed of a study gets its own block-selection stream; an explicit
+    """Every seed of a study gets its own block-selection stream; an explicit
     selection_seed still wins."""
     from ecredit_trl.train import parse_args
 

@@ -1,4 +1,4 @@
-"""Records the arm study relies on (issue 14 §4).
+"""Records the arm study relies on.
 
 * Truncated rows under ``mask_truncated_completions``: the real trainer path in this
   process (``ecredit_trl.train.main``: Podman, the embedded policy, real TRL steps, real

@@ -169,7 +169,7 @@ def test_replay_errors(repo, tmp_path):
 
 
 def test_turn_writes_then_replay_keeps_symlinks_and_modes(repo, tmp_path):
-    """Issue 11 §3: a rollout's trees → turn_writes → JSON → replay gives the same trees
+    """A rollout's trees → turn_writes → JSON → replay gives the same trees
     (a symlink stays mode 120000, executable bits stay what they are)."""
     import os
 

@@ -1,4 +1,4 @@
-"""Trial limits from the split (issue 13 §6): SWE-bench-format image tasks get the harness's
+"""Trial limits from the split: SWE-bench-format image tasks get the harness's
 1800 s and 8 GB, bundled tasks keep today's, a row's trial_defaults and explicit flags win;
 every trial records what it ran under."""
 

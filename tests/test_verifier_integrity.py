@@ -1,4 +1,4 @@
-"""Verifier integrity (issue 11 §4/§5, issue 12 §1): all-or-nothing apply, the agent's own
+"""Verifier integrity: all-or-nothing apply, the agent's own
 base tree, OOM kills of any process, and the protected set against forged passes.
 
 Trials run in real Podman containers (marker ``podman``) unless a test says otherwise; the
@@ -141,7 +141,7 @@ def test_spec_always_protects_dot_git_and_refuses_bad_patterns():
 
 
 # ---------------------------------------------------------------------------
-# issue 11 §5: all or nothing
+# all or nothing
 # ---------------------------------------------------------------------------
 
 TWO = {"a.py": "".join(f"a{i} = {i}\n" for i in range(12)),
@@ -187,7 +187,7 @@ def test_two_files_one_applies_is_all_or_nothing(podman_runtime):
 
 
 # ---------------------------------------------------------------------------
-# issue 11 §5: the verifier's base is the agent's starting tree, byte for byte
+# the verifier's base is the agent's starting tree, byte for byte
 # ---------------------------------------------------------------------------
 
 ATTR_FILES = {
@@ -213,7 +213,7 @@ def _attr_repo(tmp_path: Path) -> tuple[Path, str]:
 
 def _agent_tree(repo: Path, base: str, dest: Path) -> Path:
     """The agent's starting tree, made the way the agent environment makes it: through
-    ``sandbox.workspace.agent_repo.agent_clone`` where that exists (issue 11 §3 work), else the
+    ``sandbox.workspace.agent_repo.agent_clone`` where that exists, else the
     ``git clone --shared`` + checkout of ``ecredit_trl.agent.env._clone_at``."""
     try:
         from sandbox.workspace.agent_repo import agent_clone
@@ -285,7 +285,7 @@ def test_patch_from_the_agents_tree_applies_exactly_with_each_attribute(tmp_path
 
 
 # ---------------------------------------------------------------------------
-# issue 11 §4: an OOM kill of any process in the trial
+# an OOM kill of any process in the trial
 # ---------------------------------------------------------------------------
 
 @pytest.mark.podman
@@ -306,7 +306,7 @@ def test_oom_kill_of_a_child_is_oom_even_when_the_tests_pass(podman_runtime):
 
 
 # ---------------------------------------------------------------------------
-# issue 12 §1: forged passes grade as the truth
+# forged passes grade as the truth
 # ---------------------------------------------------------------------------
 
 PLUGIN = ("import pytest\n\n\n"

@@ -1,4 +1,4 @@
-"""--use-vllm without vLLM (issue 15 §2): the settings → SamplingParams mapping, per-turn
+"""--use-vllm without vLLM: the settings → SamplingParams mapping, per-turn
 request seeds, the request building and EOS/limit cutting against a stand-in LLM, the clear
 error when vLLM is missing, and the flags eval.run passes to the rollout subprocess. vLLM
 itself cannot run here (not installed, no GPU): VLLMEngine.from_policy is untested."""
