@@ -273,7 +273,7 @@ def _record_turn_writes(env, turns: list[dict], stop: str) -> tuple[list, list[s
 
     Returns: (the environment's calls, snapshots S_0..S_K).
     """
-    from ecredit_trl.credit.planning import turn_snapshots  # start-up: torch
+    from ecredit_trl.credit.planning import turn_snapshots  # start-up: torch; rollouts --help light
 
     n_turns = max(1, len(turns))
     env_calls = list(env.calls)

@@ -179,7 +179,7 @@ def _int_list(where: str, key: str, v) -> list[int]:
 
 def _train_field_types() -> dict[str, object]:
     """Field name → annotation of ECreditConfig plus the allowed model fields."""
-    from ecredit_trl.config import ECreditConfig  # start-up: trl
+    from ecredit_trl.config import ECreditConfig  # start-up: trl; study --help stays light
 
     types = {f.name: f.type for f in dataclasses.fields(ECreditConfig)}
     types.update({"lora_r": "int", "lora_alpha": "int | None", "lora_dropout": "float",
@@ -371,7 +371,7 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
     # max_completion_length, the bare starting policy would get eval.run's own defaults (a
     # confound measured on the baseline), so unset values come from the training fields.
     # train.py's embedded defaults apply under the field defaults, as they do in a run.
-    from ecredit_trl.config import ECreditConfig  # start-up: trl
+    from ecredit_trl.config import ECreditConfig  # start-up: trl; study --help stays light
     defaults = {f.name: f.default for f in dataclasses.fields(ECreditConfig)}
     defaults.update(embedded_defaults(on_gpu=False))
     for k, tk in (("max_turns", "max_turns"), ("max_new_tokens", "max_completion_length"),
