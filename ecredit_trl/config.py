@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
+from sandbox.backend import check_backend
+from sandbox.cluster.dispatch import RayOptions
+from sandbox.runtimes.podman_runtime import (
+    check_agent_endpoints,
+    endpoints_retired,
+    is_local_endpoint,
+)
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
@@ -181,15 +188,12 @@ class ECreditConfig(GRPOConfig):
     def _check_backend(self) -> None:
         """``sandbox_backend`` is local or ray; ray needs runtime podman and valid
         Ray options (ValueError naming the field)."""
-        from sandbox.backend import check_backend
         check_backend(self.sandbox_backend, self.runtime)
         if self.sandbox_backend == "ray":
             self.ray_options()
 
     def ray_options(self):
         """The :class:`sandbox.cluster.dispatch.RayOptions` of these fields."""
-        from sandbox.cluster.dispatch import RayOptions
-
         return RayOptions(address=self.ray_address, max_in_flight=self.sandbox_max_in_flight,
                           podman_url=self.ray_podman_url, registry=self.ray_image_registry)
 
@@ -198,12 +202,6 @@ class ECreditConfig(GRPOConfig):
         retired, so any value is refused with the migration message; the deprecated
         ``podman_endpoints`` fills ``agent_endpoints`` when that is empty (its entries must
         be local now); a remote agent endpoint is refused (ValueError naming the field)."""
-        from sandbox.runtimes.podman_runtime import (
-            check_agent_endpoints,
-            endpoints_retired,
-            is_local_endpoint,
-        )
-
         for name in ("podman_endpoints", "agent_endpoints", "verifier_endpoints"):
             if isinstance(getattr(self, name), str):
                 raise ValueError(f"{name}: expected a list of Podman API URLs, got a string")

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from eval.tasks.bundled.build import ensure_built
-from eval.tasks.bundled.recipe import BuildError
+from eval.tasks.bundled.imagetasks import ensure_image_tasks, image_built_dir
+from eval.tasks.bundled.recipe import BuildError, load_recipe
 
 
 def main(argv=None) -> int:
@@ -51,9 +52,6 @@ def main(argv=None) -> int:
 
 
 def _image_tasks(args, t0: float) -> int:
-    from eval.tasks.bundled.imagetasks import ensure_image_tasks, image_built_dir
-    from eval.tasks.bundled.recipe import load_recipe
-
     try:
         tasks = ensure_image_tasks(args.recipe, out=args.out, concurrency=args.concurrency,
                                    force=args.force)

@@ -48,9 +48,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from eval.files import atomic_write_text as _atomic_write
+from eval.files import write_json as wj
 from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
-from eval.tasks.presence import runtime_kind, task_image_digests
-from sandbox.backend import add_runtime_args, runtime_from_args
+from eval.tasks.presence import require_task_images, runtime_kind, task_image_digests
+from eval.tasks.sealed import ids_sha256
+from eval.tasks.splits import load_tasks
+from eval.tasks.trialspec import task_trial_spec
+from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
+from sandbox.trials.pool import VerifierPool
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
            "control_counts", "main", "run_controls"]
@@ -81,8 +87,6 @@ class AdmissionError(ValueError):
 
 
 def _ids_sha256(ids) -> str:
-    from eval.tasks.sealed import ids_sha256
-
     return ids_sha256(list(ids))
 
 
@@ -94,8 +98,6 @@ def _slug(text: str, n: int = 40) -> str:
 
 
 def _write_json(path: Path, obj) -> None:
-    from eval.files import write_json as wj
-
     wj(path, obj)
 
 
@@ -212,7 +214,7 @@ def _task_key(task, digest: str | None, repeats: int = 1, keep_flaky: bool = Fal
 
 def _grade_control(task, res, *, expected: bool, control_log: str | None,
                    p2p: list[str] | None = None) -> dict:
-    from eval.grading.grader import grade
+    from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     row = {"exit_class": res.exit_class, "trial_id": res.trial_id,  # node: ray's, else ""
            "service_s": res.service_s, "attempts": res.attempts, "node": res.node}
@@ -253,9 +255,6 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
     repeats.
     """
-    from eval.tasks.presence import require_task_images
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
@@ -303,7 +302,6 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
                            for tid, r in sorted(per_task.items())},
               "manifest": str(out / "admission.json"), "wall_s": round(time.time() - t0, 3)}
     _write_json(out / "controls.json", result)
-    from eval.files import atomic_write_text as _atomic_write
 
     _atomic_write(out / "controls.md", render_markdown(result))
     say(f"controls: admitted {counts['admitted']['count']}/{len(ids)}; "
@@ -316,8 +314,6 @@ def _select_tasks(split: str, task_ids: Sequence[str] | None) -> list:
 
     Raises: ValueError naming ``task_ids`` entries not in the split.
     """
-    from eval.tasks.splits import load_tasks
-
     tasks = load_tasks(split, purpose="eval")
     if task_ids:
         known = {t.instance_id for t in tasks}
@@ -359,9 +355,6 @@ def _run_control_pairs(pool, todo: list, out: Path, timeout_s: float,
     """``repeats`` empty + gold trials of every ``todo`` task, graded (gold with the empty log
     for attribution), logs and per-task rows (:func:`_control_row`) written; rows added to
     ``per_task``."""
-    from eval.files import atomic_write_text as _atomic_write
-    from eval.tasks.trialspec import task_trial_spec
-
     futs = []
     for t, key, cp in todo:
         sid = f"{_slug(t.instance_id)}-{uuid.uuid4().hex[:6]}"

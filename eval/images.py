@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eval.tasks.splits import load_tasks
+from sandbox.images.cli import add_pull_arguments, run_pull
+
 
 def split_images(split: str) -> list[str]:
     """The distinct images of the tasks of ``split`` (:func:`eval.tasks.splits.load_tasks`, purpose
@@ -20,14 +23,10 @@ def split_images(split: str) -> list[str]:
 
     Raises: ValueError / FileNotFoundError from the loader (naming the field or file).
     """
-    from eval.tasks.splits import load_tasks
-
     return list(dict.fromkeys(t.image for t in load_tasks(split, purpose="eval")))
 
 
 def main(argv=None) -> int:
-    from sandbox.images.cli import add_pull_arguments, run_pull
-
     ap = argparse.ArgumentParser(prog="python -m eval.images")
     sub = ap.add_subparsers(dest="cmd", required=True)
     add_pull_arguments(sub.add_parser("pull", help="pull the task images local storage lacks"))

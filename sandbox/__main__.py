@@ -4,7 +4,7 @@ Containers are removed by run label (all runs, or one); ``--ray-address`` does t
 every sandbox node of a Ray cluster (:func:`sandbox.cluster.dispatch.gc_cluster`). Temp directories
 (``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` snapshot indexes,
 ``ecredit-podman-*`` service sockets) are removed when the process that made them is
-gone (:func:`sandbox.workspace.disk.gc_temp_dirs`); a live run's directories are kept.
+gone (:func:`sandbox.runtimes.tempdirs.gc_temp_dirs`); a live run's directories are kept.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sandbox.cluster.dispatch import gc_cluster
 from sandbox.runtimes.podman_runtime import gc
-from sandbox.workspace.disk import gc_temp_dirs
+from sandbox.runtimes.tempdirs import gc_temp_dirs
 
 
 def main(argv=None) -> int:
@@ -31,8 +32,6 @@ def main(argv=None) -> int:
                         "cluster (auto, HOST:PORT): one pinned task per node")
     args = ap.parse_args(argv)
     if args.cmd == "gc" and args.ray_address:
-        from sandbox.cluster.dispatch import gc_cluster
-
         for node, names in gc_cluster(args.ray_address, args.run_id):
             print(f"node {node[:12]}: removed {len(names)} container(s)"
                   + (": " + " ".join(names) if names else ""))

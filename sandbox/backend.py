@@ -8,7 +8,10 @@ imports it.
 import argparse
 import uuid
 
-from sandbox.runtimes.podman_runtime import endpoints_retired
+from sandbox.cluster.dispatch import RayOptions, RayUnavailable
+from sandbox.cluster.trials import RayRoutedRuntime
+from sandbox.runtimes.local_runtime import LocalRuntime
+from sandbox.runtimes.podman_runtime import PodmanRuntime, endpoints_retired
 
 __all__ = ["BACKENDS", "check_backend", "make_runtime", "runtime_argv"]
 
@@ -54,18 +57,11 @@ def make_runtime(kind: str = "podman", *, run_id: str | None = None,
     """
     check_backend(backend, kind, endpoints)
     if backend == "ray":
-        from sandbox.cluster.dispatch import RayOptions
-        from sandbox.cluster.trials import RayRoutedRuntime
-
         return RayRoutedRuntime(run_id=run_id or f"ray-{uuid.uuid4().hex[:8]}",
                                 options=ray or RayOptions(), agent_endpoints=agent_endpoints)
     if kind == "podman":
-        from sandbox.runtimes.podman_runtime import PodmanRuntime
-
         return PodmanRuntime(run_id=run_id, agent_endpoints=agent_endpoints)
     if kind == "local":
-        from sandbox.runtimes.local_runtime import LocalRuntime
-
         return LocalRuntime(run_id=run_id or "local")
     raise ValueError(f"runtime: expected 'podman' or 'local', got {kind!r}")
 
@@ -128,11 +124,9 @@ def runtime_from_args(args, run_prefix: str):
     check_backend(args.sandbox_backend, args.runtime)
     if args.sandbox_backend == "local":
         return args.runtime
-    from sandbox.cluster.dispatch import RayOptions
 
     opts = RayOptions(address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
                       podman_url=args.ray_podman_url, registry=args.ray_image_registry)
-    from sandbox.cluster.dispatch import RayUnavailable
 
     run_id = getattr(args, "sandbox_run_id", None) or f"{run_prefix}-{os.getpid()}"
     try:

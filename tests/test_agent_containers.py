@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO_ROOT
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-from sandbox.workspace.disk import OWNER_FILE, gc_temp_dirs, mark_owner, tree_usage
+from sandbox.runtimes.tempdirs import OWNER_FILE, gc_temp_dirs, mark_owner
+from sandbox.workspace.disk import tree_usage
 from sandbox.workspace.session import SandboxExecError
 
 MiB = 2**20

@@ -30,7 +30,8 @@ def _jsonl(path: Path) -> list[dict]:
 
 # -- pure parts ---------------------------------------------------------------------------------
 def test_truncation_rule_is_trls():
-    from ecredit_trl.credit.planning import EXCLUSION_ORDER, is_truncated
+    from ecredit_trl.credit.planning import is_truncated
+    from ecredit_trl.runs.ledger import EXCLUSION_ORDER
 
     stop = [7, 0]  # eos 7, pad 0
     assert is_truncated([5, 6, 9], stop) and not is_truncated([5, 7], stop)

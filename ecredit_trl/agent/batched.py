@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from ecredit_trl.agent.env import SWEAgentEnv, release
 from ecredit_trl.agent.episode import (
     EpisodeTurns,
     rollout_row,
@@ -137,8 +138,6 @@ class _Batcher:
         self.pool = None
 
     def run(self, slots) -> dict:
-        from ecredit_trl.agent.env import release
-
         queue = deque(slots)
         self.pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="agent")
         try:
@@ -169,8 +168,6 @@ class _Batcher:
         return [s for s in self.live if s.phase == "generate"]
 
     def _top_up(self, queue: deque) -> None:
-        from ecredit_trl.agent.env import SWEAgentEnv
-
         while queue and len(self.live) < self.batch_size:
             task, i = queue.popleft()
             slot = _Slot(task, i, SWEAgentEnv(episode_context(self.ctx)),
@@ -201,8 +198,6 @@ class _Batcher:
             slot.phase, slot.fut, slot.limit = "generate", None, limit
 
     def _finish(self, slot: _Slot) -> None:
-        from ecredit_trl.agent.env import release
-
         try:
             row = rollout_row(slot.env, slot.task, slot.turns.ep, rollout_index=slot.index,
                               seed=self.seed, rseed=slot.rseed, setup_s=slot.setup_s,

@@ -52,8 +52,8 @@ from pathlib import Path
 
 from ecredit_trl.agent import editor
 from ecredit_trl.agent.failures import FAILURE_REASONS, EpisodeFailures  # noqa: F401 - re-exported
+from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
-from sandbox.workspace.disk import mark_owner
 from sandbox.workspace.rollout import DEFAULT_TREE_BUDGET_BYTES, RolloutWorkspace, WorkspaceSite
 from sandbox.workspace.session import DEFAULT_MAX_FILE_BYTES
 

@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from ecredit_trl.agent.generation import GenerationSettings, Policy, rollout_seed
+from ecredit_trl.agent.prompts import task_prompt
 from ecredit_trl.credit.trajectory import turn_writes
+from sandbox.snapshots.snapshot import artifact
 
 __all__ = ["EpisodeTurns", "rollout_row", "run_rollout", "run_tool_calls", "start_episode"]
 
@@ -58,8 +60,6 @@ def start_episode(policy: Policy, env, task) -> list[int]:
 
     Raises: KeyError / ValueError from ``env.reset`` (unknown task, no ``repo_dir``).
     """
-    from ecredit_trl.agent.prompts import task_prompt
-
     env.ctx.turn = 0
     env.reset(instance_id=task.instance_id)
     return policy.render_prompt(task_prompt(task))
@@ -71,8 +71,6 @@ def rollout_row(env, task, ep: _Episode, *, rollout_index: int, seed: int, rseed
     ``binding``): per-turn writes from the environment's snapshots, the artifact (``git
     diff`` from base), counts and timings (seconds; ``t_start`` is ``time.monotonic()`` at
     the episode's start)."""
-    from sandbox.snapshots.snapshot import artifact
-
     t0 = time.monotonic()
     failure = list(env.failure) if env.failure else None
     if failure and failure[0] == "disk_budget":  # its files (and snapshots) are removed
@@ -275,7 +273,7 @@ def _record_turn_writes(env, turns: list[dict], stop: str) -> tuple[list, list[s
 
     Returns: (the environment's calls, snapshots S_0..S_K).
     """
-    from ecredit_trl.credit.planning import turn_snapshots
+    from ecredit_trl.credit.planning import turn_snapshots  # start-up: torch; rollouts --help light
 
     n_turns = max(1, len(turns))
     env_calls = list(env.calls)

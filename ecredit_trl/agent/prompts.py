@@ -7,6 +7,8 @@ evaluation render the same text.
 
 from __future__ import annotations
 
+from ecredit_trl.agent.env import tool_schemas
+
 INSTRUCTION = ("Fix the bug in the repository at /testbed described below. Use the tools to "
                "look at the code and edit it, then call submit.")
 """The fixed instruction that precedes the problem statement (part of the warm-start cache key)."""
@@ -42,6 +44,4 @@ def policy_tools() -> list[dict]:
 
     Returns: list of ``{"type": "function", "function": {...}}`` dicts.
     """
-    from ecredit_trl.agent.env import tool_schemas
-
     return sorted(tool_schemas(), key=lambda t: t["function"]["name"])

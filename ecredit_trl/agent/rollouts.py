@@ -71,6 +71,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ecredit_trl.agent.batched import run_batched
+from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.episode import run_rollout
 from ecredit_trl.agent.generation import (
     TRL_SAMPLING_DEFAULTS,
@@ -79,9 +81,12 @@ from ecredit_trl.agent.generation import (
     load_rollout_policy,
     rollout_seed,
 )
+from ecredit_trl.agent.vllm_engine import VLLMEngine, require_vllm
 from ecredit_trl.credit.trajectory import turn_writes
+from ecredit_trl.runs.records import append_jsonl, read_jsonl
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
-from sandbox.backend import add_runtime_args, runtime_from_args
+from eval.tasks.splits import load_tasks
+from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -110,8 +115,6 @@ def _existing(out: Path, binding: str) -> set[tuple[str, int]]:
 
     Raises: ValueError naming ``out`` when it holds rows of another binding.
     """
-    from ecredit_trl.runs.records import read_jsonl
-
     if not out.exists():
         return set()
     done = set()
@@ -153,10 +156,6 @@ def run_rollouts(policy: Policy, tasks: Sequence, out: str | Path, *, n: int, se
     Raises: ValueError for ``n < 1``, a batch size or concurrency < 1, or a foreign binding
         in ``out``.
     """
-    from ecredit_trl.agent.batched import run_batched
-    from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
-    from ecredit_trl.runs.records import append_jsonl
-
     say = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n: must be an int >= 1, got {n!r}")
@@ -253,8 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="generate through vllm.LLM (colocated, from the model path)")
     args = ap.parse_args(argv)
 
-    from eval.tasks.splits import load_tasks
-    from sandbox.backend import make_runtime
     try:
         tasks = load_tasks(args.tasks, purpose="eval")
         if args.task_ids:
@@ -269,15 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"{args.batch_size} / {args.agent_concurrency}")
         engine = None
         if args.use_vllm:
-            from ecredit_trl.agent.vllm_engine import require_vllm
-
             require_vllm()
         policy = load_rollout_policy(args.model, device="cpu" if args.use_vllm else args.device,
                                      dtype=args.dtype, chat_template=args.chat_template)
         settings = settings_for(policy.ref, args)
         if args.use_vllm:
-            from ecredit_trl.agent.vllm_engine import VLLMEngine
-
             engine = VLLMEngine.from_policy(policy, dtype=args.dtype)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)

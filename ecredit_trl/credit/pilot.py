@@ -74,7 +74,10 @@ from ecredit_trl.credit.trajectory import (
     token_turns,
 )
 from eval.files import atomic_write_text
+from eval.tasks.splits import load_tasks
+from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
 from sandbox.snapshots.snapshot import artifact as _artifact
+from sandbox.trials.pool import VerifierPool
 
 __all__ = [
     "EXCLUSIONS",
@@ -155,8 +158,6 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
 
     source: the design page, "Query bound"
     """
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     by_id = _check_inputs(tasks, trajectories, concurrency=concurrency,
                           credit_lambda=credit_lambda, credit_cap=credit_cap)
@@ -364,7 +365,6 @@ def _run_credit_config(trajectories: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
-    from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D.")
@@ -384,7 +384,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test-pattern", action="append", default=None,
                     help="test-path pattern (repeatable; default: the built-in test-path patterns)")
     args = ap.parse_args(argv)
-    from eval.tasks.splits import load_tasks
 
     if not Path(args.trajectories).is_file():
         print(f"error: --trajectories: no such file {args.trajectories}", file=sys.stderr)

@@ -17,8 +17,10 @@ import re
 from concurrent.futures import as_completed
 from pathlib import Path
 
+from ecredit_trl.runs.outcomes import trial_verdict
 from eval.files import atomic_write_text
 from eval.integrity.attribution import ControlFacts
+from eval.tasks.trialspec import task_trial_spec
 
 
 def _slug(text: str, n: int = 48) -> str:
@@ -68,8 +70,6 @@ class PilotTrials:
 
     def submit_controls(self, pool, admitted: list[dict]) -> None:
         """Read each admitted task's control from the cache (same key, exit ok) or submit it."""
-        from eval.tasks.trialspec import task_trial_spec
-
         for task_id in sorted({r["task_id"] for r in admitted}):
             task = self.by_id[task_id]
             cpath = self.out / "controls" / f"{_slug(task_id)}.json"
@@ -96,8 +96,6 @@ class PilotTrials:
 
     def submit_factual(self, pool, records: list[dict]) -> dict:
         """One factual trial per admitted record; returns future → record index."""
-        from eval.tasks.trialspec import task_trial_spec
-
         fact_fut = {}
         for i, r in enumerate(records):
             if r["exclusion"] is not None:
@@ -133,8 +131,7 @@ class PilotTrials:
         (None, None) when the utility is unavailable. A failure charged to the artifact gives
         the failure value and a summary with ``failure_class`` / ``failure_evidence``; ``row``
         (the trial's ``trials.jsonl`` row) gets the ``outcome`` and ``failure_class``."""
-        from ecredit_trl.runs.outcomes import trial_verdict
-        from eval.grading.grader import grade
+        from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
         ctrl = self.control_log(task.instance_id)
         v = trial_verdict(task, res, ctrl, self.control_facts(task.instance_id))
@@ -153,8 +150,6 @@ class PilotTrials:
         """Grade the factual trials as they finish; a record without an original utility is
         excluded, every other one gets its counterfactual trial submitted (returned as
         future → record index)."""
-        from eval.tasks.trialspec import task_trial_spec
-
         cf_fut = {}
         done_f = 0
         for fut in as_completed(fact_fut):

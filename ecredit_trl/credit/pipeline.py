@@ -42,9 +42,12 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import trial_verdict
+from eval.grading.grader import grade
 from eval.integrity.attribution import ControlFacts
+from eval.tasks.trialspec import task_trial_spec
 
 COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
@@ -66,15 +69,10 @@ class TrialPipelineMixin:
 
     # -- specs, grading ------------------------------------------------------------------
     def _grade(self, task, log: str, control_log: str | None):
-        from eval.grading.grader import grade
-
         return grade(log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
                      control_log=control_log)
 
     def _spec(self, task, artifact: str, trial_id: str):
-        from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
-        from eval.tasks.trialspec import task_trial_spec
-
         # limits from the task's split unless given; recorded on each result
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
                                memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,

@@ -14,10 +14,7 @@ import torch
 
 from ecredit_trl.credit.blocks import SelectionRecord, ablate, edit_blocks, eligibility
 from ecredit_trl.credit.coefficients import credit_coefficients_batch
-
-EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
-"""Exclusion reasons, applied in this order (design page, "Exclusion reasons"; ``truncated``:
-with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
+from sandbox.snapshots.snapshot import artifact
 
 
 def is_truncated(ids: Sequence[int], stop_ids: Sequence[int]) -> bool:
@@ -222,8 +219,6 @@ def plan_query(repo, snapshots: Sequence[str], *, task_id: str, rollout_index: i
 
     Returns: :class:`QueryPlan`. Raises SnapshotError for unknown trees.
     """
-    from sandbox.snapshots.snapshot import artifact
-
     blocks = edit_blocks(repo, snapshots)
     judged = eligibility(repo, snapshots, blocks, test_patterns=test_patterns)
     sel = SelectionRecord.build(task_id=task_id, rollout_index=rollout_index, run_seed=run_seed,

@@ -58,6 +58,7 @@ from ecredit_trl.credit.trajectory import (
     checkout_base,
     dump_trajectories,
 )
+from eval.tasks.splits import load_tasks
 from sandbox.snapshots.snapshot import Snapshotter, changed_paths
 
 __all__ = ["KINDS", "GoldInfo", "gold_info", "scripted_for_task", "scripted_trajectories"]
@@ -403,7 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {KINDS}")
     args = ap.parse_args(argv)
-    from eval.tasks.splits import load_tasks
 
     trajs = scripted_trajectories(load_tasks(args.tasks), kinds=args.kinds.split(","),
                                   seed=args.seed, max_tasks=args.max_tasks)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
+from sandbox.workspace.imagetree import base_cache
 
 __all__ = ["s0_source"]
 
@@ -51,7 +52,6 @@ def s0_source(task, cache_dir: str | Path, *,
     image = getattr(task, "image", None)
     if not image:
         raise ValueError(f"image: task {task.instance_id} has neither a repo_dir nor an image")
-    from sandbox.workspace.imagetree import base_cache
 
     branch = task.base_commit if getattr(task, "checkout_base", False) else None
     base = base_cache(image, getattr(task, "workdir", None) or "/testbed", cache_dir,

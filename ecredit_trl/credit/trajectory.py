@@ -46,7 +46,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
+from sandbox.snapshots.snapshot import (
+    DEFAULT_SNAPSHOT_IGNORE,
+    Snapshotter,
+    changed_paths,
+    read_blob,
+)
 
 __all__ = [
     "FileWrite",
@@ -456,8 +461,6 @@ def turn_writes(repo, snaps: Sequence[str]) -> list[dict]:
     Args: ``repo``: the store holding the trees (``sandbox.snapshots.snapshot.store_of``).
     Raises: SnapshotError for a tree unknown in ``repo``.
     """
-    from sandbox.snapshots.snapshot import changed_paths, read_blob
-
     out = []
     for k in range(1, len(snaps)):
         writes: dict = {}

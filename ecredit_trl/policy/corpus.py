@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 
+from ecredit_trl.policy.tiny_model import build_tokenizer
+
 __all__ = ["EpisodeExample", "call_messages", "episode_example", "generated_turn_ids",
            "render_corpus"]
 
@@ -30,8 +32,6 @@ def render_corpus(demos: list[dict]) -> list[str]:
     """The texts the embedded tokenizer is trained on: each demonstration rendered with the
     qwen3 training template (tool schemas included)."""
     from trl.chat_template_utils import qwen3_training_chat_template
-
-    from ecredit_trl.policy.tiny_model import build_tokenizer
 
     bare = build_tokenizer([], vocab_size=265)
     return [bare.apply_chat_template(d["messages"], tools=json.loads(d["tools"]), tokenize=False,

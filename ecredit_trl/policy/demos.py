@@ -48,6 +48,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecredit_trl.agent import editor
+from ecredit_trl.agent.env import _clone_at
+from ecredit_trl.agent.prompts import policy_tools, task_prompt
+from eval.tasks.bundled.mutations import find_mutations, mutation_is_valid
+
 __all__ = ["CLOSING_MESSAGE", "EXTRA_COMMENT", "SUBMIT_OUTPUT", "DemoError", "DemoVariants",
            "GoldEdit", "demo_conversation", "demo_conversations", "demo_steps", "demo_variant",
            "gold_edits"]
@@ -230,8 +235,6 @@ def _def_lines(text: str, avoid: set[int]) -> list[tuple[int, str]]:
 def _wrong_text(buggy: str, gold: str, line: int, rng: random.Random) -> str | None:
     """``buggy`` with one more one-line mutation on ``line`` or the nearest line within
     ±7 (another wrong fix), never one that gives ``gold``; ``None`` when there is none."""
-    from eval.tasks.bundled.mutations import find_mutations, mutation_is_valid
-
     try:
         sites = [m for m in find_mutations("f.py", buggy) if abs(m.line - line) <= 7]
     except SyntaxError:
@@ -354,9 +357,6 @@ def demo_conversation(task, workroot: str | Path | None = None,
         DemoError: no ``repo_dir``, the gold patch does not apply, creates/deletes/renames a
             file or is not text, or an editor call fails (message names the task).
     """
-    from ecredit_trl.agent.env import _clone_at
-    from ecredit_trl.agent.prompts import policy_tools, task_prompt
-
     iid = getattr(task, "instance_id", "?")
     variants = variants or DemoVariants()
     try:
@@ -418,8 +418,6 @@ def demo_conversation(task, workroot: str | Path | None = None,
 def _run_steps(root: Path, steps: list[tuple]) -> list[dict]:
     """Run :func:`demo_steps` calls with the real editor in ``root``; returns the assistant
     call and tool result messages. Raises: DemoError when the editor refuses a call."""
-    from ecredit_trl.agent import editor
-
     messages: list[dict] = []
     for step in steps:
         try:

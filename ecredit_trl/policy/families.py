@@ -23,6 +23,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ecredit_trl.agent.prompts import policy_tools
+from eval.evaluation.templatecheck import trl_template
+
 __all__ = ["FAMILIES", "Family", "build_family_model", "ensure_family_model", "family"]
 
 _QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -149,8 +152,6 @@ def family(template: str) -> Family:
 def _corpus(fam: Family, template: str) -> list[str]:
     """Texts the BPE learns merges from: TRL's template itself (its literal text is what the
     renders repeat) and the tool schemas, with the family's tokens removed."""
-    from ecredit_trl.agent.prompts import policy_tools
-
     texts = [template, json.dumps(policy_tools()), "def f(x):\n    return x + 1\n" * 4]
     return [_strip_tokens(fam, t) for t in texts]
 
@@ -178,8 +179,6 @@ def build_family_tokenizer(fam: Family, vocab_size: int = 700, corpus: list[str]
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AddedToken, PreTrainedTokenizerFast
-
-    from eval.evaluation.templatecheck import trl_template
 
     text = trl_template(fam.template)
     tok = Tokenizer(models.BPE())
@@ -239,8 +238,6 @@ def cache_root() -> Path:
 def _key(fam: Family) -> str:
     import tokenizers
     import transformers
-
-    from eval.evaluation.templatecheck import trl_template
 
     blob = json.dumps({"fam": repr(fam), "shape": _SHAPE, "template": trl_template(fam.template),
                        "transformers": transformers.__version__,

@@ -32,15 +32,24 @@ import tempfile
 import time
 from pathlib import Path
 
+from ecredit_trl.agent.generation import Policy, torch_threads
+from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
+from ecredit_trl.policy.corpus import call_messages, episode_example
+from ecredit_trl.policy.demos import DemoVariants, demo_conversations
+from ecredit_trl.policy.families import FAMILIES, build_family_model, build_family_tokenizer, family
 from ecredit_trl.policy.sft import (
     cached_model_dir,
     no_checkpointing,
     progress_callback,
     save_model,
-    torch_threads,
     train_child,
     write_json,
 )
+from ecredit_trl.policy.warmstart import cache_root
+from eval.evaluation.templatecheck import trl_template
+from eval.tasks.schema import save_tasks
+from eval.tasks.sealed import check_not_sealed
+from eval.tasks.splits import load_tasks
 
 __all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
            "ensure_family_policy", "family_recipe", "train_family_dir"]
@@ -76,8 +85,6 @@ DEFAULT_TASKS = ("bundled__toolz-1.2.0-0011", "bundled__cachetools-8.0.2-0010")
 
 def default_tasks() -> list:
     """The :data:`DEFAULT_TASKS` rows of ``bundled:train`` (built on first use)."""
-    from eval.tasks.splits import load_tasks
-
     by_id = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
     return [by_id[i] for i in DEFAULT_TASKS]
 
@@ -88,10 +95,6 @@ def family_recipe(template: str, steps: int | None = None, seed: int = 0, **over
     Raises: KeyError for an unknown template; ValueError naming an unknown override or a
     non-positive ``steps``.
     """
-    from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
-    from ecredit_trl.policy.families import family
-    from eval.evaluation.templatecheck import trl_template
-
     fam = family(template)
     unknown = sorted(set(overrides) - set(FAMILY_RECIPE))
     if unknown:
@@ -134,10 +137,6 @@ def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = No
         family's parser does not read back), DemoError, RuntimeError (training failed),
         eval.tasks.sealed.SealedTaskError.
     """
-    from ecredit_trl.policy.demos import DemoVariants, demo_conversations
-    from ecredit_trl.policy.warmstart import cache_root
-    from eval.tasks.sealed import check_not_sealed
-
     log = log or (lambda *_: None)
     tasks = list(tasks)
     if not tasks:
@@ -172,8 +171,6 @@ def _as_loaded(fam, texts: list[str], r: dict, seed: int):
     """
     from transformers import AutoTokenizer
 
-    from ecredit_trl.policy.families import build_family_model, build_family_tokenizer
-
     for use_regex in (False, True):
         built = build_family_tokenizer(fam, vocab_size=r["vocab_size"], corpus=texts,
                                        use_regex=use_regex)
@@ -194,11 +191,6 @@ def _examples(template: str, demos: list[dict], r: dict):
     demonstrations rendered with TRL's template, every row is checked by the family's parser
     (:func:`~ecredit_trl.policy.corpus.episode_example`)."""
     from types import SimpleNamespace
-
-    from ecredit_trl.agent.generation import Policy
-    from ecredit_trl.agent.prompts import policy_tools
-    from ecredit_trl.policy.corpus import call_messages, episode_example
-    from ecredit_trl.policy.families import build_family_tokenizer, family
 
     fam = family(template)
     convs = [call_messages(d["messages"]) for d in demos]
@@ -225,7 +217,6 @@ def train_family_dir(job: str | Path, log=print) -> Path:
     from trl import SFTConfig, SFTTrainer
 
     from datasets import Dataset
-    from eval.evaluation.templatecheck import trl_template
 
     log = log or (lambda *_: None)
     job = Path(job)
@@ -291,8 +282,6 @@ def main(argv: list[str] | None = None) -> int:
     of :func:`ensure_family_policy`. Returns the exit status (2: bad arguments)."""
     import argparse
 
-    from ecredit_trl.policy.families import FAMILIES
-
     ap = argparse.ArgumentParser(
         prog="python -m ecredit_trl.policy.family_warmstart",
         description="A tiny model of a chat-template family, warm-started to emit tool calls "
@@ -317,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
         path = ensure_family_policy(args.template, tasks, steps=args.steps,
                                     log=lambda m: print(m, file=sys.stderr))
         if args.write_tasks:
-            from eval.tasks.schema import save_tasks
-
             save_tasks(tasks, args.write_tasks)
     except (ValueError, OSError) as exc:
         print(f"family_warmstart: error: {exc}", file=sys.stderr)

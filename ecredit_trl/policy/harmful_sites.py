@@ -33,7 +33,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ecredit_trl.agent.env import _clone_at
+from eval.files import atomic_write_text
+from eval.tasks.bundled.recipe import cache_dir as default_cache
 from eval.tasks.harmful import HARMFUL_LINE, HarmfulEdit
+from eval.tasks.trialspec import task_trial_spec
+from sandbox.backend import make_runtime
+from sandbox.trials.pool import VerifierPool
 
 __all__ = ["SITE_RULE", "candidate_edits", "harmful_edit_patch", "harmful_meta",
            "library_files", "recipe_harmful_edits", "screen_harmful_edits"]
@@ -161,8 +167,6 @@ def harmful_edit_patch(task, edit: HarmfulEdit | None, workroot: str | None = No
     Raises: RuntimeError when the gold patch does not apply; ValueError when ``edit.old_str``
     does not occur exactly once in its file after the gold patch.
     """
-    from ecredit_trl.agent.env import _clone_at
-
     with tempfile.TemporaryDirectory(prefix="ecredit-harm-", dir=workroot) as tmp:
         root = Path(tmp) / "repo"
         _clone_at(task.repo_dir, task.base_commit, root)
@@ -180,8 +184,6 @@ def harmful_edit_patch(task, edit: HarmfulEdit | None, workroot: str | None = No
 
 def task_texts(task, workroot: str | None = None) -> tuple[dict[str, str], dict[str, set[int]]]:
     """(library path → text after the gold patch, fixed path → changed gold lines)."""
-    from ecredit_trl.agent.env import _clone_at
-
     with tempfile.TemporaryDirectory(prefix="ecredit-harm-", dir=workroot) as tmp:
         root = Path(tmp) / "repo"
         _clone_at(task.repo_dir, task.base_commit, root)
@@ -221,7 +223,7 @@ def cache_key(task) -> str:
 
 
 def _grade(task, res) -> dict:
-    from eval.grading.grader import grade
+    from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     if res.exit_class != "ok":
         return {"exit_class": res.exit_class, "resolved": None, "complete": False,
@@ -234,8 +236,6 @@ def _grade(task, res) -> dict:
 
 def _screen_one(task, pool, timeout_s: float | None) -> dict:
     """One task's screening record: ``{"edit": dict | None, "reason": str, "trials": [...]}``."""
-    from eval.tasks.trialspec import task_trial_spec
-
     iid = task.instance_id
     texts, fix_lines = task_texts(task)
     cands = candidate_edits(texts, fix_lines, list(task.PASS_TO_PASS), iid)[:MAX_TRIES]
@@ -290,10 +290,6 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
 
     Raises: PodmanUnavailable when Podman cannot start (a screening needs real trials).
     """
-    from eval.files import atomic_write_text
-    from eval.tasks.bundled.recipe import cache_dir as default_cache
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     log = log or (lambda *_: None)
     root = Path(cache_dir if cache_dir is not None else default_cache()) / "harmful"
     out, todo = {}, []

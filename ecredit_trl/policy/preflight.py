@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ecredit_trl.policy.lora_defaults import resolve_lora
+from eval.evaluation.modelref import hub_snapshot, looks_like_hub_id
+from eval.evaluation.templatecheck import model_template_text, resolve_template_option
+
 __all__ = ["check_template", "lora_config", "model_location"]
 
 
@@ -16,8 +20,6 @@ def model_location(model: str) -> str:
 
     Raises: FileNotFoundError, one line: a path that is no directory, a hub id not cached.
     """
-    from eval.evaluation.modelref import hub_snapshot, looks_like_hub_id
-
     if Path(model).expanduser().is_dir():
         return model
     if looks_like_hub_id(model):
@@ -32,8 +34,6 @@ def check_template(cfg, model_path, given: str) -> str:
 
     Raises: TemplateRefused (one line), ValueError naming ``--chat_template``.
     """
-    from eval.evaluation.templatecheck import model_template_text, resolve_template_option
-
     text = None if cfg.chat_template else model_template_text(model_path)
     return resolve_template_option(cfg.chat_template, text, str(given))[0]
 
@@ -42,8 +42,6 @@ def lora_config(margs, model_path):
     """peft ``LoraConfig`` of ``--lora_r`` with the architecture's defaults
     (:func:`ecredit_trl.policy.lora_defaults.resolve_lora`, the record the manifest keeps),
     or None for ``lora_r == 0``."""
-    from ecredit_trl.policy.lora_defaults import resolve_lora
-
     lora = resolve_lora(model_path, margs.lora_r, margs.lora_alpha, margs.lora_target_modules)
     if lora is None:
         return None

@@ -1,6 +1,7 @@
 """Helpers shared by the warm starts (:mod:`.warmstart`, the embedded default policy, and
 :mod:`.family_warmstart`, a tiny model of each chat-template family): the isolated training
-child, atomic JSON writes, progress lines, saving, and the CPU thread count.
+child, atomic JSON writes, progress lines and saving (the CPU thread count is
+:func:`ecredit_trl.agent.generation.torch_threads`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["no_checkpointing", "progress_callback", "save_model", "torch_threads",
-           "train_child", "write_json"]
+__all__ = ["no_checkpointing", "progress_callback", "save_model", "train_child", "write_json"]
 
 #: Removed from a training child's environment: it must never join a launcher's group.
 _DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -139,27 +139,6 @@ def save_model(job: Path, trainer, tokenizer) -> Path:
     with contextlib.suppress(OSError):
         shutil.rmtree(job / "trainer")
     return out
-
-
-def torch_threads(env_var: str = "ECREDIT_WARMSTART_THREADS") -> int:
-    """Intra-op threads for training: all CPUs on an idle machine, fewer when busy.
-
-    ``$<env_var>`` (default ``ECREDIT_WARMSTART_THREADS``) overrides. Otherwise ``cpu_count - ceil(load)`` (at least
-    1), with ``load`` the 1-minute load average: on the 2-core reference machine two torch
-    threads competing with other work ran a step 5x slower than one thread (0.42 s vs 2-3 s
-    for batch 4 x 500 tokens).
-    """
-    import math
-
-    env = os.environ.get(env_var)
-    if env:
-        return max(1, int(env))
-    cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(cpus, cpus - math.ceil(load - 0.5)))
 
 
 def no_checkpointing(config_cls) -> dict:

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from ecredit_trl.agent.generation import torch_threads
+from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
 from ecredit_trl.policy.corpus import render_corpus
 from ecredit_trl.policy.demos import (
     CLOSING_MESSAGE,
@@ -47,10 +49,12 @@ from ecredit_trl.policy.sft import (
     no_checkpointing,
     progress_callback,
     save_model,
-    torch_threads,
     train_child,
     write_json,
 )
+from ecredit_trl.policy.tiny_model import MODEL_SHAPE, build_model, build_tokenizer, chat_template
+from eval.tasks.sealed import check_not_sealed
+from eval.tasks.splits import load_tasks
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
 #: v2: demonstration variants (extra D = 0 block, reverted exploratory edit).
@@ -98,9 +102,6 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
 
     Raises: ValueError naming an unknown override or a non-positive ``steps``.
     """
-    from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
-    from ecredit_trl.policy.tiny_model import MODEL_SHAPE, chat_template
-
     known = {*DEFAULT_RECIPE, "harmful_fraction"}  # harmful: in a recipe only when > 0
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -167,7 +168,6 @@ def default_policy_tasks(source: str, tasks) -> list:
             f"repo_dir, e.g. {no_repo[:3]}); the embedded default policy is warm-started on "
             "demonstrations made in a host repository, so give a policy with --model "
             "(a local model directory or a hub id)")
-    from eval.tasks.splits import load_tasks
 
     twins = load_tasks(f"{twin}{sep}{split}", purpose="train")
     by_id = {t.instance_id: t for t in twins}
@@ -217,8 +217,6 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         ValueError: bad recipe values, no tasks.
         eval.tasks.sealed.SealedTaskError: a task is in a sealed holdout manifest.
     """
-    from eval.tasks.sealed import check_not_sealed
-
     log = log or (lambda *_: None)
     tasks = list(tasks)
     if not tasks:
@@ -262,8 +260,6 @@ def train_dir(job: str | Path, log=print) -> Path:
     Raises: RuntimeError when TRL does not see the tokenizer as tool-calling capable.
     """
     import torch
-
-    from ecredit_trl.policy.tiny_model import chat_template
 
     log = log or (lambda *_: None)
     job = Path(job)
@@ -315,8 +311,6 @@ def _tokenizer_and_model(demos: list[dict], r: dict):
     """
     from trl.chat_template_utils import supports_tool_calling
 
-    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
-
     tokenizer = build_tokenizer(render_corpus(demos), vocab_size=r["vocab_size"])
     if not supports_tool_calling(tokenizer):
         raise RuntimeError("tokenizer: TRL's supports_tool_calling() rejects the chat template")
@@ -364,8 +358,6 @@ def load_policy(path: str | Path):
     byte for byte (TRL would then not recognise it for tool calling).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ecredit_trl.policy.tiny_model import chat_template
 
     tok = AutoTokenizer.from_pretrained(path)
     if tok.chat_template != chat_template():

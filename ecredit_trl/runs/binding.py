@@ -13,6 +13,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecredit_trl.runs.manifest import (
+    binding_differences,
+    format_differences,
+    informational_differences,
+)
+from ecredit_trl.runs.receipts import read_sessions
+from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
+
 
 class RunRefused(ValueError):
     """The run was refused before it started; the message says why and what to do."""
@@ -38,8 +46,6 @@ def resume_point(resume_from: str | None) -> ResumePoint | None:
 
     Raises: RunRefused when the checkpoint's parent holds no readable manifest.
     """
-    from ecredit_trl.runs.receipts import read_sessions
-
     if not resume_from:
         return None
     resume_ck = Path(resume_from).resolve()
@@ -85,11 +91,6 @@ def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, 
             when ``allowed`` is given without a ``reason``.
     """
     allowed_before = list(allowed_before or [])
-    from ecredit_trl.runs.manifest import (
-        binding_differences,
-        format_differences,
-        informational_differences,
-    )
 
     if allowed and not (reason and reason.strip()):
         raise RunRefused("--allow-changed needs --reason TEXT (it is recorded in the resume "
@@ -127,8 +128,6 @@ def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
     Raises: RunRefused when a file holds fewer complete rows than the checkpoint
     counted (records lost: resuming would leave a gap).
     """
-    from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
-
     moved = {}
     for name, keep in (("ledger.jsonl", int(state.get("ledger_rows_total", 0))),
                        ("trajectories.jsonl", int(state.get("trajectory_rows_total", 0)))):
@@ -163,8 +162,6 @@ def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
 
 def last_resumable(run_dir: Path) -> str | None:
     """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
-    from ecredit_trl.runs.receipts import read_sessions
-
     best = None
     try:
         for s in read_sessions(run_dir):

@@ -8,11 +8,13 @@ the counts across ranks; the functions here only assemble rows from what it hand
 
 from __future__ import annotations
 
-from ecredit_trl.credit.planning import EXCLUSION_ORDER
 from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
 from eval.integrity.agent_failures import AGENT_FAILURE_CLASSES
 from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
 
+EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
+"""Exclusion reasons, applied in this order (design page, "Exclusion reasons"; ``truncated``:
+with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
 GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
                     "record_error")
 """Exclusions before any trial (design page, "Exclusion reasons"): the agent container could

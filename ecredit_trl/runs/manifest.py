@@ -26,6 +26,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from eval.files import datasets_dir
+from eval.tasks.sealed import ids_sha256, manifests
+from sandbox.images.pull import local_image_ids
+
 SCHEMA = 1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_PACKAGES = ("ecredit_trl", "sandbox", "eval")
@@ -72,8 +76,6 @@ def tasks_record(tasks, source: str) -> dict:
     ``sha256`` covers every task's fields except ``repo_dir`` (a machine-local
     cache path); ``ids_sha256`` is :func:`eval.tasks.sealed.ids_sha256` of the ids.
     """
-    from eval.tasks.sealed import ids_sha256
-
     rows = []
     for t in tasks:
         d = t.to_dict() if hasattr(t, "to_dict") else dict(t)
@@ -139,16 +141,11 @@ def image_digests(images) -> dict:
     """image name → digest (``sha256:...``, the image id) of every distinct task image, via
     :func:`sandbox.images.pull.local_image_ids` (one ``podman images`` call for all of them);
     None when the image is not in local storage (remote endpoints, not pulled yet)."""
-    from sandbox.images.pull import local_image_ids
-
     return local_image_ids(images)
 
 
 def sealed_holdouts() -> dict:
     """Every sealed holdout manifest (:func:`eval.tasks.sealed.manifests`): file → name, sha256, n, pool."""
-    from eval.files import datasets_dir
-    from eval.tasks.sealed import manifests
-
     out = {}
     root = datasets_dir()
     for path, man in manifests().items():

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eval.integrity.attribution import FAILURE_CLASSES, ControlFacts, attribute_failure, failure_utility
+from eval.integrity.attribution import (
+    FAILURE_CLASSES,
+    ControlFacts,
+    attribute_failure,
+    failure_utility,
+)
 
 TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete", "truncated_log",
                   "timeout", "apply_failed", "infra_error", "oom", "pids", "output_limit")
@@ -53,7 +58,7 @@ def trial_verdict(task, res, control_log: str | None,
     Any other non-``ok`` trial and a test log cut off between SWE-bench's start and end
     markers (``truncated_log``) give utility None: the reward is unavailable, not 0.
     """
-    from eval.grading.grader import grade
+    from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     if res is None:
         return TrialVerdict(None, None, "infra_error")

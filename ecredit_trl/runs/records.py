@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from eval.files import read_jsonl as _read
+
 
 class RecordWriteError(OSError):
     """A record could not be written; the message names the path (``errno`` is kept)."""
@@ -115,8 +117,6 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     Raises: FileNotFoundError for a missing file; ValueError naming the path and line
     for a corrupt line that is not the last.
     """
-    from eval.files import read_jsonl as _read
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")

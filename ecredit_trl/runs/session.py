@@ -23,6 +23,18 @@ from ecredit_trl.runs.binding import (
     last_resumable,
     supersede_records,
 )
+from ecredit_trl.runs.faults import SandboxUnavailable
+from ecredit_trl.runs.receipts import (
+    CheckpointError,
+    RunReceipts,
+    detect_unterminated,
+    live_sessions,
+    read_sessions,
+    sha256_file,
+    verify_checkpoint,
+)
+from ecredit_trl.runs.records import write_json, write_jsonl_atomic
+from sandbox.runtimes.podman_runtime import gc
 
 # -- rank agreement ------------------------------------------------------------------------
 _ERRORS = {"RunRefused": RunRefused}
@@ -34,8 +46,6 @@ def on_main(cfg, fn):
     Raises on every rank what ``fn`` raised on the main one (RunRefused,
     CheckpointError; other errors as RuntimeError with the same message).
     """
-    from ecredit_trl.runs.receipts import CheckpointError
-
     _ERRORS["CheckpointError"] = CheckpointError
     value, error = None, None
     if cfg.process_index == 0:
@@ -97,8 +107,6 @@ def report_unterminated(cfg, run_dir: Path, run_name: str) -> list[dict]:
     Returns: one dict per such session (run_dir, session, class, receipt,
     containers_removed), recorded in this session's start/resume receipt.
     """
-    from ecredit_trl.runs.receipts import detect_unterminated
-
     detected: list[dict] = []
     me = {"run": run_name, "pid": os.getpid(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for root in sorted({Path(cfg.runs_dir).resolve(), run_dir.resolve().parent}):
@@ -116,8 +124,6 @@ def verify_resume_checkpoint(cfg, run_dir: Path, checkpoint: Path) -> dict:
 
     Raises: RunRefused (a live session), CheckpointError (naming the file).
     """
-    from ecredit_trl.runs.receipts import live_sessions, verify_checkpoint
-
     def verify():
         live = live_sessions(run_dir)
         if live:
@@ -136,9 +142,6 @@ def start_new_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, config: 
 
     Returns: the session index (0).
     """
-    from ecredit_trl.runs.receipts import RunReceipts
-    from ecredit_trl.runs.records import write_json
-
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "manifest.json", manifest)
     write_json(run_dir / "config.json", {"ecredit": cfg.to_dict(),
@@ -165,8 +168,6 @@ def resume_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, resume: Res
     Raises: RunRefused (binding differences not allowed, records cut short).
     """
     import json
-
-    from ecredit_trl.runs.receipts import RunReceipts, read_sessions
 
     binding = check_binding(resume.manifest, manifest, run_args.allow_changed, run_args.reason,
                             allowed_before=resume.allowed_before)
@@ -202,8 +203,6 @@ def resume_run(*, cfg, run_dir: Path, run_name: str, manifest: dict, resume: Res
 
 def model_identity(model_path) -> dict:
     """Path of the policy and the sha256 of its weight files (local directories up to 2 GB)."""
-    from ecredit_trl.runs.receipts import sha256_file
-
     p = Path(str(model_path))
     out = {"path": str(model_path), "weights": None}
     if p.is_dir():
@@ -241,16 +240,12 @@ def remove_orphans(item: dict, runtime: str) -> list[str]:
     Returns: the names of the removed containers ([] when nothing was left, another session
     of the run is alive, or the podman CLI is missing: ``python -m sandbox gc`` then).
     """
-    from ecredit_trl.runs.receipts import live_sessions
-
     if runtime != "podman" or item.get("session") is None:
         return []
     run_dir = Path(item["run_dir"])
     if live_sessions(run_dir):
         return []
     try:
-        from sandbox.runtimes.podman_runtime import gc
-
         names = gc(run_label(run_dir))
     except Exception:  # no podman CLI: leftovers stay for `python -m sandbox gc`
         return []
@@ -290,8 +285,6 @@ def resumable_checkpoint(exc, cls: str, stop, trainer, run_dir: Path) -> str | N
     saved; any other ending that is not ``completed`` falls back to the newest checkpoint
     whose receipt says it is resumable.
     """
-    from ecredit_trl.runs.faults import SandboxUnavailable
-
     resumable = None
     if isinstance(exc, SandboxUnavailable) and trainer is not None:
         try:
@@ -308,8 +301,6 @@ def resumable_checkpoint(exc, cls: str, stop, trainer, run_dir: Path) -> str | N
 
 def write_rank_summary(trainer, run_dir: Path) -> None:
     """``ranks/rank<i>.json`` (:func:`rank_summary`); a failure is reported, not raised."""
-    from ecredit_trl.runs.records import write_json
-
     try:
         write_json(run_dir / "ranks" / f"rank{trainer.accelerator.process_index}.json",
                    rank_summary(trainer))
@@ -325,8 +316,6 @@ def close_session(*, cfg, receipts, run_dir: Path, run_name: str, session: int, 
     A receipt that cannot be written is reported on stderr (the next start reports the
     session as terminated without receipt); the original error is kept.
     """
-    from ecredit_trl.runs.records import write_jsonl_atomic
-
     body = {"max_steps": cfg.max_steps, "resumable_checkpoint": resumable,
             "resume_command": (f"accelerate launch ecredit_trl/train.py --resume-from "
                                f"{resumable}" if resumable else None),

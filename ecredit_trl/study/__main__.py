@@ -21,6 +21,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ecredit_trl.study.config import StudyConfigError, config_from_study_json, load_study_config
+from ecredit_trl.study.report import StudyReportError, write_report
+from ecredit_trl.study.runner import StudyRefused, run_study
+from ecredit_trl.study.status import render_status, study_units
+
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.study",
@@ -40,8 +45,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _status_config(args):
-    from ecredit_trl.study.config import config_from_study_json, load_study_config
-
     if args.config:
         cfg = load_study_config(args.config)
         return cfg, Path(args.out or Path("studies") / cfg.name)
@@ -53,13 +56,9 @@ def _status_config(args):
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring for the exit statuses)."""
-    from ecredit_trl.study.config import StudyConfigError
-
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "report":
-            from ecredit_trl.study.report import StudyReportError, write_report
-
             if not (Path(args.out) / "study.json").is_file():
                 raise FileNotFoundError(f"--out: {Path(args.out) / 'study.json'} missing "
                                         "(not a study folder?)")
@@ -70,14 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report: {Path(args.out) / 'report.md'}")
             return 0
         if args.cmd == "status":
-            from ecredit_trl.study.status import render_status, study_units
-
             cfg, out = _status_config(args)
             units = study_units(cfg, out)
             print(render_status(units, out))
             return 1 if any(u.state == "failed" for u in units) else 0
-        from ecredit_trl.study.config import load_study_config
-        from ecredit_trl.study.runner import StudyRefused, run_study
 
         cfg = load_study_config(args.config)
         out = Path(args.out or Path("studies") / cfg.name)

@@ -62,6 +62,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
+from ecredit_trl.train import embedded_defaults
+from sandbox.backend import BACKENDS
+from sandbox.runtimes.podman_runtime import endpoints_retired
+
 ARMS = ("O", "B", "M", "E")
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
             "accelerate_config", "pooled_seeds", "sandbox", "warmstart")
@@ -174,7 +179,7 @@ def _int_list(where: str, key: str, v) -> list[int]:
 
 def _train_field_types() -> dict[str, object]:
     """Field name → annotation of ECreditConfig plus the allowed model fields."""
-    from ecredit_trl.config import ECreditConfig
+    from ecredit_trl.config import ECreditConfig  # start-up: trl; study --help stays light
 
     types = {f.name: f.type for f in dataclasses.fields(ECreditConfig)}
     types.update({"lora_r": "int", "lora_alpha": "int | None", "lora_dropout": "float",
@@ -221,8 +226,6 @@ def validate_train(train, where: str = "config") -> dict:
             raise _err(where, f"train.{k}", f"set it as sandbox.{moved[k]} (the sandbox "
                        "section applies to training runs and eval.run alike)")
         if k == "verifier_endpoints" and v:
-            from sandbox.runtimes.podman_runtime import endpoints_retired  # noqa: PLC0415
-
             raise _err(where, f"train.{k}", endpoints_retired(k).split(": ", 1)[1])
         _check_value(where, k, types[k], v)
     return dict(train)
@@ -291,8 +294,6 @@ def _validate_sandbox(where: str, sb: dict, runtimes: dict[str, str]) -> dict:
 
     Raises: StudyConfigError naming ``sandbox.<key>``.
     """
-    from sandbox.backend import BACKENDS  # noqa: PLC0415
-
     if sb["backend"] not in BACKENDS:
         raise _err(where, "sandbox.backend", f"expected one of {', '.join(BACKENDS)}, got "
                    f"{sb['backend']!r}")
@@ -370,8 +371,7 @@ def config_from_dict(raw, *, where: str = "config", default_name: str = "study",
     # max_completion_length, the bare starting policy would get eval.run's own defaults (a
     # confound measured on the baseline), so unset values come from the training fields.
     # train.py's embedded defaults apply under the field defaults, as they do in a run.
-    from ecredit_trl.config import ECreditConfig  # noqa: PLC0415 - heavy (trl)
-    from ecredit_trl.train import embedded_defaults  # noqa: PLC0415
+    from ecredit_trl.config import ECreditConfig  # start-up: trl; study --help stays light
     defaults = {f.name: f.default for f in dataclasses.fields(ECreditConfig)}
     defaults.update(embedded_defaults(on_gpu=False))
     for k, tk in (("max_turns", "max_turns"), ("max_new_tokens", "max_completion_length"),
@@ -406,7 +406,6 @@ def _validate_warmstart(where: str, raw: dict, model) -> dict:
         raise _err(where, "warmstart", f"expected a mapping of warm-start recipe fields, got {ws!r}")
     if ws and model is not None:
         raise _err(where, "warmstart", "only with model: null (it shapes the embedded policy)")
-    from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for  # noqa: PLC0415
 
     for k in sorted(ws):
         if k not in DEFAULT_RECIPE and k != "harmful_fraction":

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ecredit_trl.study.report_control_render import write_control_plot
+from eval.files import save_figure
+
 __all__ = ["write_plots"]
 
 PENDING = "Pending"
@@ -29,8 +32,6 @@ def _plt():
 
 
 def _learning_curves(report: dict, path: Path) -> None:
-    from eval.files import save_figure
-
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for arm, c in report["curves"].items():
@@ -54,8 +55,6 @@ def _learning_curves(report: dict, path: Path) -> None:
 
 
 def _paired_diffs(report: dict, path: Path) -> None:
-    from eval.files import save_figure
-
     plt = _plt()
     splits = list(report["differences"])
     cov = int(round(100 * (1 - float(report["study"]["bootstrap"]["alpha"]))))
@@ -96,6 +95,5 @@ def write_plots(report: dict, out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     _learning_curves(report, out / "learning_curves.png")
     _paired_diffs(report, out / "paired_diffs.png")
-    from ecredit_trl.study.report_control_render import write_control_plot
 
     return ["learning_curves.png", "paired_diffs.png", *write_control_plot(report, out)]

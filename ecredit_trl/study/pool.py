@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from ecredit_trl.config import ECreditConfig
 from ecredit_trl.study.config import StudyConfig, StudyConfigError
+from eval.tasks.splits import load_tasks
 
 __all__ = ["EVAL_ONLY", "check_train_pool", "overlap_message", "train_source"]
 
@@ -29,8 +31,6 @@ def train_source(cfg: StudyConfig) -> str:
     if cfg.train.get("tasks"):
         return str(cfg.train["tasks"])
     import dataclasses
-
-    from ecredit_trl.config import ECreditConfig
 
     return next(f.default for f in dataclasses.fields(ECreditConfig) if f.name == "tasks")
 
@@ -83,8 +83,6 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
                                "train on a pool such as swegym:PATH, swesmith:PATH or "
                                "your own rows file")
     if load is None:
-        from eval.tasks.splits import load_tasks
-
         def load(s):
             return load_tasks(s, purpose="eval")
 

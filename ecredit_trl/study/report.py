@@ -49,9 +49,11 @@ from pathlib import Path
 
 from ecredit_trl.runs.receipts import process_alive, read_sessions
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, split_dirname
+from ecredit_trl.study.plots import write_plots
 from ecredit_trl.study.report_control import ControlError, control_section
 from ecredit_trl.study.report_model import model_parameters
 from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
+from ecredit_trl.study.report_render import render_markdown
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
     CREDIT_ARMS,
@@ -375,9 +377,6 @@ def write_report(out_dir: str | Path) -> dict:
     Raises: StudyReportError (bad input, see :func:`study_report`); OSError from the file
         system (nothing half-written).
     """
-    from ecredit_trl.study.plots import write_plots
-    from ecredit_trl.study.report_render import render_markdown
-
     out = Path(out_dir)
     report = study_report(out)
     stage = Path(tempfile.mkdtemp(prefix=".report-", dir=out))

@@ -32,6 +32,10 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ecredit_trl.study.config import split_dirname
+from ecredit_trl.study.report_power import budget_grid, variance_parts
+from ecredit_trl.study.report_tables import pair_row
+from eval.compare import bootstrap_ci
 from eval.stats.power import tasks_needed
 from eval.tasks.harmful import HarmfulEdit, HarmfulSpecError, patch_carries, writes_carry
 
@@ -146,8 +150,6 @@ def _mean_over(maps: Sequence[Mapping[str, float]]) -> dict[str, float] | None:
 
 
 def _level(name: str, per: Mapping[str, float] | None, kw: dict) -> dict:
-    from eval.compare import bootstrap_ci
-
     if not per:
         return {"name": name, "mean": None, "ci": None, "n_tasks": None}
     vals = [per[k] for k in sorted(per)]
@@ -170,8 +172,6 @@ def _budget(row: dict, a: Mapping[str, float] | None, b: Mapping[str, float] | N
             n: int, seeds: int, kw: dict) -> dict:
     """Adds ``budget`` (arm − baseline rows): the variance parts and the tasks × n × seeds
     grid of :mod:`ecredit_trl.study.report_power`; None when not estimable."""
-    from ecredit_trl.study.report_power import budget_grid, variance_parts
-
     row["budget"] = None
     if a and b and seeds and row.get("mean") is not None:
         parts = variance_parts(a, b, n * seeds, n)
@@ -186,8 +186,6 @@ def _split_section(per_policy: dict, arms: Sequence[str], runs: Sequence[dict], 
                    n: int) -> dict:
     """Levels and differences of one split from ``per_policy``: label → (harm, resolved);
     ``n`` = the split's rollouts per task."""
-    from ecredit_trl.study.report_tables import pair_row
-
     base = per_policy.get("baseline")
     pooled = {a: tuple(_mean_over([per_policy[r["label"]][i] for r in runs
                                    if r["arm"] == a and per_policy.get(r["label"])])
@@ -231,8 +229,6 @@ def control_section(out: str | Path, study: dict, runs: Sequence[dict],
 
     Raises: ControlError (bad ``harmful.json`` or a missing artifact).
     """
-    from ecredit_trl.study.config import split_dirname
-
     ctl = load_control(out)
     if ctl is None:
         return None

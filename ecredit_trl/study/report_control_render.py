@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eval.files import save_figure
+
 __all__ = ["control_answer", "control_lines", "write_control_plot"]
 
 PENDING = "Pending"
@@ -145,8 +147,6 @@ def write_control_plot(report: dict, out_dir: str | Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from eval.files import save_figure
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for arm, c in ctl["curves"].items():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from ecredit_trl.study.report_control_render import control_answer, control_lines
+
 __all__ = ["PENDING", "answer_text", "power_words", "render_markdown", "split_title",
            "verdict_words"]
 
@@ -90,7 +92,6 @@ def answer_text(report: dict) -> list[str]:
         lines.append(f"- {split_title(report, split)}: " + "; ".join(parts) + ".")
     if not lines:
         lines.append(f"- {PENDING}: no evaluation split in the study.")
-    from ecredit_trl.study.report_control_render import control_answer
 
     return lines + control_answer(report)
 
@@ -361,7 +362,6 @@ def render_markdown(report: dict) -> str:
              "A CI that contains 0 means no difference was detected at this size, not that the "
              "arms are equal. **Pending** = not run or not recorded (never a number).", ""]
     lines += _caveat(report)
-    from ecredit_trl.study.report_control_render import control_lines
 
     for part in (_design, _curves, _signal, _evaluation, _differences, _costs,
                  _integrity, control_lines):

@@ -40,7 +40,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ecredit_trl.runs.receipts import live_sessions, read_sessions
 from ecredit_trl.study.config import StudyConfig, split_dirname
+from eval.evaluation.modelref import resolve_model
 
 STATES = ("done", "running", "failed", "stale", "pending")
 LOCK_NAME = ".study.lock"
@@ -136,8 +138,6 @@ def config_mismatch(run_config: dict, cfg: StudyConfig, arm: str, seed: int) -> 
 
 def train_state(run_dir: Path, cfg: StudyConfig, arm: str, seed: int) -> tuple[str, str]:
     """(state, detail) of one training run (see the module docstring)."""
-    from ecredit_trl.runs.receipts import live_sessions, read_sessions
-
     if not (run_dir / "manifest.json").is_file():
         return "pending", ""
     run_config = _read_json(run_dir / "config.json") or {}
@@ -191,8 +191,6 @@ def evaluated_run_matches(res: dict, eval_dir: Path, run_dir: Path, out: Path) -
         return False
     want = (res.get("model") or {}).get("sha256")
     try:
-        from eval.evaluation.modelref import resolve_model
-
         return bool(want) and resolve_model(run_dir).sha256 == want
     except (OSError, ValueError):
         return False

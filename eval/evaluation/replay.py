@@ -14,6 +14,9 @@ from eval.evaluation.report import label_agreement, render_replay
 from eval.evaluation.slots import SCHEMA
 from eval.evaluation.verification import replay_selection, replay_trials
 from eval.files import atomic_write_text, write_json
+from eval.tasks.splits import load_tasks
+from sandbox.backend import make_runtime
+from sandbox.trials.pool import VerifierPool
 
 
 def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
@@ -36,9 +39,6 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
 
     Raises: FileNotFoundError / EvalInputError naming the results path or a missing artifact.
     """
-    from eval.tasks.splits import load_tasks
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     rp = Path(results_path)
     if rp.is_dir():

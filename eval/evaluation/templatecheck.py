@@ -18,6 +18,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from eval.evaluation.modelref import hub_snapshot, looks_like_hub_id
+
 __all__ = ["CHAT_TEMPLATE_HELP", "NO_TOOL_TEMPLATES", "TOOL_TEMPLATES", "TemplateRefused", "check_template",
            "check_policy_template", "model_template_text", "resolve_template_option", "trl_template"]
 
@@ -175,8 +177,6 @@ def check_policy_template(ref, chat_template: str | None = None) -> str:
 
     Returns: the TRL template name. Raises: TemplateRefused; ValueError for an unknown name.
     """
-    from eval.evaluation.modelref import hub_snapshot, looks_like_hub_id
-
     tok_dir = Path(ref.model_dir)
     if ref.adapter and model_template_text(tok_dir) is None and ref.base_model:
         base = Path(ref.base_model).expanduser()

@@ -26,6 +26,8 @@ from pathlib import Path
 from eval.evaluation.slots import text_sha256
 from eval.evaluation.verification import control_key
 from eval.files import write_json
+from eval.tasks.protection import protected_set
+from eval.tasks.trialspec import trial_limits
 
 SCHEMA = 1
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -47,9 +49,6 @@ def verdict_key(task, timeout_s: float | None, artifact_sha256: str,
 
     Raises: ValueError from :func:`eval.tasks.trialspec.trial_limits` (bad ``trial_defaults``).
     """
-    from eval.tasks.protection import protected_set
-    from eval.tasks.trialspec import trial_limits
-
     lim = asdict(trial_limits(task, timeout_s=timeout_s))
     lim.pop("source")
     blob = json.dumps([control_key(task), lim, task.log_parser, sorted(protected_set(task)),

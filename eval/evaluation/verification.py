@@ -25,6 +25,7 @@ from eval.evaluation.slots import (
 from eval.files import append_jsonl, atomic_write_text, write_json
 from eval.integrity.agent_failures import agent_failure_slot
 from eval.integrity.attribution import ControlFacts, attribute_failure, failure_utility
+from eval.tasks.protection import verdict_fields
 from eval.tasks.trialspec import task_trial_spec
 from sandbox.trials.trial import ATTRIBUTABLE_CLASSES
 
@@ -70,8 +71,7 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
     own (swebench's parser, no protection) and ``protected_touched`` the protected paths the
     artifact changed (:func:`eval.tasks.protection.verdict_fields`).
     """
-    from eval.grading.grader import grade
-    from eval.tasks.protection import verdict_fields
+    from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
     if res.exit_class == "infra_error":

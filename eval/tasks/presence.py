@@ -11,6 +11,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from sandbox.images import image_digest
+from sandbox.images.pull import local_image_ids
+
 
 class ImagesMissing(ValueError):
     """Task images are not in local Podman storage; the one-line message says how many and
@@ -48,7 +51,6 @@ def task_image_digests(images: Sequence[str], runtime) -> dict[str, str | None]:
         return dict.fromkeys(sorted(set(images)))
     if hasattr(runtime, "image_ids"):
         return runtime.image_ids(images)
-    from sandbox.images import image_digest
 
     return {name: image_digest(name) for name in sorted(set(images))}
 
@@ -76,7 +78,6 @@ def require_task_images(tasks: Sequence, split: str, runtime="podman") -> dict[s
         # not this machine's; an image no node holds is pulled on the chosen node on first
         # use (counted), so it is recorded as None rather than refused
         return runtime.image_ids(images)
-    from sandbox.images.pull import local_image_ids
 
     ids = local_image_ids(images)
     missing = [name for name, image_id in ids.items() if image_id is None]

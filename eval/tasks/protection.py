@@ -10,6 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sandbox.trials.protect import (
+    DEFAULT_PROTECTED,
+    check_pattern,
+    exact_pattern,
+    listed_test_files,
+)
+
 
 def check_protected_paths(value: Any, where: str) -> dict | None:
     """Validate a task row's ``protected_paths`` (see :class:`eval.tasks.schema.Task`).
@@ -25,8 +32,6 @@ def check_protected_paths(value: Any, where: str) -> dict | None:
             keys, non-list values, empty / ``..`` patterns, or a ``remove`` entry that is not
             in :data:`sandbox.trials.protect.DEFAULT_PROTECTED`.
     """
-    from sandbox.trials.protect import DEFAULT_PROTECTED, check_pattern
-
     if value is None:
         return None
     if isinstance(value, str):
@@ -67,8 +72,6 @@ def protected_set(task) -> tuple[str, ...]:
     the task's ``remove`` entries, plus every file named by a listed test id (exact paths),
     plus the task's ``add`` entries. Source: the design page, "Threat model".
     """
-    from sandbox.trials.protect import DEFAULT_PROTECTED, exact_pattern, listed_test_files
-
     pp = task.protected_paths or {}
     drop = set(pp.get("remove") or [])
     pats = [p for p in DEFAULT_PROTECTED if p not in drop]
@@ -94,7 +97,7 @@ def verdict_fields(task, res, rep) -> dict:
     second run of the same trial (``res.log_swebench``); None when that run did not happen
     (``repo_dir`` tasks, a trial that did not end ``ok``).
     """
-    from eval.grading.grader import grade
+    from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     touched = list(getattr(res, "protected_touched", None) or [])
     if touched:

@@ -32,6 +32,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from eval.tasks.protection import check_protected_paths
+from sandbox.images import swebench_image
+
 REQUIRED_STR_FIELDS = (
     "instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
     "version", "environment_setup_commit",
@@ -148,7 +151,7 @@ def _test_list(value: Any, name: str, where: str) -> list[str]:
 
 
 def _default_parser(repo: str, where: str) -> str:
-    from eval.grading.grader import parser_for_repo
+    from eval.grading.grader import parser_for_repo  # start-up: swebench, ~1 s
 
     try:
         return parser_for_repo(repo)[0]
@@ -203,8 +206,7 @@ def _verifier_fields(row: dict, where: str, official: bool) -> tuple[str, str, s
     ``log_parser`` wins, else swebench's parser for ``repo``. The eval script is the row's
     (see :func:`_official_eval_script`).
     """
-    from eval.grading.grader import resolve_parser
-    from sandbox.images import swebench_image
+    from eval.grading.grader import resolve_parser  # start-up: swebench, ~1 s
 
     image = row.get("image") or ""
     if image and official:
@@ -309,7 +311,6 @@ def task_from_row(row: Any, row_no: int, *, source: str = "tasks",
         raise ValueError(f"{where}: field 'repo_dir' must be a string or null")
     if row.get("extra") is not None and not isinstance(row["extra"], dict):
         raise ValueError(f"{where}: field 'extra' must be an object")
-    from eval.tasks.protection import check_protected_paths
 
     protected_paths = check_protected_paths(row.get("protected_paths"), where)
     flags = _flags(row, where)

@@ -43,6 +43,10 @@ from collections import Counter
 from pathlib import Path
 
 from eval.files import datasets_dir
+from eval.tasks.adapters.swegym import load_swegym
+from eval.tasks.adapters.swesmith import load_swesmith
+from eval.tasks.bundled.build import ensure_built
+from eval.tasks.bundled.imagetasks import ensure_image_tasks
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
 from eval.tasks.sealed import check_not_sealed, file_sha256, ids_sha256, read_manifest, sealed_ids
 
@@ -177,8 +181,6 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
             raise ValueError(f"source: holdout100 takes no argument, got {source!r}")
         tasks = _load_manifest_tasks(datasets_dir() / "holdout100.json", "holdout100")
     elif name == "bundled":
-        from eval.tasks.bundled.build import ensure_built
-
         tasks = ensure_built(log=log)
         if arg in ("train", "holdout"):
             if arg == "holdout":
@@ -217,10 +219,7 @@ def _load_adapter(name: str, path: str, source: str) -> list[Task]:
         raise ValueError(f"source: {name} needs a local file, e.g. '{name}:rows.parquet' "
                          f"(got {source!r})")
     if name == "swegym":
-        from eval.tasks.adapters.swegym import load_swegym
-
         return load_swegym(path, source)
-    from eval.tasks.adapters.swesmith import load_swesmith
 
     return load_swesmith(path, source)
 
@@ -229,8 +228,6 @@ def _bundled_image(arg: str, log) -> list[Task]:
     """``bundled-image[:train|:holdout]``: the image tasks, split like ``bundled`` (same
     ids: the bundled holdout manifest is checked against the bundled pool it was sealed
     from, then its ids are selected)."""
-    from eval.tasks.bundled.imagetasks import ensure_image_tasks
-
     if arg not in ("", "train", "holdout"):
         raise ValueError(f"source: unknown bundled-image split {arg!r} (expected train or "
                          "holdout)")

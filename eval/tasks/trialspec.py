@@ -8,7 +8,10 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eval.tasks.protection import protected_set
 from eval.tasks.schema import Task
+from sandbox.snapshots.basetree import base_tree_tar
+from sandbox.trials.trial import Limits, TrialSpec
 
 HARNESS_TIMEOUT_S = 1800.0
 """swebench's harness (``swebench.harness.run_evaluation``, ``--timeout`` default 1800 s)."""
@@ -40,7 +43,6 @@ class TrialLimits:
 
     def sandbox_limits(self):
         """The :class:`sandbox.Limits` of these limits."""
-        from sandbox.trials.trial import Limits
         return Limits(memory=self.memory, pids=self.pids, cpus=self.cpus)
 
     def to_json(self) -> dict:
@@ -72,7 +74,6 @@ def trial_limits(task: Task, *, timeout_s: float | None = None, memory: str | No
     Raises: ValueError naming ``trial_defaults`` (a bad key or type) or the flag (timeout
     or cpus not > 0).
     """
-    from sandbox.trials.trial import Limits
     if task.repo_dir is None:
         base = HARNESS_LIMITS
     else:
@@ -113,8 +114,6 @@ def repo_archive(repo_dir: str | Path, commit: str) -> bytes:
 
     Raises: ValueError naming ``repo_dir``/``base_commit`` when git cannot check it out.
     """
-    from sandbox.snapshots.basetree import base_tree_tar
-
     key = (str(Path(repo_dir).resolve()), commit)
     with _ARCHIVE_LOCK:
         hit = _ARCHIVES.get(key)
@@ -159,8 +158,6 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
             ``repo_dir``, a base branch git cannot check out, or its repository cannot be
             archived.
     """
-    from eval.tasks.protection import protected_set
-    from sandbox.trials.trial import TrialSpec
     if not task.eval_script:
         raise ValueError(f"eval_script: task {task.instance_id} has none (its source row had no "
                          "'eval_script'; swebench 5 takes eval scripts from the dataset rows, "

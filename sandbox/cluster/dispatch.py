@@ -36,6 +36,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sandbox.cluster.node import gc_here, image_ids_here
+from sandbox.cluster.reaper import REAP_GRACE_S, RunReaper
+from sandbox.images.pull import canonical
+
 SANDBOX_RESOURCE = "ecredit_sandbox"
 """Custom Ray resource a node offers per concurrent trial it may run."""
 NAMESPACE = "ecredit"
@@ -94,8 +98,6 @@ def choose_node(image: str, alive: list[str], index: dict[str, Iterable[str]],
     fewest trials in flight (``load``); ties are broken by rotating with ``turn`` so equal
     nodes take turns. Pure: no I/O.
     """
-    from sandbox.images.pull import canonical
-
     want = canonical(image)
     holders = [n for n in alive if want in set(index.get(n, ()))]
     avoid = set(avoid)
@@ -148,8 +150,6 @@ def dispatcher_class():
         return _DISPATCHER
     ray = _import_ray()
     import asyncio
-
-    from sandbox.cluster.reaper import RunReaper
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class Dispatcher(RunReaper, ImageIndex):
@@ -228,9 +228,6 @@ def reap_run(run_id: str) -> list[tuple[str, list[str]]]:
     :data:`~sandbox.cluster.reaper.REAP_GRACE_S` seconds apart: a worker of a dead driver may
     still have been creating one at the first sweep. Returns ``[(node id, names removed)]``."""
     import time
-
-    from sandbox.cluster.node import gc_here
-    from sandbox.cluster.reaper import REAP_GRACE_S
 
     out = on_each_node(gc_here, run_id)
     time.sleep(REAP_GRACE_S)
@@ -326,8 +323,6 @@ def cluster_image_ids(images, *, run_id: str, podman_url: str = "") -> dict[str,
     Raises: ValueError naming the image and the ids when two nodes hold different images under
     one name (their trials would test different environments).
     """
-    from sandbox.cluster.node import image_ids_here
-
     seen: dict[str, dict[str, str]] = {}
     for node, ids in on_each_node(image_ids_here, run_id, podman_url, sorted(set(images))):
         for image, image_id in ids.items():
@@ -348,8 +343,6 @@ def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[
 
     Returns: ``[(node id, names removed)]``. Raises: RayUnavailable.
     """
-    from sandbox.cluster.node import gc_here
-
     ray = _import_ray()
     own = connect(address)
     try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import threading
 import time
 
+from sandbox.images.pull import ImagePullError, PullOutcome, canonical, pull_one, source_ref
+from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
 from sandbox.trials.trial import TrialResult, TrialSpec
 
 _RUNTIMES: dict[tuple[str, str], object] = {}
@@ -30,8 +32,6 @@ _LOCK = threading.Lock()
 def node_runtime(run_id: str, podman_url: str = ""):
     """This worker's :class:`~sandbox.runtimes.podman_runtime.PodmanRuntime` for ``run_id`` (cached;
     remade when its private service has exited). Raises PodmanUnavailable."""
-    from sandbox.runtimes.podman_runtime import PodmanRuntime
-
     key = (run_id, podman_url)
     with _LOCK:
         rt = _RUNTIMES.get(key)
@@ -52,8 +52,6 @@ def ensure_image(rt, image: str, registry: str | None = None, attempts: int = 2)
 
     Raises: ImagePullError naming the image, the source and the last error.
     """
-    from sandbox.images.pull import ImagePullError, PullOutcome, pull_one, source_ref
-
     with rt.client(timeout_s=3600) as client:
         if client.images.exists(image):
             return "present"
@@ -100,8 +98,6 @@ def list_images(run_id: str, podman_url: str = "") -> tuple[str, list[str]]:
     """``(node id, canonical names of every tagged image in this node's Podman)``."""
     import ray
 
-    from sandbox.images.pull import canonical
-
     rt = node_runtime(run_id, podman_url)
     with rt.client() as client:
         names = {canonical(tag) for img in client.images.list() for tag in (img.tags or [])
@@ -114,8 +110,6 @@ def image_ids_here(run_id: str, podman_url: str, images: list[str]) -> tuple[str
     (names compared in canonical form), for the run's recorded digests."""
     import ray
 
-    from sandbox.images.pull import canonical
-
     rt = node_runtime(run_id, podman_url)
     with rt.client() as client:
         ids = {canonical(tag): "sha256:" + img.id.removeprefix("sha256:")
@@ -127,7 +121,5 @@ def image_ids_here(run_id: str, podman_url: str, images: list[str]) -> tuple[str
 def gc_here(run_id: str | None) -> tuple[str, list[str]]:
     """``(node id, names removed)``: :func:`sandbox.runtimes.podman_runtime.gc` on this node."""
     import ray
-
-    from sandbox.runtimes.podman_runtime import gc
 
     return ray.get_runtime_context().get_node_id(), gc(run_id)

@@ -19,6 +19,7 @@ from sandbox.cluster.dispatch import (
     RayUnavailable,
     _import_ray,
     choose_node,
+    cluster_image_ids,
     connect,
     dispatcher_class,
     dispatcher_name,
@@ -26,6 +27,9 @@ from sandbox.cluster.dispatch import (
     on_each_node,
     sandbox_nodes,
 )
+from sandbox.cluster.node import gc_here, list_images, run_trial_here
+from sandbox.cluster.workspace_proxy import RayWorkspaces
+from sandbox.images.pull import canonical
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.trials.trial import TrialResult, TrialSpec
 
@@ -97,7 +101,6 @@ class RayTrials:
         self._turn = 0
         self._closed = False
         self.stats = {"dispatched": 0, "node_failures": 0, "pulls": 0, "by_node": {}}
-        from sandbox.cluster.node import run_trial_here
 
         self._task = self.ray.remote(run_trial_here)  # exported once, not per trial
         self._refresh_index()
@@ -119,8 +122,6 @@ class RayTrials:
     def _refresh_index(self, nodes: list[str] | None = None) -> None:
         """Read the dispatcher's node → images index; list the nodes it lacks (each node's
         Podman, one pinned task per node) and store them there for the other ranks."""
-        from sandbox.cluster.node import list_images
-
         index = self.ray.get(self.dispatcher.get_index.remote())
         nodes = sandbox_nodes() if nodes is None else nodes
         todo = [n for n in nodes if n not in index]
@@ -196,8 +197,6 @@ class RayTrials:
                                  f"{type(exc).__name__}: {first}")
 
     def _account(self, spec: TrialSpec, res: TrialResult) -> None:
-        from sandbox.images.pull import canonical
-
         with self._lock:
             self.stats["dispatched"] += 1
             if res.node:
@@ -225,8 +224,6 @@ class RayTrials:
             return
         self._closed = True
         if getattr(self, "_attached", False):
-            from sandbox.cluster.node import gc_here
-
             try:
                 if self.ray.get(self.dispatcher.detach.remote(self._job)) <= 0:
                     on_each_node(gc_here, self.run_id)
@@ -275,8 +272,6 @@ class RayRoutedRuntime(PodmanRuntime):
     def image_ids(self, images) -> dict[str, str | None]:
         """image → id in the sandbox nodes' storage (:func:`sandbox.cluster.dispatch.cluster_image_ids`):
         what :func:`eval.tasks.presence.require_task_images` checks and records on this backend."""
-        from sandbox.cluster.dispatch import cluster_image_ids
-
         return cluster_image_ids(images, run_id=self.trials.run_id,
                                  podman_url=self.trials.options.podman_url)
 
@@ -285,8 +280,6 @@ class RayRoutedRuntime(PodmanRuntime):
         context calls it instead of building the workspace here)."""
         with self._ws_lock:
             if self.workspaces is None:
-                from sandbox.cluster.workspace_proxy import RayWorkspaces
-
                 self.workspaces = RayWorkspaces(self.trials)
         return self.workspaces.open(task, site)
 

@@ -42,6 +42,12 @@ import tempfile
 import threading
 from pathlib import Path
 
+from sandbox.cluster.dispatch import _import_ray
+from sandbox.cluster.node import ensure_image, node_runtime
+from sandbox.runtimes.tempdirs import mark_owner
+from sandbox.snapshots.gitsafe import init_store, run_git
+from sandbox.workspace.rollout import RolloutWorkspace, WorkspaceSite
+
 TASK_FIELDS = ("instance_id", "repo_dir", "base_commit", "image", "workdir", "checkout_base")
 """What of a task crosses to the node (no problem statement, no test lists)."""
 SITE_FIELDS = ("max_file_bytes", "tree_budget_bytes", "snapshot_ignore", "limits")
@@ -75,8 +81,6 @@ def snapshot_pack(git_dir, trees: list[str], exclude: list[str]) -> bytes:
     """A git pack (bytes) of every object reachable from ``trees`` and not from ``exclude``
     (tree ids) in ``git_dir`` (``git rev-list --objects | git pack-objects --stdout``).
     Raises: SnapshotError naming the command."""
-    from sandbox.snapshots.gitsafe import run_git
-
     wanted = sorted(set(trees) - set(exclude))
     if not wanted:
         return b""
@@ -90,8 +94,6 @@ def snapshot_pack(git_dir, trees: list[str], exclude: list[str]) -> bytes:
 def load_pack(pack: bytes, dest: Path, alternates: list[Path]) -> Path:
     """A new private store at ``dest`` holding ``pack``'s objects, falling back on
     ``alternates`` (object directories). Returns ``dest``. Raises: SnapshotError."""
-    from sandbox.snapshots.gitsafe import init_store, run_git
-
     init_store(dest, alternates)
     if pack:
         run_git(dest, ["index-pack", "--stdin"], input=pack)
@@ -111,8 +113,6 @@ class WorkspaceHost:
     def __init__(self, run_id: str, podman_url: str, registry: str | None) -> None:
         import ray
 
-        from sandbox.workspace.disk import mark_owner
-
         self.run_id, self.podman_url, self.registry = run_id, podman_url, registry
         self.workroot = tempfile.mkdtemp(prefix="ecredit-rollouts-")
         mark_owner(self.workroot)  # `python -m sandbox gc` keeps it while we live
@@ -129,9 +129,6 @@ class WorkspaceHost:
     def open(self, ws_id: str, fields: dict, site_fields: dict) -> tuple[str, object]:
         """Set up a workspace (the task image made present first, a pull counted):
         ``("ok", info)`` or ``("raise", exception)`` for a broken task."""
-        from sandbox.cluster.node import ensure_image, node_runtime
-        from sandbox.workspace.rollout import RolloutWorkspace, WorkspaceSite
-
         task = TaskView(fields)
         try:
             rt = node_runtime(self.run_id, self.podman_url)
@@ -222,8 +219,6 @@ def host_class():
     global _HOST
     with _HOST_LOCK:
         if _HOST is None:
-            from sandbox.cluster.dispatch import _import_ray
-
             _HOST = _import_ray().remote(num_cpus=0, max_restarts=0,
                                          max_concurrency=256)(WorkspaceHost)
         return _HOST

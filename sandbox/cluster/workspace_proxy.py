@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+from sandbox.cluster.dispatch import choose_node
 from sandbox.cluster.workspace_host import (
     CALL_MARGIN_S,
     OPEN_DEADLINE_S,
@@ -23,6 +24,8 @@ from sandbox.cluster.workspace_host import (
     load_pack,
     task_fields,
 )
+from sandbox.images.pull import canonical
+from sandbox.snapshots.gitsafe import run_git, trusted_git_dir
 from sandbox.workspace.rollout import AfterCall
 
 
@@ -127,7 +130,6 @@ class RemoteWorkspace:
         donor = self.task.repo_dir if getattr(self.task, "repo_dir", None) else None
         alternates = []
         if donor and Path(donor).is_dir():  # the trainer holds S_0's objects itself
-            from sandbox.snapshots.gitsafe import run_git, trusted_git_dir
 
             git = trusted_git_dir(Path(donor).resolve())
             rel = run_git(git, ["rev-parse", "--git-path", "objects"]).stdout.decode().strip()
@@ -231,8 +233,6 @@ class RayWorkspaces:
     def _place(self, image: str | None, load: dict[str, int]) -> str:
         """The node for a workspace of ``image``: a live holder of the image, least loaded
         (:func:`~sandbox.cluster.dispatch.choose_node`), else the least loaded live node."""
-        from sandbox.cluster.dispatch import choose_node
-
         alive = self.trials.alive_nodes()
         if not alive:
             raise RuntimeError("no live Ray node offers the sandbox resource")
@@ -299,8 +299,6 @@ class RayWorkspaces:
         return ws
 
     def _account(self, ws: RemoteWorkspace, task) -> None:
-        from sandbox.images.pull import canonical
-
         with self._lock:
             self._open[ws.ws_id] = ws
             self.stats["opened"] += 1

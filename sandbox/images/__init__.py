@@ -21,6 +21,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sandbox.runtimes.podman_runtime import podman_env
+
 IMAGE_REPO = "localhost/ecredit-sandbox"
 RECIPE_VERSION = 1
 
@@ -52,8 +54,6 @@ DEFAULT_RECIPE = OfflineRecipe()
 
 
 def _env() -> dict[str, str]:
-    from sandbox.runtimes.podman_runtime import podman_env
-
     return podman_env()
 
 

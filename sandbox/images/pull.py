@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sandbox.images import swebench_image
+from sandbox.runtimes.podman_runtime import PodmanService, podman_env
+
 LOCAL_TRANSPORTS = ("oci-archive", "docker-archive", "dir", "oci")
 DEFAULT_IMAGE_BYTES = 4 * 1024 ** 3
 """Bytes assumed for an image whose size cannot be read (SWE-bench instance images hold a
@@ -163,8 +166,6 @@ class PullReport:
 
 
 def _env() -> dict[str, str]:
-    from sandbox.runtimes.podman_runtime import podman_env
-
     return podman_env()
 
 
@@ -374,8 +375,6 @@ def pull_images(images: Iterable[str], *, registry: str | None = None, url: str 
     todo = [o for o in report.outcomes if o.status == "todo"]
     service = None
     if todo and url is None:
-        from sandbox.runtimes.podman_runtime import PodmanService
-
         service = PodmanService()
         url = service.url
     try:
@@ -438,8 +437,6 @@ def row_image(row: dict, where: str = "row") -> str:
 
     Raises: ValueError naming ``where`` when the row has neither.
     """
-    from sandbox.images import swebench_image
-
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
     if row.get("image"):

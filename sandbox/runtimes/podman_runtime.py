@@ -30,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.trials.trial import (
     SWEBENCH_LOG,
     Limits,
@@ -39,7 +40,6 @@ from sandbox.trials.trial import (
     finish,
 )
 from sandbox.trials.watch import TrialWatch, file_size, log_cap, log_file, read_logs
-from sandbox.workspace.disk import mark_owner
 
 CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "containers.conf"
 RUN_LABEL = "ecredit.run"

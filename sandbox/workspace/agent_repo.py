@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sandbox.snapshots.gitsafe import SnapshotError, git_env
+from sandbox.trials.trial import check_branch
 
 BASE_IDENTITY = {
     "GIT_AUTHOR_NAME": "ecredit", "GIT_AUTHOR_EMAIL": "ecredit@sandbox",
@@ -132,8 +133,6 @@ def write_git_dir(git_dir: str | os.PathLike, commit: str, *, branch: str | None
     Raises: ValueError naming ``branch`` (not a plain branch name) or ``commit`` (not 40
     hex); OSError from the file system.
     """
-    from sandbox.trials.trial import check_branch
-
     if not (isinstance(commit, str) and len(commit) == 40
             and all(c in "0123456789abcdef" for c in commit)):
         raise ValueError(f"commit: expected 40 lowercase hex digits, got {commit!r}")

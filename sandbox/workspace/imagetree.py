@@ -48,6 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from sandbox.runtimes.podman_runtime import ROLE_LABEL, podman_env
 from sandbox.snapshots.gitsafe import (
     DEFAULT_SNAPSHOT_IGNORE,
     SnapshotError,
@@ -58,6 +59,7 @@ from sandbox.snapshots.gitsafe import (
     trusted_git_dir,
 )
 from sandbox.snapshots.snapshot import Snapshotter
+from sandbox.trials.trial import CHECKOUT_HELP, check_branch
 from sandbox.workspace.agent_repo import BASE_IDENTITY, CONTAINER_OBJECTS, write_git_dir
 from sandbox.workspace.imagegit import is_mounted, plan_upper, remove_entry, survey, write_upper
 
@@ -74,8 +76,6 @@ class ImageTreeError(RuntimeError):
 
 
 def _podman(args: list[str], what: str, timeout_s: float = 120.0) -> str:
-    from sandbox.runtimes.podman_runtime import podman_env
-
     try:
         proc = subprocess.run(["podman", *args], capture_output=True, env=podman_env(),
                               timeout=timeout_s)
@@ -122,8 +122,6 @@ def checkout_branch(image: str, host_tree: Path, workdir: str, branch: str, *,
     branch when the image's repository has no such branch (with
     :data:`sandbox.trials.trial.CHECKOUT_HELP`) or git fails.
     """
-    from sandbox.trials.trial import CHECKOUT_HELP, check_branch
-
     check_branch(branch, "checkout")
     label_args = []
     for k, v in (labels or {}).items():
@@ -451,8 +449,6 @@ def open_tree(image: str, workdir: str = "/testbed", *, labels: dict[str, str] |
     Raises: ImageTreeError (nothing is left behind) when podman fails or ``workdir`` is
     not a directory of the image.
     """
-    from sandbox.runtimes.podman_runtime import ROLE_LABEL
-
     name = name or f"ecredit-tree-{uuid.uuid4().hex[:12]}"
     label_args = []
     for k, v in {ROLE_LABEL: TREE_ROLE, **(labels or {})}.items():

@@ -33,9 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.runtimes.local_runtime import LocalRuntime
+from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 from sandbox.workspace.agent_repo import agent_clone
-from sandbox.workspace.disk import mark_owner, tree_usage
+from sandbox.workspace.disk import tree_usage
+from sandbox.workspace.imagetree import base_cache, prepare_tree
 from sandbox.workspace.session import (
     DEFAULT_MAX_FILE_BYTES,
     close_image_tree,
@@ -175,8 +177,6 @@ class RolloutWorkspace:
         (none); ImageTreeError: no such image, or no git repository / ``checkout_base``
         branch there.
         """
-        from sandbox.workspace.imagetree import base_cache, prepare_tree
-
         iid = task.instance_id
         runtime, image = site.runtime, getattr(task, "image", None)
         workdir = getattr(task, "workdir", None) or "/testbed"

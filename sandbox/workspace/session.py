@@ -31,6 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
+from sandbox.runtimes.local_runtime import LocalRuntime
+from sandbox.runtimes.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
 from sandbox.trials.trial import Limits
 from sandbox.workspace.health import (
     KEEPER_USER,
@@ -38,6 +40,7 @@ from sandbox.workspace.health import (
     memcg_oom_logged,
     read_cgroup,
 )
+from sandbox.workspace.imagetree import TREE_ROLE, open_tree
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
 DEFAULT_MAX_FILE_BYTES = 100 * 2**20
@@ -113,8 +116,6 @@ class PodmanSession:
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  ro_mounts: list[tuple[str, str]] | tuple = (),
                  login_shell: bool = False) -> None:
-        from sandbox.runtimes.podman_runtime import ROLE_LABEL
-
         if not (isinstance(max_file_bytes, int) and max_file_bytes > 0):
             raise ValueError(f"max_file_bytes: expected an int > 0, got {max_file_bytes!r}")
 
@@ -293,9 +294,6 @@ def open_image_tree(runtime, image: str, workdir: str = "/testbed", *,
             (``unix://``) endpoint: the tree is mounted on this host.
         ImageTreeError: podman could not create or mount the tree container.
     """
-    from sandbox.runtimes.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
-    from sandbox.workspace.imagetree import TREE_ROLE, open_tree
-
     local = [e for e in getattr(runtime, "endpoints", []) if e.startswith("unix://")]
     if not isinstance(runtime, PodmanRuntime) or len(local) != len(runtime.endpoints):
         raise ValueError(f"runtime: image {image} holds the task's tree; its rollouts need the "
@@ -314,8 +312,6 @@ def close_image_tree(runtime, tree) -> None:
 
 def open_session(runtime, image: str, host_dir, **kw):
     """A :class:`PodmanSession` for a Podman runtime, a :class:`LocalSession` for a local one."""
-    from sandbox.runtimes.local_runtime import LocalRuntime
-
     if isinstance(runtime, LocalRuntime):
         return LocalSession(runtime, image, host_dir, **kw)
     return PodmanSession(runtime, image, host_dir, **kw)

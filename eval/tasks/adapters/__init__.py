@@ -13,6 +13,8 @@ when it has one, else the generic ``parse_log_pytest`` with ``log_parser_fallbac
 
 from __future__ import annotations
 
+from eval.tasks.schema import read_rows, tasks_from_rows
+
 #: swebench's generic pytest parser (``swebench.harness.log_parsers.python``).
 GENERIC_PARSER = "parse_log_pytest"
 
@@ -21,7 +23,7 @@ def parser_or_fallback(repo: str) -> tuple[str, bool]:
     """``(log_parser, fallback)``: swebench's ``MAP_REPO_TO_PARSER`` entry for ``repo``
     (``fallback=False``), or :data:`GENERIC_PARSER` with ``fallback=True`` when swebench
     has none for it."""
-    from eval.grading.log_parsing import parser_for_repo
+    from eval.grading.log_parsing import parser_for_repo  # start-up: swebench, ~1 s
 
     try:
         return parser_for_repo(repo)[0], False
@@ -63,8 +65,6 @@ def load_rows(path, source: str, to_row) -> list:
     Raises: FileNotFoundError, ValueError (a malformed row, naming the row and field;
     duplicate ids).
     """
-    from eval.tasks.schema import read_rows, tasks_from_rows
-
     rows, nums = read_rows(path)
     rows = [to_row(r, n, source) for r, n in zip(rows, nums, strict=True)]
     return tasks_from_rows(rows, source=source, row_numbers=nums)

@@ -51,7 +51,7 @@ import re
 import shlex
 
 from eval.tasks.adapters import as_row, extra_of, load_rows, parser_or_fallback, require
-from eval.tasks.schema import Task, docker_hub_name
+from eval.tasks.schema import Task, _test_list, docker_hub_name
 
 HUB_ID = "SWE-bench/SWE-smith"
 #: Fields a SWE-smith row must carry (SWE-smith's names).
@@ -87,8 +87,6 @@ def swesmith_eval_script(instance_id: str, test_ids, workdir: str = "/testbed") 
 
 
 def _test_ids(row: dict, where: str) -> list[str]:
-    from eval.tasks.schema import _test_list
-
     ids = []
     for name in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         row[name] = _test_list(row[name], name, where)

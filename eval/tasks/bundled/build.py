@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.grading.flaky import varying_statuses
 from eval.tasks.bundled.multi import (
     apply_all,
     interleave_tests,
@@ -37,6 +38,10 @@ from eval.tasks.bundled.screening import Candidate, control, listable_ids, scree
 from eval.tasks.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
 from eval.tasks.bundled.sources import GitRepo, fetch_sdist, unpack_sdist
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
+from sandbox.backend import make_runtime
+from sandbox.images import build_offline, default_image
+from sandbox.trials.pool import VerifierPool
+from sandbox.trials.trial import TrialSpec
 
 
 def build(recipe: Recipe, out: Path, *, concurrency: int = 2, runtime=None, log=print,
@@ -93,7 +98,6 @@ class _Trials:
         return res
 
     def spec(self, tid, p: ProjectRecipe, commit, script, artifact=""):
-        from sandbox.trials.trial import TrialSpec
         return TrialSpec(trial_id=tid, image=self.ws.image, eval_script=script,
                          artifact=artifact, repo_archive=self.ws.repos[p.name].archive(commit),
                          timeout_s=self.ws.recipe.trial_timeout_s)
@@ -101,10 +105,6 @@ class _Trials:
 
 def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, log,
            image: str | None) -> list[Task]:
-    from sandbox.backend import make_runtime
-    from sandbox.images import build_offline, default_image
-    from sandbox.trials.pool import VerifierPool
-
     t_start = time.monotonic()
     image = image or default_image()
     if runtime is None:
@@ -183,8 +183,7 @@ def run_pristine(ws: Workspace, trials: _Trials, stats: dict, log) -> dict[str, 
 
     Raises: BuildError when a pristine run fails or passes no listable test.
     """
-    from eval.grading.flaky import varying_statuses
-    from eval.grading.grader import parse_log
+    from eval.grading.grader import parse_log  # start-up: swebench, ~1 s
 
     recipe = ws.recipe
     pre_specs = [trials.spec(f"pristine{rep}-{p.name}", p, ws.pristine[p.name],
@@ -249,7 +248,7 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
     """Screen ``to_screen`` and run gold (twice: the flaky check) + empty controls of
     ``to_control`` in one batch of trials; sets each candidate's outcome (and a screened
     candidate's gold patch)."""
-    from eval.grading.grader import grade, parse_log
+    from eval.grading.grader import grade, parse_log  # start-up: swebench, ~1 s
 
     specs = [trials.spec(f"screen-{c.project.name}-{c.tag}", c.project, c.commit,
                          c.eval_script) for c in to_screen]
@@ -328,7 +327,7 @@ def screen_pairs(ws: Workspace, trials: _Trials, parts: dict[str, list[Candidate
     same commit, script and artifact) and the gold patch twice (flaky check). The parts'
     own screening already gave their failing tests, so they get no controls of their own.
     Returns (project → its first ``multi_per_project`` kept pairs, every pair tried)."""
-    from eval.grading.grader import grade, parse_log
+    from eval.grading.grader import grade, parse_log  # start-up: swebench, ~1 s
 
     recipe = ws.recipe
     out: dict[str, list[Candidate]] = {p.name: [] for p in recipe.projects}
@@ -455,8 +454,6 @@ def _lock(path: Path):
 
 def built_dir(recipe: Recipe, image: str | None = None) -> Path:
     """Cache folder of ``recipe``: ``$ECREDIT_CACHE/bundled/<recipe hash>``."""
-    from sandbox.images import default_image
-
     return cache_dir() / "bundled" / recipe_hash(recipe, image or default_image())
 
 

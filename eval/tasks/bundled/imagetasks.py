@@ -62,10 +62,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eval.tasks.bundled.recipe import BuildError, ProjectRecipe, Recipe, cache_dir, load_recipe
+from eval.tasks.bundled.build import _lock, build_log, ensure_built
+from eval.tasks.bundled.recipe import (
+    BuildError,
+    ProjectRecipe,
+    Recipe,
+    cache_dir,
+    load_recipe,
+    recipe_hash,
+)
 from eval.tasks.bundled.scripts import make_eval_script
 from eval.tasks.bundled.sources import GitRepo
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
+from sandbox.images import build_offline, default_image
+from sandbox.runtimes.podman_runtime import podman_env
 
 #: Bump when the output for the same bundled set changes (part of :func:`image_tag`).
 #: 2: task layers keyed by base_commit (1 shared one cached layer per project).
@@ -233,8 +243,6 @@ def make_task_repo(bundled_repo: str | Path, bundled_base: str, project: Project
 
 
 def _podman(*args: str, timeout: float = 300) -> str:
-    from sandbox.runtimes.podman_runtime import podman_env
-
     try:
         proc = subprocess.run(["podman", *args], capture_output=True, text=True,
                               env=podman_env(), timeout=timeout)
@@ -273,9 +281,6 @@ def missing_images(tasks: list[Task]) -> list[str]:
 
 def image_built_dir(recipe: Recipe, image: str | None = None) -> Path:
     """``$ECREDIT_CACHE/bundled-image/<image tag>`` of ``recipe`` on sandbox ``image``."""
-    from eval.tasks.bundled.recipe import recipe_hash
-    from sandbox.images import default_image
-
     return cache_dir() / "bundled-image" / image_tag(recipe_hash(recipe, image or default_image()))
 
 
@@ -319,8 +324,6 @@ def build_image_tasks(recipe: Recipe, bundled: list[Task], out: Path, *, base_im
 
     Raises: BuildError (git, podman build, a project the recipe lacks).
     """
-    from eval.tasks.bundled.recipe import recipe_hash
-
     t0 = time.monotonic()
     out = Path(out)
     tag = image_tag(recipe_hash(recipe, base_image))
@@ -392,9 +395,6 @@ def ensure_image_tasks(recipe_path: str | Path | None = None, *, out: str | Path
 
     Raises: see :func:`build_image_tasks`, :func:`eval.tasks.bundled.build.ensure_built`.
     """
-    from eval.tasks.bundled.build import _lock, build_log, ensure_built
-    from sandbox.images import build_offline, default_image
-
     log = log or build_log
     recipe = load_recipe(recipe_path)
     out = Path(out) if out else image_built_dir(recipe)

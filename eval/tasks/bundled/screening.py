@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eval.grading.flaky import varying_statuses
 from eval.tasks.bundled.mutations import Mutation
 from eval.tasks.bundled.recipe import PARSER, ModuleSpec, ProjectRecipe, Recipe
 
@@ -94,8 +95,6 @@ def control(c: Candidate, g, e, grade, gold2=None) -> None:
     """Gold must resolve (complete); empty must not: every F2P FAILED/ERROR, every P2P PASSED.
     With ``gold2`` (a second gold trial) the listed tests' statuses must be the same in both
     gold runs: a candidate with a flaky listed test is dropped."""
-    from eval.grading.flaky import varying_statuses
-
     gr = grade(g.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
     er = grade(e.log, f2p=c.f2p, p2p=c.p2p, parser=PARSER)
     empty_ok = (er.complete and not er.resolved
