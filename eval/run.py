@@ -61,13 +61,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.controls import check_admission
-from eval.evaluation.binding import (
-    FIXED_DENOMINATORS,
-    bind_out,
-    resume_state,
-    run_binding,
-    split_denominator,
-)
+from eval.evaluation.binding import bind_out, resume_state, run_binding, split_denominator
 from eval.evaluation.generation import (
     RolloutTail,
     rollout_origin,
@@ -90,16 +84,7 @@ from eval.tasks.splits import load_tasks
 from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
 from sandbox.trials.pool import VerifierPool
 
-__all__ = [
-    "FIXED_DENOMINATORS",
-    "EvalInputError",
-    "EvalOptions",
-    "evaluate",
-    "main",
-    "replay",
-    "run_binding",
-    "split_denominator",
-]
+__all__ = ["EvalInputError", "EvalOptions", "evaluate", "main", "split_denominator"]
 
 #: The :class:`EvalOptions` flags that come before the runtime flags in ``--help``.
 HEAD_OPTIONS = ("model", "split", "n", "out")
