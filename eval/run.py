@@ -283,13 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     still written), 2 on bad input (the message names the flag, field or path)."""
     args = _parser().parse_args(argv)
     try:
+        # the backend first: an unreachable cluster is the one error line, whatever else
+        runtime = runtime_from_args(args, "eval")
         if args.replay:
-            replay(args.replay, args.out, runtime=runtime_from_args(args, "eval"),
-                   concurrency=args.concurrency, sample=args.sample, seed=args.seed,
-                   timeout_s=args.timeout_s, max_retries=args.max_retries)
+            replay(args.replay, args.out, runtime=runtime, concurrency=args.concurrency,
+                   sample=args.sample, seed=args.seed, timeout_s=args.timeout_s,
+                   max_retries=args.max_retries)
             return 0
-        options = EvalOptions.from_args(args)
-        res = evaluate(options, runtime=runtime_from_args(args, "eval"))
+        res = evaluate(EvalOptions.from_args(args), runtime=runtime)
     except (EvalInputError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
