@@ -46,15 +46,15 @@ def _rows(path: Path) -> list[dict]:
 
 def run_mode(model: str, split: Path, out: Path, args, batch_size: int) -> dict:
     """One evaluation; returns its figures (seconds, slots/minute) and per-slot outcomes."""
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
     t0 = time.monotonic()
-    res = evaluate(model=model, split=str(split), n=args.n, out=out, runtime="podman",
-                   concurrency=args.concurrency, seed=args.seed,
-                   overrides={"temperature": args.temperature,
-                              "max_new_tokens": args.max_new_tokens},
-                   batch_size=batch_size, agent_concurrency=args.agent_concurrency,
-                   log=lambda *_: None)
+    opts = EvalOptions(model=model, split=str(split), n=args.n, out=out,
+                       concurrency=args.concurrency, seed=args.seed,
+                       temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                       batch_size=batch_size, agent_concurrency=args.agent_concurrency)
+    res = evaluate(opts, runtime="podman", log=lambda *_: None)
     wall = time.monotonic() - t0
     rollouts = _rows(out / "rollouts.jsonl")
     slots = res["summary"]["denominator"]["slots"]

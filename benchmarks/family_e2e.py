@@ -40,6 +40,7 @@ def run_family(fam: str, tasks, split: Path, out: Path, args) -> dict:
 
     from ecredit_trl.policy.family_warmstart import ensure_family_policy
     from ecredit_trl.train import main as train_main
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
     cuda = args.device.startswith("cuda")
@@ -55,9 +56,9 @@ def run_family(fam: str, tasks, split: Path, out: Path, args) -> dict:
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     ledger = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines() if x]
     t2 = time.monotonic()
-    res = evaluate(model=str(run / "checkpoint-final"), split=str(split), n=1,
-                   out=out / fam / "eval", runtime=args.runtime, device=args.device,
-                   overrides={"max_turns": 4}, log=lambda *_: None)
+    res = evaluate(EvalOptions(model=str(run / "checkpoint-final"), split=str(split), n=1,
+                               out=out / fam / "eval", device=args.device, max_turns=4),
+                   runtime=args.runtime, log=lambda *_: None)
     t_eval = time.monotonic() - t2
     s = res["summary"]
     return {"family": fam, "exit": rc, "adapter": bool(res["model"].get("adapter")),

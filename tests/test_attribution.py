@@ -328,6 +328,7 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
 
     from test_attribution_step import _artifacts
 
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
     from eval.tasks.schema import save_tasks
     from eval.tasks.splits import load_tasks
@@ -338,9 +339,10 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     rows = [{"task_id": task.instance_id, "rollout_index": i, "artifact": arts[k],
              "model_sha256": "f" * 64, "turns": 1} for i, k in enumerate(("hang", "honest"))]
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = evaluate(model=None, split=str(tmp_path / "one.jsonl"), n=2, out=tmp_path / "ev",
-                   runtime=podman_runtime, rollouts=tmp_path / "rollouts.jsonl",
-                   log=lambda *_: None, timeout_s=8)
+    res = evaluate(EvalOptions(model=None, split=str(tmp_path / "one.jsonl"), n=2,
+                               out=tmp_path / "ev", rollouts=tmp_path / "rollouts.jsonl",
+                               timeout_s=8),
+                   runtime=podman_runtime, log=lambda *_: None)
     slots = {r["rollout_index"]: r for r in res["slots"]}
     hang, honest = slots[0], slots[1]
     assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout"

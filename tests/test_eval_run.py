@@ -27,12 +27,13 @@ def _lines(path):
 
 def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_runtime):
     from ecredit_trl.credit.trajectory import load_trajectories
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate, main
 
     out = tmp_path / "ev"
-    common = dict(model=str(tiny_policy), split=str(split_file), n=2, runtime=podman_runtime,
-                  overrides={"max_new_tokens": 48}, log=lambda *_: None)
-    res = evaluate(out=out, **common)
+    common = dict(model=str(tiny_policy), split=str(split_file), n=2, max_new_tokens=48)
+    with_rt = dict(runtime=podman_runtime, log=lambda *_: None)
+    res = evaluate(EvalOptions(out=out, **common), **with_rt)
     s = res["summary"]
     assert s["denominator"] == {"tasks": 2, "n": 2, "slots": 4}
     assert s["resolved"] + s["failed"] + s["unknown"] == 4
@@ -61,7 +62,7 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
     assert len(_lines(out / "slots.jsonl")) == 4
 
     # resume: nothing regenerated or re-verified, same figures
-    again = evaluate(out=out, **common)
+    again = evaluate(EvalOptions(out=out, **common), **with_rt)
     assert again["graded_this_call"] == 0 and again["summary"]["success"] == s["success"]
     assert len(_lines(out / "rollouts.jsonl")) == 4 and len(_lines(out / "slots.jsonl")) == 4
     # another seed into the same folder is refused, naming what differs
@@ -71,7 +72,7 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
     # a missing rollout stays in the denominator as unknown
     partial = tmp_path / "partial.jsonl"
     partial.write_text("".join(json.dumps(r) + "\n" for r in rollouts[:3]))
-    res2 = evaluate(out=tmp_path / "ev2", rollouts=partial, **common)
+    res2 = evaluate(EvalOptions(out=tmp_path / "ev2", rollouts=partial, **common), **with_rt)
     s2 = res2["summary"]
     assert s2["denominator"]["slots"] == 4
     assert s2["unknown_reasons"].get("no_rollout") == 1
@@ -93,8 +94,8 @@ def test_eval_run_bundled_tiny_policy(tiny_policy, split_file, tmp_path, podman_
                                         "repeats": {}}}
     man["p2p_dropped"] = {t0["instance_id"]: dropped}
     man_p.write_text(json.dumps(man))
-    res3 = evaluate(out=tmp_path / "ev3", rollouts=out / "rollouts.jsonl", admission=man_p,
-                    **common)
+    res3 = evaluate(EvalOptions(out=tmp_path / "ev3", rollouts=out / "rollouts.jsonl",
+                                admission=man_p, **common), **with_rt)
     assert res3["flaky"] == {"repeats": 1, "tasks_with_flaky": 1, "slots_of_flaky_tasks": 2,
                              "slots_depending_on_flaky": 0, "p2p_tests_dropped": 1}
     graded = [r for r in _lines(tmp_path / "ev3" / "slots.jsonl")

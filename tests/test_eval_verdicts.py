@@ -38,11 +38,12 @@ def two_tasks(tmp_path_factory):
 
 
 def _eval(two_tasks, rt, out, store=None, **kw):
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
-    return evaluate(model=None, split=two_tasks.split, n=3, out=out, runtime=rt,
-                    rollouts=two_tasks.rollouts, reuse_verdicts=store, log=lambda *_: None,
-                    **kw)
+    return evaluate(EvalOptions(model=None, split=two_tasks.split, n=3, out=out,
+                                rollouts=two_tasks.rollouts, reuse_verdicts=store, **kw),
+                    runtime=rt, log=lambda *_: None)
 
 
 def _verdicts(res):

@@ -106,6 +106,7 @@ def test_family_end_to_end(template, e2e_tasks, tmp_path, monkeypatch, podman_ru
     from ecredit_trl.policy.family_warmstart import ensure_family_policy
     from ecredit_trl.policy.family_warmstart import main as family_cli
     from ecredit_trl.policy.lora_defaults import LORA_TARGETS
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
     tasks, _ = e2e_tasks
@@ -149,9 +150,9 @@ def test_family_end_to_end(template, e2e_tasks, tmp_path, monkeypatch, podman_ru
     assert adapter["r"] == 8 and not (final / "model.safetensors").exists()
 
     # eval.run loads the adapter (merged on its base) and grades its rollouts
-    res = evaluate(model=str(final), split=str(split), n=1, out=tmp_path / "eval",
-                   runtime=podman_runtime, overrides={"max_turns": MAX_TURNS},
-                   log=lambda *_: None)
+    res = evaluate(EvalOptions(model=str(final), split=str(split), n=1, out=tmp_path / "eval",
+                               max_turns=MAX_TURNS),
+                   runtime=podman_runtime, log=lambda *_: None)
     s = res["summary"]
     assert s["denominator"]["slots"] == 2
     assert s["resolved"] + s["failed"] + s["unknown"] == 2 and s["unknown"] < 2

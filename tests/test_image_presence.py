@@ -72,12 +72,14 @@ def test_eval_run_refuses_missing_images_before_writing(tmp_path):
 
 @pytest.mark.podman
 def test_eval_run_records_the_digest_of_every_task_image(tmp_path):
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
     split = _task_file(tmp_path, "bundled:holdout", default_image(), n=2)
     rollouts = tmp_path / "r.jsonl"
     rollouts.write_text("")
-    res = evaluate(model=None, split=str(split), n=1, out=tmp_path / "ev", rollouts=rollouts,
+    res = evaluate(EvalOptions(model=None, split=str(split), n=1, out=tmp_path / "ev",
+                               rollouts=rollouts),
                    runtime="podman", log=lambda *_: None)
     assert res["images"] == {default_image(): image_digest(default_image())}
     on_disk = json.loads((tmp_path / "ev" / "results.json").read_text())

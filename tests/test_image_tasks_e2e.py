@@ -122,12 +122,13 @@ def test_build_output_in_the_agents_tree_and_the_verifier(image_tasks, tmp_path,
 
 
 def test_eval_run_on_image_tasks(tiny_policy, split_file, tmp_path, podman_runtime):
+    from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
 
     out = tmp_path / "ev"
-    res = evaluate(out=out, model=str(tiny_policy), split=str(split_file), n=2,
-                   runtime=podman_runtime, overrides={"max_new_tokens": 48},
-                   log=lambda *_: None)
+    res = evaluate(EvalOptions(out=out, model=str(tiny_policy), split=str(split_file), n=2,
+                               max_new_tokens=48),
+                   runtime=podman_runtime, log=lambda *_: None)
     s = res["summary"]
     assert s["denominator"] == {"tasks": 2, "n": 2, "slots": 4}
     assert s["resolved"] + s["failed"] + s["unknown"] == 4

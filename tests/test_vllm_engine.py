@@ -85,12 +85,13 @@ def test_eval_passes_batch_flags_to_the_rollout_subprocess(tmp_path):
 
 
 def test_eval_refuses_bad_batch_flags(tmp_path):
+    from eval.evaluation.options import EvalOptions
     from eval.run import EvalInputError, evaluate
 
     for kw, flag in (({"batch_size": 0}, "--batch-size"),
                      ({"agent_concurrency": 0}, "--agent-concurrency")):
         with pytest.raises(EvalInputError, match=flag):
-            evaluate(model="m", split="bundled", n=1, out=tmp_path / "o", **kw)
+            evaluate(EvalOptions(model="m", split="bundled", n=1, out=tmp_path / "o", **kw))
     assert not (tmp_path / "o").exists()
 
 
