@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
+from eval.integrity.retry import RetryPolicy
 from eval.tasks.presence import runtime_kind, task_image_digests
 from sandbox.backend import add_runtime_args, runtime_from_args
 
@@ -273,7 +274,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     own_rt = isinstance(runtime, str)
     rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
     try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        with VerifierPool(rt, max_concurrency=concurrency,
+                          retry=RetryPolicy(max_retries=max_retries)) as pool:
             _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
                                keep_flaky=keep_flaky)
     finally:

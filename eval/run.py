@@ -72,7 +72,7 @@ from eval.evaluation.report import (
 )
 from eval.evaluation.slots import RETRY_REASONS, SCHEMA, EvalInputError, read_rows
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, check_policy_template
-from eval.evaluation.verification import SlotVerifier
+from eval.evaluation.verification import SlotVerifier, trial_retry
 from eval.files import atomic_write_text, write_json
 from eval.grading.flaky import flaky_slot_counts
 from eval.tasks.presence import require_task_images
@@ -193,7 +193,7 @@ def _verify_all(ver: SlotVerifier, rt, proc, tail: RolloutTail, stderr_path: Pat
     trial. Returns the subprocess's exit code (None without one)."""
     from sandbox.trials.pool import VerifierPool
     rollout_rc = None
-    with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+    with VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(max_retries)) as pool:
         while True:
             for r in tail.read():
                 ver.take_rollout(pool, r)

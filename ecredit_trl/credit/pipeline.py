@@ -1,6 +1,6 @@
-"""Verifier trials of one generation round: sequential or overlapped (issue 15 §1).
+"""Verifier trials of one generation round: sequential or overlapped.
 
-The method's query rules (DESIGN.md §3) in one place for both orders:
+The method's query rules (design page, "Query bound") in one place for both orders:
 
 * one factual trial per planned rollout (empty artifacts included);
 * at most one counterfactual trial per rollout, arms B/M only, for a rollout admitted
@@ -8,12 +8,12 @@ The method's query rules (DESIGN.md §3) in one place for both orders:
   ``mask_truncated_completions`` a truncated row, known when its episode ends);
 * a counterfactual result is *used* only when the factual utility exists; otherwise the
   rollout is excluded as ``no_original_utility`` (admission order unchanged);
-* a trial that broke its own limits (timeout, OOM, pids, output) or did not apply is scored
+* a trial that ended in an attributable exit class (:mod:`eval.integrity.exits`) is scored
   with the failure value when the task's control is healthy and the pool's one retry broke
-  too (:mod:`eval.integrity.attribution`, issue 21 §2): factual and counterfactual alike, the record
+  too (:mod:`eval.integrity.attribution`, through :mod:`ecredit_trl.runs.outcomes`): factual and counterfactual alike, the record
   carrying ``failure_class`` / ``failure_evidence``; else it is unavailable.
 
-``pipeline: sequential`` (the order before issue 15) runs, after every episode has ended,
+``pipeline: sequential`` (the original order) runs, after every episode has ended,
 the missing empty-patch controls, then all factual trials, then the counterfactual
 trials of the rollouts whose factual utility exists. ``pipeline: overlapped`` submits the
 controls of the batch's tasks when the round's generation starts, and each rollout's
@@ -43,8 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ecredit_trl.credit.planning import contrast
-from ecredit_trl.runs.outcomes import trial_verdict
-from eval.integrity.attribution import ControlFacts
+from ecredit_trl.runs.outcomes import control_facts, trial_verdict
 
 COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
@@ -75,14 +74,14 @@ class TrialPipelineMixin:
         from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
         from eval.tasks.trialspec import task_trial_spec
 
-        # limits from the task's split unless given (issue 13 §6); recorded on each result
+        # limits from the task's split unless given; recorded on each result
         return task_trial_spec(task, artifact, trial_id, timeout_s=self.ecfg.trial_timeout_s,
                                memory=self.ecfg.trial_memory, cpus=self.ecfg.trial_cpus,
                                bundled_timeout_s=TRAIN_BUNDLED_TIMEOUT_S,
                                labels={"ecredit.arm": self.ecfg.arm})
 
     def _control_facts(self) -> dict:
-        """Task id → :class:`~eval.integrity.attribution.ControlFacts` of its latest control, failed
+        """Task id → :class:`~eval.integrity.controls.ControlFacts` of its latest control, failed
         ones included (the ``ok`` ones are saved in checkpoints with the logs)."""
         return self.__dict__.setdefault("_control_facts_by_task", {})
 
@@ -116,12 +115,13 @@ class TrialPipelineMixin:
 
     def _take_controls(self, pairs) -> None:
         """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
-        for the attribution rules (DESIGN.md §3; a failed one is run again next round, and
-        until then no failure of the task's trials is attributed)."""
+        for the attribution rules (a failed one is run again next round, and until then no
+        failure of the task's trials is attributed; design page, "Who caused a failure
+        decides the reward")."""
         for tid, res in pairs:
             self._batch_trials.append(("control", res))
             self.verified_trial_ids.append(res.trial_id)
-            self._control_facts()[tid] = ControlFacts.of(res)
+            self._control_facts()[tid] = control_facts(res)
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
 

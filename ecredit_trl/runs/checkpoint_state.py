@@ -1,4 +1,4 @@
-"""What a checkpoint holds beyond TRL's own state, for exact resume (DESIGN.md §5).
+"""What a checkpoint holds beyond TRL's own state, for exact resume (design page, "Run records").
 
 * :class:`ExactResumeMixin` — the trainer's counters and caches
   (``ecredit_state[_<rank>].json``), TRL's buffered generation batch when a checkpoint
@@ -23,8 +23,8 @@ import torch
 from transformers import TrainerCallback
 from trl.trainer.utils import RepeatSampler
 
+from ecredit_trl.runs.outcomes import control_facts
 from ecredit_trl.runs.receipts import ECREDIT_STATE
-from eval.integrity.attribution import ControlFacts
 from ecredit_trl.runs.records import write_json
 
 
@@ -177,7 +177,7 @@ class ExactResumeMixin:
     resume_schedule: dict | None = None  # set by train.py: runs.binding.schedule_change
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        """transformers' load, then (a resume with a changed ``max_steps``, issue 14 §4) the
+        """transformers' load, then (a resume with a changed ``max_steps``) the
         optimizer's LR set to the rebuilt schedule's value at the resumed step: the restored
         param groups hold the old horizon's LR (0 after a completed linear schedule), which
         the first resumed step would otherwise use. ``LambdaLR`` schedulers only."""
@@ -216,7 +216,7 @@ class ExactResumeMixin:
             if tid in self.tasks:
                 self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
                 facts = state.get("control_facts", {}).get(tid)  # absent: older checkpoints
-                self._control_facts()[tid] = ControlFacts(**facts) if facts else ControlFacts("ok")
+                self._control_facts()[tid] = control_facts(facts or {})
         if state.get("buffered_inputs"):
             buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
             self._buffered_inputs = torch.load(buf, weights_only=False)

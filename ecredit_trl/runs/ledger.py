@@ -8,9 +8,12 @@ the counts across ranks; the functions here only assemble rows from what it hand
 from __future__ import annotations
 
 from ecredit_trl.credit.planning import EXCLUSION_ORDER
-from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
-from eval.integrity.agent_failures import AGENT_FAILURE_CLASSES
-from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
+from ecredit_trl.runs.outcomes import (
+    AGENT_FAILURE_CLASSES,
+    FAILURE_CLASSES,
+    TRIAL_OUTCOMES,
+    UNATTRIBUTED_REASONS,
+)
 
 GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
                     "record_error")
