@@ -26,7 +26,7 @@ from eval.integrity.retry import RetryPolicy
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.trials.pool import VerifierPool
-from sandbox.trials.trial import TrialSpec
+from sandbox.trials.trial import OOM, TIMEOUT, Limits, TrialSpec
 
 SRC = "def add(a, b):\n    return a + b\n"
 # ~1 s of test time: 10 tests of 0.1 s each
@@ -57,9 +57,8 @@ def _import_patch(head: str) -> str:
 
 def retry_cost(rt, image: str, tar: bytes, hang_timeout_s: float) -> None:
     """Print what the attribution retry costs for a fast (OOM) and a slow (hang) failure."""
-    from sandbox.trials.trial import Limits
-    cases = {"oom": (_import_patch("BLOB = bytearray(512 * 2**20)"), 120.0),
-             "timeout": (_import_patch("import time; time.sleep(10**6)"), hang_timeout_s)}
+    cases = {OOM: (_import_patch("BLOB = bytearray(512 * 2**20)"), 120.0),
+             TIMEOUT: (_import_patch("import time; time.sleep(10**6)"), hang_timeout_s)}
     print(f"\n{'failure':>8} {'limit s':>7} {'1st service s':>13} {'retry service s':>15} "
           f"{'total s':>8} {'classes':>18}")
     with VerifierPool(rt, max_concurrency=1, retry=RetryPolicy(max_retries=0)) as pool:
