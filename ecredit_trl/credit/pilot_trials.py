@@ -3,10 +3,10 @@ empty-patch control of each task (cached in ``DIR/controls/``), one factual tria
 admitted rollout, at most one counterfactual trial each, graded against the task's
 fixed lists (design page, "Utility and the missing-observation rule"). A trial's result
 becomes a utility by the trainer's own rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`):
-a failure the artifact caused (its trial hangs, OOMs, floods, cuts its log while the task's
-control is healthy under the same limits and the pool's retry fails too) scores the failure
-value, so the pilot measures the same D training would; every other failure leaves the
-utility unavailable.
+a failure the artifact caused (an attributable exit class,
+:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`, while the task's control is healthy under
+the same limits and the pool's retry fails too) scores the failure value, so the pilot
+measures the same D training would; every other failure leaves the utility unavailable.
 
 This module is the pilot's one adapter to the integrity rules (:mod:`eval.integrity`, through
 training's :mod:`ecredit_trl.runs.outcomes`): the verdict, the control facts
@@ -40,7 +40,8 @@ def _grade_summary(rep) -> dict:
 
 
 def pilot_retry(max_retries: int):
-    """The retry policy of the pilot's pool: the trainer's (:func:`ecredit_trl.runs.outcomes.trial_retry`)."""
+    """The retry policy of the pilot's pool: the trainer's
+    (:func:`ecredit_trl.runs.outcomes.trial_retry`)."""
     return trial_retry(max_retries)
 
 

@@ -79,8 +79,8 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
     Each exit class as :data:`eval.integrity.exits.EXIT_RULE` decides: ``infra_error`` →
     unknown (``trial_infra_error``). An attributable class
     (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`) follows
-    :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control record:
-    ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
+    :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control
+    record: ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
     False with the failure value and ``failure_class``, or unknown ``trial_unattributed``.
     An ``ok`` trial is graded from its log, with ``control_log`` for missing tests.
     ``resolved`` is the verdict with the protected set; ``resolved_swebench`` the harness's

@@ -1,8 +1,8 @@
 """The agent rule: who broke an agent container, and the score of an episode the policy broke.
 
-The sandbox collects the evidence of a failed exec (:meth:`sandbox.workspace.session.PodmanSession.diagnose`,
-cgroup reads and the kernel's OOM record in :mod:`sandbox.workspace.health`); this module
-decides (design page, "Who caused a failure decides the reward"). Training applies it in
+The sandbox collects the evidence of a failed exec
+(:meth:`sandbox.workspace.session.PodmanSession.diagnose`, cgroup reads and the kernel's OOM
+record in :mod:`sandbox.workspace.health`); this module decides (design page, "Who caused a failure decides the reward"). Training applies it in
 :mod:`ecredit_trl.agent.failures`, ``eval.run`` in :mod:`eval.evaluation.verification`.
 
 **Who broke it.** A policy can break its own container (5,000 background ``sleep`` s fill
@@ -15,8 +15,8 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
 2. **the container is the one we started and was not stopped from outside**: it still
    exists (a container removed from outside is infrastructure) and, for ``agent_pids``,
    it is still running. The agent cannot stop it itself: its init and main process run
-   as a uid of their own (:data:`sandbox.workspace.health.KEEPER_USER`), and the agent, root without
-   ``CAP_KILL``, gets ``EPERM`` signalling them. So a container that exited without
+   as a uid of their own (:data:`sandbox.workspace.health.KEEPER_USER`), and the agent, root
+   without ``CAP_KILL``, gets ``EPERM`` signalling them. So a container that exited without
    memory evidence was stopped by someone else;
 3. **the container hit its own limit**, read on the host from its own cgroup (the agent
    cannot write cgroup files: they are read-only inside, and the host reads the
@@ -28,12 +28,13 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
      peak usage reached its limit (within :data:`MEMORY_SLACK_BYTES`). The peak rules out a
      host-wide OOM kill (which also counts in ``oom_kill``) of a container below its
      limit. The counters die with the cgroup, so a container that the OOM killer stopped
-     is judged on the last sample taken after a call (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
+     is judged on the last sample taken after a call
+     (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
      when the kill came during the failing call itself (the sample after it found no
      cgroup left: a race lost under load), on the kernel's own record of it: an
      ``oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=<the container's cgroup>`` line in
-     the kernel log (:func:`sandbox.workspace.health.memcg_oom_logged`; ``CONSTRAINT_MEMCG`` = the cgroup's own limit,
-     not host-wide pressure; the agent cannot write the kernel log).
+     the kernel log (:func:`sandbox.workspace.health.memcg_oom_logged`; ``CONSTRAINT_MEMCG`` =
+     the cgroup's own limit, not host-wide pressure; the agent cannot write the kernel log).
 
 Anything else stays an infra failure (``None``).
 
@@ -99,12 +100,14 @@ def classify_exec_failure(evidence: dict) -> str | None:
     """Apply the module's rule to the evidence of one failed exec (pure).
 
     Args:
-        evidence: ``service_ok`` (bool: the endpoint answered a ping), ``container``
+        evidence: :meth:`sandbox.workspace.session.PodmanSession.diagnose`'s facts:
+            ``service_ok`` (bool: the endpoint answered a ping), ``container``
             (``"running"``, ``"exited"``, ... or ``"missing"``), ``cgroup`` (counters now,
-            :func:`sandbox.workspace.health.read_cgroup`, None when gone), ``cgroup_last`` (the sample taken right
-            after the last call that returned, None if unreadable) and ``cgroup_prev`` (the
-            sample before that one: after the call before, or at start), and optionally
-            ``memcg_oom`` (:func:`sandbox.workspace.health.memcg_oom_logged` for the container's cgroup).
+            :func:`sandbox.workspace.health.read_cgroup`, None when gone), ``cgroup_last``
+            (the sample taken right after the last call that returned, None if unreadable)
+            and ``cgroup_prev`` (the sample before that one: after the call before, or at
+            start), and optionally ``memcg_oom``
+            (:func:`sandbox.workspace.health.memcg_oom_logged` for the container's cgroup).
 
     Returns: ``"agent_pids"``, ``"agent_oom"``, or None (infrastructure: unavailable).
     A running container is judged on its counters now (an OOM kill since the last call);
@@ -167,6 +170,7 @@ def agent_failure_slot(task, failure_class: str, evidence: dict | None) -> dict:
             "failure_evidence": evidence, "trial_source": None}
 
 
-__all__ = ["AGENT_DISK_BUDGET", "AGENT_EXEC_CLASSES", "AGENT_FAILURE_CLASSES", "MEMORY_SLACK_BYTES", "PIDS_SLACK",
+__all__ = ["AGENT_DISK_BUDGET", "AGENT_EXEC_CLASSES", "AGENT_FAILURE_CLASSES",
+           "MEMORY_SLACK_BYTES", "PIDS_SLACK",
            "AgentFailureVerdict", "agent_failure_slot", "agent_failure_verdict",
            "classify_exec_failure", "memory_exhausted", "pids_exhausted"]

@@ -230,8 +230,9 @@ class TrialResult:
             where the counter was not readable.
         output_over: the eval script's output passed ``max_output_bytes``.
         failed_attempts: earlier attempts of this trial that the pool's retry policy ran
-            again as failure retries (:class:`sandbox.trials.pool.VerifierPool`), each ``{"exit_class", "test_s",
-            "service_s", "oom_kills", "pids_max_hits", "error"}``; this result is the retry.
+            again as failure retries (:class:`sandbox.trials.pool.VerifierPool`), each
+            ``{"exit_class", "test_s", "service_s", "oom_kills", "pids_max_hits",
+            "error"}``; this result is the retry.
         node: the Ray node id (hex) that served the trial's last attempt under the ``ray``
             sandbox backend (:mod:`sandbox.cluster.dispatch`); "" for local runtimes.
         image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
@@ -421,11 +422,12 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out,
                               oom=oom or bool(res.oom_kills),
                               pids=bool(res.pids_max_hits))
-    if res.exit_class == "infra_error" and res.error is None:
+    if res.exit_class == INFRA_ERROR and res.error is None:
         failed = [ln for ln in log.splitlines() if ln.startswith(_CHECKOUT_FAILED)]
         res.error = (f"the trial's protected set could not be stashed or restored (exit "
                      f"{exit_code})" if exit_code == PROTECT_FAILED_EXIT else
-                     f"{CHECKOUT_ERROR} {failed[0][len(_CHECKOUT_FAILED):].strip()}; {CHECKOUT_HELP}"
+                     f"{CHECKOUT_ERROR} {failed[0][len(_CHECKOUT_FAILED):].strip()}; "
+                     f"{CHECKOUT_HELP}"
                      if exit_code == CHECKOUT_FAILED_EXIT and failed else
                      f"sandbox ended with exit code {exit_code} before the eval script finished")
 
