@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 
+from eval.integrity.agent import classify_exec_failure
 from sandbox.images import build_offline, default_image
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.workspace.health import read_cgroup
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 ev = s.diagnose()
                 diag.append(time.perf_counter() - t0)
-                assert ev["failure_class"] is None and ev["service_ok"]
+                assert classify_exec_failure(ev) is None and ev["service_ok"]
             finally:
                 s.close()
     print(f"sessions: {args.sessions}")

@@ -43,9 +43,10 @@ def _spec(tid: str, image: str):
 
 def sequential(rt, image: str, n: int, tag: str) -> dict:
     """``n`` trials one at a time (after one warm-up); median wall and overhead (s)."""
+    from eval.integrity.retry import RetryPolicy
     from sandbox.trials.pool import VerifierPool
     walls, over = [], []
-    with VerifierPool(rt, max_concurrency=1, max_retries=0) as pool:
+    with VerifierPool(rt, max_concurrency=1, retry=RetryPolicy(max_retries=0)) as pool:
         pool.submit(_spec(f"{tag}-warm", image)).result()
         for i in range(n):
             t0 = time.perf_counter()
@@ -60,8 +61,9 @@ def sequential(rt, image: str, n: int, tag: str) -> dict:
 
 def burst(rt, image: str, m: int, conc: int, tag: str) -> dict:
     """``m`` trials through a pool of ``conc`` threads; trials/minute and nodes used."""
+    from eval.integrity.retry import RetryPolicy
     from sandbox.trials.pool import VerifierPool
-    with VerifierPool(rt, max_concurrency=conc, max_retries=0) as pool:
+    with VerifierPool(rt, max_concurrency=conc, retry=RetryPolicy(max_retries=0)) as pool:
         pool.map([_spec(f"{tag}-warm{i}", image) for i in range(conc)])
         t0 = time.perf_counter()
         res = pool.map([_spec(f"{tag}{i}", image) for i in range(m)])

@@ -22,10 +22,11 @@ import statistics
 import tarfile
 import time
 
+from eval.integrity.retry import RetryPolicy
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.trials.pool import VerifierPool
-from sandbox.trials.trial import TrialSpec
+from sandbox.trials.trial import OOM, TIMEOUT, Limits, TrialSpec
 
 SRC = "def add(a, b):\n    return a + b\n"
 # ~1 s of test time: 10 tests of 0.1 s each
@@ -56,12 +57,11 @@ def _import_patch(head: str) -> str:
 
 def retry_cost(rt, image: str, tar: bytes, hang_timeout_s: float) -> None:
     """Print what the attribution retry costs for a fast (OOM) and a slow (hang) failure."""
-    from sandbox.trials.trial import Limits
-    cases = {"oom": (_import_patch("BLOB = bytearray(512 * 2**20)"), 120.0),
-             "timeout": (_import_patch("import time; time.sleep(10**6)"), hang_timeout_s)}
+    cases = {OOM: (_import_patch("BLOB = bytearray(512 * 2**20)"), 120.0),
+             TIMEOUT: (_import_patch("import time; time.sleep(10**6)"), hang_timeout_s)}
     print(f"\n{'failure':>8} {'limit s':>7} {'1st service s':>13} {'retry service s':>15} "
           f"{'total s':>8} {'classes':>18}")
-    with VerifierPool(rt, max_concurrency=1, max_retries=0) as pool:
+    with VerifierPool(rt, max_concurrency=1, retry=RetryPolicy(max_retries=0)) as pool:
         for name, (patch, timeout_s) in cases.items():
             spec = TrialSpec(trial_id=f"retry-{name}", image=image, eval_script=EVAL,
                              artifact=patch, repo_archive=tar, timeout_s=timeout_s,
@@ -94,7 +94,7 @@ def main() -> None:
               f"{'cleanup s':>9} {'overhead s':>10} {'overhead/test':>13} {'trials/min':>10} "
               f"{'ok':>3}")
         for conc in (1, 2):
-            with VerifierPool(rt, max_concurrency=conc) as pool:
+            with VerifierPool(rt, max_concurrency=conc, retry=RetryPolicy()) as pool:
                 t0 = time.monotonic()
                 res = pool.map(specs(f"c{conc}-"))
                 wall = time.monotonic() - t0

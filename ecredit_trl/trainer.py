@@ -76,6 +76,7 @@ from ecredit_trl.runs.ledger import (
     round_metrics,
     trajectory_row,
 )
+from ecredit_trl.runs.outcomes import trial_retry
 from ecredit_trl.runs.records import append_jsonl
 from ecredit_trl.runs.timings import TIMING_FIELDS, RoundClock, stage_timings
 from sandbox.trials.pool import VerifierPool
@@ -146,7 +147,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, TrialPipelineMixin, GRPOTrainer):
                                       tree_budget_bytes=args.agent_tree_budget_mib * 2**20,
                                       snapshot_ignore=tuple(args.snapshot_ignore))
         self.pool = VerifierPool(runtime, max_concurrency=args.verifier_concurrency,
-                                 max_retries=args.verifier_retries)
+                                 retry=trial_retry(args.verifier_retries))
         self._control = {}  # task id -> (GradeReport, log) of the empty-patch control
         self._batch_records: list[RolloutRecord] = []
         self._batch_trials: list = []

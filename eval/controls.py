@@ -51,6 +51,7 @@ from pathlib import Path
 from eval.files import atomic_write_text as _atomic_write
 from eval.files import write_json as wj
 from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
+from eval.integrity.retry import RetryPolicy
 from eval.tasks.presence import require_task_images, runtime_kind, task_image_digests
 from eval.tasks.sealed import ids_sha256
 from eval.tasks.splits import load_tasks
@@ -272,7 +273,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     own_rt = isinstance(runtime, str)
     rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
     try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        with VerifierPool(rt, max_concurrency=concurrency,
+                          retry=RetryPolicy(max_retries=max_retries)) as pool:
             _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
                                keep_flaky=keep_flaky)
     finally:

@@ -71,12 +71,14 @@ from eval.evaluation.generation import (
 from eval.evaluation.modelref import ModelRef, resolve_model
 from eval.evaluation.options import EvalOptions, add_option_args, option_names
 from eval.evaluation.replay import replay
-from eval.evaluation.report import render_report
+from eval.evaluation.report import (
+    render_report,
+)
 from eval.evaluation.results import build_results, store_record, write_outputs
 from eval.evaluation.slots import SCHEMA, EvalInputError
 from eval.evaluation.templatecheck import check_policy_template
 from eval.evaluation.verdicts import VerdictStore
-from eval.evaluation.verification import SlotVerifier
+from eval.evaluation.verification import SlotVerifier, trial_retry
 from eval.grading.flaky import drop_flaky_p2p
 from eval.tasks.presence import require_task_images
 from eval.tasks.sealed import ids_sha256
@@ -213,7 +215,7 @@ def _verify_all(ver: SlotVerifier, rt, proc: subprocess.Popen | None, tail: Roll
     """Feed rollout rows to ``ver`` while the subprocess (if any) runs, then wait for every
     trial. Returns the subprocess's exit code (None without one)."""
     rollout_rc = None
-    with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+    with VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(max_retries)) as pool:
         while True:
             for r in tail.read():
                 ver.take_rollout(pool, r)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import make_tar  # noqa: E402
 from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
 
+from eval.integrity.retry import RetryPolicy  # noqa: E402
 from sandbox.cluster.dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
 from sandbox.cluster.trials import RayTrials  # noqa: E402
 from sandbox.images import default_image  # noqa: E402
@@ -66,7 +67,7 @@ def spread(address: str, image: str) -> dict:
     """Four concurrent trials with both sandbox nodes holding the image."""
     rt = RayTrials(f"rt-spread-{os.getpid()}", RayOptions(address=address, max_in_flight=4))
     try:
-        with VerifierPool(rt, max_concurrency=4) as pool:
+        with VerifierPool(rt, max_concurrency=4, retry=RetryPolicy()) as pool:
             out = summary(pool.map([spec(f"spread{i}", image) for i in range(4)]))
         out["index_nodes"] = sorted(n for n, imgs in rt._index.items() if imgs)
     finally:
@@ -92,7 +93,7 @@ def cap(address: str, image: str, driver: str) -> dict:
     child = subprocess.Popen([sys.executable, driver, "rank", address, run_id, "2", "3"],
                              stdout=subprocess.PIPE, text=True)
     try:
-        with VerifierPool(rt, max_concurrency=3) as pool:
+        with VerifierPool(rt, max_concurrency=3, retry=RetryPolicy()) as pool:
             mine = summary(pool.map([spec(f"cap{i}", image, sleep=3) for i in range(3)]))
         other = json.loads(child.communicate(timeout=240)[0].strip().splitlines()[-1])
         stats = rt.dispatcher_stats()
@@ -108,7 +109,7 @@ def rank(address: str, run_id: str, cap_n: int, n: int) -> None:
     """A second rank: ``n`` trials through the same run's dispatcher; prints its summary."""
     rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=cap_n))
     try:
-        with VerifierPool(rt, max_concurrency=n) as pool:
+        with VerifierPool(rt, max_concurrency=n, retry=RetryPolicy()) as pool:
             out = summary(pool.map([spec(f"rank{i}", image=default_image(), sleep=3)
                                     for i in range(n)]))
     finally:
@@ -122,7 +123,7 @@ def kill(cluster, address: str, image: str, a, b) -> dict:
     rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=4))
     rt.choose = lambda spec, load: b.node_id  # place the first attempt on B (soft)
     try:
-        with VerifierPool(rt, max_concurrency=1, max_retries=1) as pool:
+        with VerifierPool(rt, max_concurrency=1, retry=RetryPolicy(max_retries=1)) as pool:
             fut = pool.submit(spec("killed", image, sleep=6))
             deadline = time.monotonic() + 90
             while not containers(run_id) and time.monotonic() < deadline:
@@ -153,11 +154,11 @@ def locality(cluster, address: str, image: str, a, store: Path, mirror: Path) ->
         address=address, max_in_flight=4, registry=f"docker-archive:{mirror}"))
     try:
         index = {n: bool(imgs) for n, imgs in rt._index.items()}
-        with VerifierPool(rt, max_concurrency=3) as pool:
+        with VerifierPool(rt, max_concurrency=3, retry=RetryPolicy()) as pool:
             near = summary(pool.map([spec(f"near{i}", image) for i in range(3)]))
         cluster.remove_node(a, allow_graceful=False)
         rt._nodes = (0.0, [])  # read the live nodes now, not after the TTL
-        with VerifierPool(rt, max_concurrency=1) as pool:
+        with VerifierPool(rt, max_concurrency=1, retry=RetryPolicy()) as pool:
             far = summary([pool.submit(spec(f"far{i}", image)).result() for i in range(2)])
         stats = dict(rt.stats)
     finally:
@@ -175,7 +176,7 @@ def gc_cli(address: str, image: str) -> dict:
 
     run_id = f"rt-gc-{os.getpid()}"
     rt = RayTrials(run_id, RayOptions(address=address, max_in_flight=2))
-    pool = VerifierPool(rt, max_concurrency=1, max_retries=0)
+    pool = VerifierPool(rt, max_concurrency=1, retry=RetryPolicy(max_retries=0))
     fut = pool.submit(spec("orphan", image, sleep=60))
     deadline = time.monotonic() + 90
     while not containers(run_id) and time.monotonic() < deadline:
@@ -382,7 +383,7 @@ def ws_cap(address: str, image: str, root: Path) -> dict:
         for e in extra:
             release(e)
         sampler.start()
-        with VerifierPool(rr, max_concurrency=3) as pool:
+        with VerifierPool(rr, max_concurrency=3, retry=RetryPolicy()) as pool:
             futs = [pool.submit(spec(f"wscap{i}", image, sleep=3)) for i in range(3)]
             time.sleep(8)  # the sandbox holds one slot meanwhile
             released_at = time.monotonic()
@@ -600,7 +601,7 @@ def victim(address: str, run_id: str, n: int) -> None:
     from sandbox.backend import make_runtime
     rt = make_runtime("podman", backend="ray", run_id=run_id,
                       ray=RayOptions(address=address, max_in_flight=n))
-    pool = VerifierPool(rt, max_concurrency=n, max_retries=0)
+    pool = VerifierPool(rt, max_concurrency=n, retry=RetryPolicy(max_retries=0))
     futures = [pool.submit(spec(f"long{i}", default_image(), sleep=300)) for i in range(n)]
     print("submitted", flush=True)
     for fut in futures:

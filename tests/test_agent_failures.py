@@ -19,10 +19,10 @@ import pytest
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.failures import apply_episode_failure
 from ecredit_trl.trainer import RolloutRecord
-from eval.integrity.agent_failures import agent_failure_verdict, failure_utility
+from eval.integrity.agent import agent_failure_verdict, classify_exec_failure
+from eval.integrity.failure_value import failure_utility
 from sandbox.runtimes.podman_runtime import podman_env
 from sandbox.trials.trial import Limits
-from sandbox.workspace.health import classify_exec_failure
 
 # a fork flood of background sleeps from a process in its own session (out of reach of the
 # call's group kill) that takes every pid freed, so the limit stays full once the call

@@ -16,7 +16,10 @@ from types import SimpleNamespace
 import pytest
 from conftest import make_tar
 
-from eval.integrity.attribution import ControlFacts, attribute_failure, failure_utility
+from eval.integrity.attribution import attribute_failure
+from eval.integrity.controls import ControlFacts
+from eval.integrity.failure_value import failure_utility
+from eval.integrity.retry import RetryPolicy
 from sandbox.images import default_image
 from sandbox.trials.pool import VerifierPool
 from sandbox.trials.trial import Limits, TrialSpec, classify, parse_script_log
@@ -224,7 +227,7 @@ def healthy(podman_runtime):
     attacks = {"hang": HANG, "memory": MEMORY, "fork_flood": FORK_FLOOD,
                "log_flood": LOG_FLOOD, "log_bypass": LOG_BYPASS, "kill_eval": KILL_EVAL,
                "cut_eval": CUT_EVAL, "honest": HONEST}
-    with VerifierPool(podman_runtime, max_concurrency=2, max_retries=0) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy(max_retries=0)) as pool:
         futs = {k: pool.submit(spec(f"attr-{k}", art)) for k, art in attacks.items()}
         control = pool.submit(spec("attr-control")).result()
         return control, {k: f.result() for k, f in futs.items()}
@@ -275,7 +278,7 @@ def test_with_a_control_that_times_out_nothing_is_attributed(podman_runtime):
     from eval.evaluation.verification import grade_trial, trial_row
 
     slow = "sleep 30\n" + EVAL  # the task itself hangs: the infrastructure's (or task's) fault
-    with VerifierPool(podman_runtime, max_concurrency=2, max_retries=0) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy(max_retries=0)) as pool:
         hang = pool.submit(spec("attr-slow-hang", HANG, eval_script=slow, timeout_s=3.0))
         control = pool.submit(spec("attr-slow-control", eval_script=slow, timeout_s=3.0))
         control, hang = control.result(), hang.result()

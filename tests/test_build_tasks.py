@@ -313,6 +313,7 @@ def test_bundled_is_deterministic(bundled, tmp_path):
 @pytest.mark.podman
 def test_bundled_controls_on_a_sample(bundled, podman_runtime):
     from eval.grading.grader import grade
+    from eval.integrity.retry import RetryPolicy
     from eval.tasks.trialspec import task_trial_spec
     from sandbox.trials.pool import VerifierPool
     sample = []
@@ -323,7 +324,7 @@ def test_bundled_controls_on_a_sample(bundled, podman_runtime):
     for t in sample:
         specs.append(task_trial_spec(t, t.patch, f"gold-{t.instance_id}", timeout_s=60))
         specs.append(task_trial_spec(t, "", f"empty-{t.instance_id}", timeout_s=60))
-    with VerifierPool(podman_runtime, max_concurrency=2) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy()) as pool:
         results = pool.map(specs)
     for i, t in enumerate(sample):
         g, e = results[2 * i], results[2 * i + 1]

@@ -228,6 +228,7 @@ def test_image_holds_testbed_at_base_with_env_and_build_output(image_tasks):
 @pytest.mark.podman
 def test_gold_resolves_and_empty_does_not_on_image_tasks(image_tasks, podman_runtime):
     from eval.grading.grader import grade
+    from eval.integrity.retry import RetryPolicy
     from eval.tasks.trialspec import task_trial_spec
     from sandbox.trials.pool import VerifierPool
     sample = _sample(image_tasks)
@@ -236,7 +237,7 @@ def test_gold_resolves_and_empty_does_not_on_image_tasks(image_tasks, podman_run
         specs.append(task_trial_spec(t, t.patch, f"igold-{t.instance_id}", timeout_s=60))
         specs.append(task_trial_spec(t, "", f"iempty-{t.instance_id}", timeout_s=60))
     assert all(s.repo_archive is None for s in specs)
-    with VerifierPool(podman_runtime, max_concurrency=2) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy()) as pool:
         results = pool.map(specs)
     for i, t in enumerate(sample):
         g, e = results[2 * i], results[2 * i + 1]
@@ -255,6 +256,7 @@ def test_build_output_is_in_the_verifier_and_the_tests_need_it(image_tasks, podm
     """The verifier container sees the untracked build output; the same gold trial with
     that file removed (an artifact cannot delete an ignored file) resolves nothing."""
     from eval.grading.grader import grade
+    from eval.integrity.retry import RetryPolicy
     from eval.tasks.trialspec import task_trial_spec
     from sandbox.trials.pool import VerifierPool
     t = _sample(image_tasks)[-1]  # cachetools: src/ layout
@@ -265,7 +267,7 @@ def test_build_output_is_in_the_verifier_and_the_tests_need_it(image_tasks, podm
                                f"grep BASE_COMMIT)\"\n{rest}")
     gone = dataclasses.replace(base, trial_id=f"ibo-rm-{t.instance_id}",
                                eval_script=f"{head}\nrm /testbed/{bo}\n{rest}")
-    with VerifierPool(podman_runtime, max_concurrency=2) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy()) as pool:
         r_show, r_gone = pool.map([show, gone])
     assert r_show.exit_class == "ok", r_show.error
     assert f"bo: BASE_COMMIT = '{t.base_commit}'" in r_show.log

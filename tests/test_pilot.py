@@ -479,7 +479,7 @@ def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_run
     longer hangs, so D = U(P) − U(P\\b) exists."""
     import subprocess
 
-    from eval.integrity.attribution import failure_utility
+    from eval.integrity.failure_value import failure_utility
     from eval.tasks.splits import load_tasks
 
     task = load_tasks("bundled:holdout")[0]

@@ -8,6 +8,7 @@ import pytest
 from conftest import make_tar
 from test_sandbox_podman import CALC, EVAL, TESTS
 
+from eval.integrity.retry import RetryPolicy
 from sandbox.backend import make_runtime
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import (
@@ -112,7 +113,7 @@ def test_one_local_socket_serves_trials_and_agent_sessions(tmp_path):
             specs = [TrialSpec(trial_id=f"ep{i}", image=image, eval_script=EVAL,
                                repo_archive=make_tar({"calc.py": CALC, "test_calc.py": TESTS}),
                                timeout_s=60) for i in range(2)]
-            with VerifierPool(rt, max_concurrency=2) as pool:
+            with VerifierPool(rt, max_concurrency=2, retry=RetryPolicy()) as pool:
                 results = pool.map(specs)
             session = PodmanSession(rt, image, tmp_path)
             try:

@@ -9,6 +9,7 @@ import time
 import pytest
 from conftest import make_tar
 
+from eval.integrity.retry import RetryPolicy
 from sandbox.images import default_image
 from sandbox.runtimes.podman_runtime import RUN_LABEL, podman_env
 from sandbox.trials.pool import VerifierPool
@@ -153,7 +154,7 @@ def test_container_killed_mid_trial_is_infra_error_and_retried(podman_runtime):
     killer = threading.Thread(target=_kill_when_running,
                               args=(podman_runtime.run_id, "retried", stop))
     killer.start()
-    with VerifierPool(podman_runtime, max_concurrency=1, max_retries=1,
+    with VerifierPool(podman_runtime, max_concurrency=1, retry=RetryPolicy(max_retries=1),
                       retry_backoff_s=0.0) as pool:
         r2 = pool.map([spec("retried", eval_script="sleep 2\necho done\n", timeout_s=30)])[0]
     stop.set()
@@ -167,7 +168,7 @@ def test_container_killed_mid_trial_is_infra_error_and_retried(podman_runtime):
     stop = threading.Event()
     killer = threading.Thread(target=_kill_every, args=(podman_runtime.run_id, "always", stop))
     killer.start()
-    with VerifierPool(podman_runtime, max_concurrency=1, max_retries=2,
+    with VerifierPool(podman_runtime, max_concurrency=1, retry=RetryPolicy(max_retries=2),
                       retry_backoff_s=0.0) as pool:
         r3 = pool.map([spec("always", eval_script=slow, timeout_s=30)])[0]
     stop.set()
@@ -198,7 +199,7 @@ def test_memory_limit_is_enforced(podman_runtime):
 
 def test_pool_runs_concurrently_and_measures_queue_wait(podman_runtime):
     specs = [spec(f"conc{i}", eval_script="sleep 1\n") for i in range(4)]
-    with VerifierPool(podman_runtime, max_concurrency=2) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy()) as pool:
         t0 = time.monotonic()
         results = pool.map(specs)
         wall = time.monotonic() - t0

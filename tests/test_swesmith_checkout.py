@@ -144,9 +144,10 @@ def test_verifier_missing_branch_is_a_clear_infra_error(smith_image, tmp_path, p
                               f"{MISSING});"), r.error
     assert "derived image" in r.error and ">>>>> ecredit test-start" not in r.log
     # a pool does not retry it: no retry can add the branch to the image
+    from eval.integrity.retry import RetryPolicy
     from eval.tasks.trialspec import task_trial_spec
     from sandbox.trials.pool import VerifierPool
-    with VerifierPool(podman_runtime, max_concurrency=1, max_retries=2) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=1, retry=RetryPolicy(max_retries=2)) as pool:
         (res,) = pool.map([task_trial_spec(task, task.patch, "smith-missing-pool", timeout_s=120)])
     assert res.exit_class == "infra_error" and res.attempts == 1 and res.retried_errors == []
     assert pool.stats["retries"] == 0

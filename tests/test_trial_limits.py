@@ -78,9 +78,10 @@ def test_train_config_leaves_limits_to_the_task(tmp_path):
 @pytest.mark.podman
 def test_every_trial_records_its_limits(bundled_task, podman_runtime):
     from eval.evaluation.verification import trial_row
+    from eval.integrity.retry import RetryPolicy
     from sandbox.trials.pool import VerifierPool
     spec = task_trial_spec(bundled_task, "", "limits-rec", bundled_timeout_s=45)
-    with VerifierPool(podman_runtime, max_concurrency=1) as pool:
+    with VerifierPool(podman_runtime, max_concurrency=1, retry=RetryPolicy()) as pool:
         (res,) = pool.map([spec])
     assert res.exit_class == "ok", res.error
     want = {"timeout_s": 45.0, "memory": "2g", "pids": 1024, "cpus": 1.0,

@@ -30,7 +30,7 @@ episode (:attr:`SWEAgentEnv.failure`); who caused it is :attr:`SWEAgentEnv.failu
 rollout with its reason) or the policy (``agent_pids`` / ``agent_oom``: its own processes
 filled its container's limits; ``agent_disk_budget``: growth past ``tree_budget_bytes`` or a
 file over ``max_file_bytes``, the rollout's files removed), scored with the failure value
-(:mod:`eval.integrity.agent_failures`). The container is released as soon
+(:mod:`eval.integrity.agent`). The container is released as soon
 as the episode ends (submit, failure, or :func:`release_sandbox` from the trainer).
 
 Image-held tasks (no ``repo_dir``): the tree is the image's ``workdir`` with

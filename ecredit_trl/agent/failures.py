@@ -1,12 +1,13 @@
-"""How an agent episode ends on a failure, and who caused it (design page, "Who caused a
-failure decides the reward").
+"""How an agent episode ends on a failure, and who caused it (the agent rule,
+:mod:`eval.integrity.agent`, reached through training's adapter :mod:`ecredit_trl.runs.outcomes`;
+design page, "Who caused a failure decides the reward").
 
 :class:`EpisodeFailures` is mixed into :class:`~ecredit_trl.agent.env.SWEAgentEnv`: after
 every call its workspace (:meth:`sandbox.workspace.rollout.RolloutWorkspace.after_call`) measures the
 tree against the disk limits and snapshots it; this class ends the episode on a failure
 (``failure`` = ``(reason, detail)``, first reason wins, the container released at once) and
 records who caused it: ``failure_class`` (one of
-:data:`eval.integrity.agent_failures.AGENT_FAILURE_CLASSES`, or None for the infrastructure) with
+:data:`eval.integrity.agent.AGENT_FAILURE_CLASSES`, or None for the infrastructure) with
 its ``failure_evidence``.
 
 * ``disk_budget`` (tree growth past ``tree_budget_bytes``, a file past ``max_file_bytes``):
@@ -14,17 +15,18 @@ its ``failure_evidence``.
   rollout's files are removed at once.
 * ``sandbox_error`` (a tool call raised outside the editor: an exec the runtime could not
   start, an API error): the session's :meth:`~sandbox.workspace.session.PodmanSession.diagnose`
-  decides (:mod:`sandbox.workspace.health`): ``agent_pids`` / ``agent_oom`` when the agent's
-  own processes filled its container's limit while the service was healthy, else None.
+  gathers the evidence and :func:`eval.integrity.agent.classify_exec_failure` decides:
+  ``agent_pids`` / ``agent_oom`` when the agent's own processes filled its container's limit
+  while the service was healthy, else None.
 * ``sandbox_setup``, ``snapshot_error``: ours, never the policy's (None).
 
 :func:`apply_episode_failure` turns an ended episode into the trainer's record: excluded
-(infrastructure) or scored with the failure value (:mod:`eval.integrity.agent_failures`).
+(infrastructure) or scored with the failure value (:mod:`eval.integrity.agent`).
 """
 
 from __future__ import annotations
 
-from eval.integrity.agent_failures import agent_failure_verdict
+from ecredit_trl.runs.outcomes import AGENT_DISK_BUDGET, agent_failure_verdict, exec_failure_class
 
 FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget")
 """``failure[0]`` of an ended episode: what happened (``failure_class`` says who caused it)."""
@@ -52,9 +54,11 @@ class EpisodeFailures:
             try:
                 evidence = self.ws.diagnose()
             except Exception as exc:  # noqa: BLE001 - no evidence: infrastructure
-                evidence = {"failure_class": None,
-                            "diagnose_error": f"{type(exc).__name__}: {exc}"}
-        cls = (evidence or {}).get("failure_class")
+                evidence = {"diagnose_error": f"{type(exc).__name__}: {exc}"}
+        cls = None
+        if evidence is not None:  # the verdict is kept with its evidence
+            cls = exec_failure_class(evidence)
+            evidence = {**evidence, "failure_class": cls}
         self._fail("sandbox_error", error, cls, evidence)
 
     def _last_tree(self) -> str:
@@ -73,7 +77,7 @@ class EpisodeFailures:
             return self._last_tree()
         self._generated = after.generated
         if after.over_budget is not None:  # the policy wrote it: a scored failure
-            self._fail("disk_budget", after.over_budget[0], "agent_disk_budget",
+            self._fail("disk_budget", after.over_budget[0], AGENT_DISK_BUDGET,
                        after.over_budget[1])
             return self._last_tree()
         if after.snapshot_error is not None:
@@ -94,7 +98,7 @@ def apply_episode_failure(rec, env, task, cfg, truncated: bool):
     (TRL masks the row). Agent-caused: not excluded (except ``truncated`` with
     ``cfg.mask_truncated_completions``: TRL masks such a row anyway), ``failure_class`` /
     ``failure_evidence`` set, resolved False, ``utility`` = the failure value, ``reward`` per
-    ``cfg.terminal_reward`` (:class:`eval.integrity.agent_failures.AgentFailureVerdict`); no trial, so
+    ``cfg.terminal_reward`` (:class:`eval.integrity.agent.AgentFailureVerdict`); no trial, so
     no contrast: C = 0, and the reward takes part in the group baseline.
 
     Returns: ``rec``. Raises: ValueError for an unknown failure class.

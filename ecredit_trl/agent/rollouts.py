@@ -51,7 +51,7 @@ Each rollout is one JSON line, a superset of the replay format of
 failure or the disk budget (:attr:`SWEAgentEnv.failure`; after ``disk_budget`` the files
 are gone: empty artifact, no writes), else null; ``failure_class`` who caused it
 (``agent_disk_budget`` / ``agent_pids`` / ``agent_oom``: the policy, scored by ``eval.run``
-as a failure with the failure value, :mod:`eval.integrity.agent_failures`; null: the infrastructure,
+as a failure with the failure value, :mod:`eval.integrity.agent`; null: the infrastructure,
 an unknown slot) with its ``failure_evidence``. Timings are seconds: ``setup_s`` (working tree + container), ``generate_s`` (in a
 batch: the episode's share of each batched call, wall / rows, + its parsing),
 ``tools_s``, ``artifact_s``, ``total_s``.

@@ -64,7 +64,7 @@ from ecredit_trl.credit.blocks import (
 )
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.pilot_report import EXCLUSIONS, pilot_table, render_markdown
-from ecredit_trl.credit.pilot_trials import PilotTrials
+from ecredit_trl.credit.pilot_trials import PilotTrials, pilot_retry
 from ecredit_trl.credit.taskbase import s0_source
 from ecredit_trl.credit.trajectory import (
     ReplayError,
@@ -180,7 +180,8 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
     rt = make_runtime(runtime, run_id=f"pilot-{os.getpid()}") if own_rt else runtime
     trials = PilotTrials(out, by_id, timeout_s)
     try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        with VerifierPool(rt, max_concurrency=concurrency,
+                          retry=pilot_retry(max_retries)) as pool:
             trials.first_trial_at = time.time()
             trials.submit_controls(pool, admitted)
             fact_fut = trials.submit_factual(pool, records)

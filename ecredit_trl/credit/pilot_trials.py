@@ -3,10 +3,14 @@ empty-patch control of each task (cached in ``DIR/controls/``), one factual tria
 admitted rollout, at most one counterfactual trial each, graded against the task's
 fixed lists (design page, "Utility and the missing-observation rule"). A trial's result
 becomes a utility by the trainer's own rule (:func:`ecredit_trl.runs.outcomes.trial_verdict`):
-a failure the artifact caused (its trial hangs, OOMs, floods, cuts its log while the task's
-control is healthy under the same limits and the pool's retry fails too) scores the failure
-value, so the pilot measures the same D training would; every other failure leaves the
-utility unavailable.
+a failure the artifact caused (an attributable exit class,
+:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`, while the task's control is healthy under
+the same limits and the pool's retry fails too) scores the failure value, so the pilot
+measures the same D training would; every other failure leaves the utility unavailable.
+
+This module is the pilot's one adapter to the integrity rules (:mod:`eval.integrity`, through
+training's :mod:`ecredit_trl.runs.outcomes`): the verdict, the control facts
+(:meth:`PilotTrials.control_facts`) and the pool's retry policy (:func:`pilot_retry`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,8 @@ import re
 from concurrent.futures import as_completed
 from pathlib import Path
 
-from ecredit_trl.runs.outcomes import trial_verdict
+from ecredit_trl.runs.outcomes import ControlFacts, control_facts, trial_retry, trial_verdict
 from eval.files import atomic_write_text
-from eval.integrity.attribution import ControlFacts
 from eval.tasks.trialspec import task_trial_spec
 
 
@@ -35,6 +38,12 @@ def _grade_summary(rep) -> dict:
             "missing": list(rep.missing), "f2p": dict(rep.f2p), "p2p": dict(rep.p2p),
             "log_rejected": rep.log_rejected, "f2p_passed": rep.f2p_passed,
             "p2p_all_passing": rep.p2p_all_passing}
+
+
+def pilot_retry(max_retries: int):
+    """The retry policy of the pilot's pool: the trainer's
+    (:func:`ecredit_trl.runs.outcomes.trial_retry`)."""
+    return trial_retry(max_retries)
 
 
 def _control_key(task) -> str:
@@ -124,7 +133,7 @@ class PilotTrials:
 
     def control_facts(self, task_id: str) -> list[ControlFacts]:
         """The task's control as the attribution rule needs it (after :meth:`control_log`)."""
-        return [ControlFacts.of(self.controls[task_id])]
+        return [control_facts(self.controls[task_id])]
 
     def utility_of(self, res, task, row: dict):
         """(utility, grade summary) of a trial by :func:`ecredit_trl.runs.outcomes.trial_verdict`;

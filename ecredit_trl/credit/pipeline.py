@@ -8,9 +8,9 @@ The method's query rules (design page, "Query bound") in one place for both orde
   ``mask_truncated_completions`` a truncated row, known when its episode ends);
 * a counterfactual result is *used* only when the factual utility exists; otherwise the
   rollout is excluded as ``no_original_utility`` (admission order unchanged);
-* a trial that broke its own limits (timeout, OOM, pids, output) or did not apply is scored
+* a trial that ended in an attributable exit class (:mod:`eval.integrity.exits`) is scored
   with the failure value when the task's control is healthy and the pool's one retry broke
-  too (:mod:`eval.integrity.attribution`): factual and counterfactual alike, the record
+  too (:mod:`eval.integrity.attribution`, through :mod:`ecredit_trl.runs.outcomes`): factual and counterfactual alike, the record
   carrying ``failure_class`` / ``failure_evidence``; else it is unavailable.
 
 ``pipeline: sequential`` (the original order) runs, after every episode has ended,
@@ -44,9 +44,8 @@ from dataclasses import dataclass
 
 from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
 from ecredit_trl.credit.planning import contrast
-from ecredit_trl.runs.outcomes import trial_verdict
+from ecredit_trl.runs.outcomes import control_facts, trial_verdict
 from eval.grading.grader import grade
-from eval.integrity.attribution import ControlFacts
 from eval.tasks.trialspec import task_trial_spec
 
 COUNTERFACTUAL_ARMS = ("B", "M")
@@ -80,7 +79,7 @@ class TrialPipelineMixin:
                                labels={"ecredit.arm": self.ecfg.arm})
 
     def _control_facts(self) -> dict:
-        """Task id → :class:`~eval.integrity.attribution.ControlFacts` of its latest control, failed
+        """Task id → :class:`~eval.integrity.controls.ControlFacts` of its latest control, failed
         ones included (the ``ok`` ones are saved in checkpoints with the logs)."""
         return self.__dict__.setdefault("_control_facts_by_task", {})
 
@@ -114,13 +113,13 @@ class TrialPipelineMixin:
 
     def _take_controls(self, pairs) -> None:
         """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
-        for the attribution rules (design page, "Who caused a failure decides the reward"; a
-        failed one is run again next round, and until then no failure of the task's trials is
-        attributed)."""
+        for the attribution rules (a failed one is run again next round, and until then no
+        failure of the task's trials is attributed; design page, "Who caused a failure
+        decides the reward")."""
         for tid, res in pairs:
             self._batch_trials.append(("control", res))
             self.verified_trial_ids.append(res.trial_id)
-            self._control_facts()[tid] = ControlFacts.of(res)
+            self._control_facts()[tid] = control_facts(res)
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
 

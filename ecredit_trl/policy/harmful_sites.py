@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from ecredit_trl.agent.env import _clone_at
+from ecredit_trl.runs.outcomes import trial_retry
 from eval.files import atomic_write_text
 from eval.tasks.bundled.recipe import cache_dir as default_cache
 from eval.tasks.harmful import HARMFUL_LINE, HarmfulEdit
@@ -303,7 +304,7 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
         log(f"harmful sites: screening {len(todo)} task(s) with real verifier trials")
         own = isinstance(runtime, str)
         rt = make_runtime(runtime, run_id=f"harm-{os.getpid()}") if own else runtime
-        pool = VerifierPool(rt, max_concurrency=concurrency)
+        pool = VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(1))
         try:
             for t in todo:
                 rec = _screen_one(t, pool, timeout_s)

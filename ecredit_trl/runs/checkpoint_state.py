@@ -23,8 +23,8 @@ import torch
 from transformers import TrainerCallback
 from trl.trainer.utils import RepeatSampler
 
+from ecredit_trl.runs.outcomes import control_facts
 from ecredit_trl.runs.receipts import ECREDIT_STATE
-from eval.integrity.attribution import ControlFacts
 from ecredit_trl.runs.records import write_json
 
 
@@ -216,7 +216,7 @@ class ExactResumeMixin:
             if tid in self.tasks:
                 self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
                 facts = state.get("control_facts", {}).get(tid)  # absent: older checkpoints
-                self._control_facts()[tid] = ControlFacts(**facts) if facts else ControlFacts("ok")
+                self._control_facts()[tid] = control_facts(facts or {})
         if state.get("buffered_inputs"):
             buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
             self._buffered_inputs = torch.load(buf, weights_only=False)

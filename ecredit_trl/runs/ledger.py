@@ -8,9 +8,12 @@ the counts across ranks; the functions here only assemble rows from what it hand
 
 from __future__ import annotations
 
-from ecredit_trl.runs.outcomes import TRIAL_OUTCOMES
-from eval.integrity.agent_failures import AGENT_FAILURE_CLASSES
-from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS
+from ecredit_trl.runs.outcomes import (
+    AGENT_FAILURE_CLASSES,
+    FAILURE_CLASSES,
+    TRIAL_OUTCOMES,
+    UNATTRIBUTED_REASONS,
+)
 
 EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
 """Exclusion reasons, applied in this order (design page, "Exclusion reasons"; ``truncated``:

@@ -1,28 +1,38 @@
-"""How a verifier trial's result becomes (or does not become) a utility.
+"""Training's one adapter to the integrity rules (:mod:`eval.integrity`): how a verifier trial's
+result becomes (or does not become) a utility, who broke an agent episode, the control facts,
+the retry policy of the trainer's pool and the outcome vocabulary the ledger counts.
 
-Kept apart from the trainer so the rule can be checked against real trials
-without importing TRL. Failures the artifact caused follow the attribution rule of
-:mod:`eval.integrity.attribution`, the same function ``eval.run`` calls.
+Kept apart from the trainer so the rules can be checked against real trials without
+importing TRL. Failures the artifact caused follow the artifact rule
+(:mod:`eval.integrity.attribution`), the same function ``eval.run`` calls (design page, "Who
+caused a failure decides the reward").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eval.integrity.attribution import (
-    FAILURE_CLASSES,
-    ControlFacts,
-    attribute_failure,
-    failure_utility,
+from eval.integrity.agent import (
+    AGENT_DISK_BUDGET,
+    AGENT_FAILURE_CLASSES,
+    agent_failure_verdict,
+    classify_exec_failure,
 )
+from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS, attribute_failure
+from eval.integrity.controls import ControlFacts, control_facts
+from eval.integrity.failure_value import failure_utility
+from eval.integrity.retry import RetryPolicy
+from sandbox.trials.trial import EXIT_CLASSES, INFRA_ERROR, OK, TRUNCATED_LOG
 
-TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete", "truncated_log",
-                  "timeout", "apply_failed", "infra_error", "oom", "pids", "output_limit")
+TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete",
+                  *(c for c in EXIT_CLASSES if c != OK))
 """How a verifier trial's result was used. ``graded``/``attributed`` give a utility
-(``attributed``: missing tests counted as failures because the empty-patch control
-observed them); ``artifact_<class>`` (:data:`eval.integrity.attribution.FAILURE_CLASSES`)
-give the contract's failure value (the artifact broke its own trial while the control was
-healthy, and the retry broke too); every other outcome leaves the utility unavailable
+(``attributed``: missing tests counted as failures because the empty-patch control observed
+them, :mod:`eval.integrity.missing`); ``artifact_<class>``
+(:data:`eval.integrity.attribution.FAILURE_CLASSES`) give the failure value (the artifact broke
+its own trial while the control was healthy, and the retry broke too); every other outcome
+(``incomplete``, and a non-``ok`` exit class of :data:`sandbox.trials.trial.EXIT_CLASSES` the
+rule did not charge, ``truncated_log`` also for a cut log) leaves the utility unavailable
 (None), never 0."""
 
 
@@ -47,22 +57,24 @@ def trial_verdict(task, res, control_log: str | None,
 
     Args:
         task: ``eval.tasks.schema.Task`` (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
-        res: :class:`sandbox.TrialResult` or None (not run).
+        res: :class:`sandbox.trials.trial.TrialResult` or None (not run).
         control_log: the task's empty-patch control log (for missing tests) or None.
-        controls: the task's control facts for :func:`eval.integrity.attribution.attribute_failure`;
-            None or [] = no control known (no failure can be attributed).
+        controls: the task's control facts (:func:`control_facts`) for
+            :func:`eval.integrity.attribution.attribute_failure`; None or [] = no control
+            known (no failure can be attributed).
 
-    A trial that ended in an attributable class (timeout, OOM kill, pids, output limit,
-    apply failure) with healthy controls under the same limits and a retry that failed too
-    is ``artifact_<class>``: resolved False, utility :func:`eval.integrity.attribution.failure_utility`.
-    Any other non-``ok`` trial and a test log cut off between SWE-bench's start and end
-    markers (``truncated_log``) give utility None: the reward is unavailable, not 0.
+    A trial that ended in an attributable class (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`)
+    with healthy controls under the same limits and a retry that failed too is
+    ``artifact_<class>``: resolved False, utility the failure value
+    (:func:`eval.integrity.failure_value.failure_utility`). Any other non-``ok`` trial and a
+    test log cut off between SWE-bench's start and end markers (``truncated_log``) give
+    utility None: the reward is unavailable, not 0.
     """
     from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     if res is None:
-        return TrialVerdict(None, None, "infra_error")
-    if res.exit_class != "ok":
+        return TrialVerdict(None, None, INFRA_ERROR)
+    if res.exit_class != OK:
         att = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
                                 limits=res.limits, test_s=res.test_s, controls=controls or [])
         if att.failure_class is not None:
@@ -74,7 +86,7 @@ def trial_verdict(task, res, control_log: str | None,
     rep = grade(res.log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
                 control_log=control_log)
     if rep.log_rejected == "truncated":
-        return TrialVerdict(None, None, "truncated_log", None, ev)
+        return TrialVerdict(None, None, TRUNCATED_LOG, None, ev)
     if rep.utility is None:
         return TrialVerdict(None, None, "incomplete", None, ev)
     return TrialVerdict(rep.utility, rep.resolved, "attributed" if rep.attributed else "graded",
@@ -88,4 +100,20 @@ def trial_outcome(task, res, control_log: str | None,
     return v.utility, v.resolved, v.outcome
 
 
-__all__ = ["TRIAL_OUTCOMES", "TrialVerdict", "trial_outcome", "trial_verdict"]
+def trial_retry(max_retries: int) -> RetryPolicy:
+    """The retry policy of a training or pilot pool: ``max_retries`` infra retries and the
+    artifact rule's one failure retry (:class:`eval.integrity.retry.RetryPolicy`)."""
+    return RetryPolicy(max_retries=max_retries)
+
+
+def exec_failure_class(evidence: dict) -> str | None:
+    """Who broke an agent exec, from the session's evidence
+    (:func:`eval.integrity.agent.classify_exec_failure`): ``agent_pids``, ``agent_oom`` or
+    None (infrastructure)."""
+    return classify_exec_failure(evidence)
+
+
+__all__ = ["AGENT_DISK_BUDGET", "AGENT_FAILURE_CLASSES", "FAILURE_CLASSES", "TRIAL_OUTCOMES",
+           "UNATTRIBUTED_REASONS", "ControlFacts", "TrialVerdict", "agent_failure_verdict",
+           "control_facts", "exec_failure_class", "trial_outcome", "trial_retry",
+           "trial_verdict"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from eval.evaluation.report import label_agreement, render_replay
 from eval.evaluation.slots import SCHEMA
-from eval.evaluation.verification import replay_selection, replay_trials
+from eval.evaluation.verification import replay_selection, replay_trials, trial_retry
 from eval.files import atomic_write_text, write_json
 from eval.tasks.splits import load_tasks
 from sandbox.backend import make_runtime
@@ -54,7 +54,8 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     rt = make_runtime(runtime, run_id=f"replay-{os.getpid()}") if own_rt else runtime
     t0 = time.time()
     try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        with VerifierPool(rt, max_concurrency=concurrency,
+                          retry=trial_retry(max_retries)) as pool:
             pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
     finally:
         if own_rt:

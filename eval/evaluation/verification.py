@@ -1,8 +1,14 @@
 """Verification stage of an evaluation: one factual trial per slot in a fresh sandbox
-(:class:`sandbox.VerifierPool`), the task's empty-patch control (one per task, cached in
-``DIR/controls/``; it also answers empty artifacts), and grading with
+(:class:`sandbox.trials.pool.VerifierPool`), the task's empty-patch control (one per task,
+cached in ``DIR/controls/``; it also answers empty artifacts), and grading with
 :func:`eval.grading.grader.grade` against the task's fixed lists (design page, "Evaluation").
-With an opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are reused."""
+With an opt-in verdict store (:mod:`eval.evaluation.verdicts`) identical clean trials are
+reused.
+
+This module is the evaluation's one adapter to the integrity rules (:mod:`eval.integrity`):
+what each exit class decides, the artifact rule, the agent rule's failure slot, the control
+facts and the retry policy of the evaluation's pools (:func:`trial_retry`), the same rules
+training uses (design page, "Who caused a failure decides the reward")."""
 
 from __future__ import annotations
 
@@ -23,11 +29,21 @@ from eval.evaluation.slots import (
     unknown_slot,
 )
 from eval.files import append_jsonl, atomic_write_text, write_json
-from eval.integrity.agent_failures import agent_failure_slot
-from eval.integrity.attribution import ControlFacts, attribute_failure, failure_utility
+from eval.integrity.agent import AGENT_DISK_BUDGET, agent_failure_slot
+from eval.integrity.attribution import attribute_failure
+from eval.integrity.controls import control_facts
+from eval.integrity.exits import ATTRIBUTABLE, EXIT_RULE, INFRASTRUCTURE
+from eval.integrity.failure_value import failure_utility
+from eval.integrity.retry import RetryPolicy
 from eval.tasks.protection import verdict_fields
 from eval.tasks.trialspec import task_trial_spec
-from sandbox.trials.trial import ATTRIBUTABLE_CLASSES
+from sandbox.trials.trial import INFRA_ERROR, OK
+
+
+def trial_retry(max_retries: int) -> RetryPolicy:
+    """The retry policy of an evaluation's pool: ``max_retries`` infra retries and the
+    artifact rule's one failure retry (:class:`eval.integrity.retry.RetryPolicy`)."""
+    return RetryPolicy(max_retries=max_retries)
 
 
 def control_key(task) -> str:
@@ -39,10 +55,10 @@ def control_key(task) -> str:
 
 
 def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
-    """Slot fields of a trial in an attributable class (:mod:`eval.integrity.attribution`, the rule
-    training uses): the contract's failure value, or unknown ``trial_unattributed``."""
-    controls = ([ControlFacts.of({**(control.get("trial") or {}),
-                                  "exit_class": control["exit_class"]})] if control else [])
+    """Slot fields of a trial in an attributable class (:mod:`eval.integrity.attribution`, the
+    rule training uses): the contract's failure value, or unknown ``trial_unattributed``."""
+    controls = ([control_facts({**(control.get("trial") or {}),
+                                "exit_class": control["exit_class"]})] if control else [])
     att = attribute_failure(res.exit_class, failed_attempts=getattr(res, "failed_attempts", []),
                             limits=getattr(res, "limits", None),
                             test_s=getattr(res, "test_s", None), controls=controls)
@@ -61,10 +77,11 @@ def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
 def grade_trial(task, res, control_log: str | None, control: dict | None = None) -> dict:
     """Grade one trial result of ``task`` into slot fields (no task/rollout ids).
 
-    ``infra_error`` → unknown (``trial_infra_error``). An attributable class (timeout, OOM,
-    pids, output limit, apply failure: :data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES`) follows
-    :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control record:
-    ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
+    Each exit class as :data:`eval.integrity.exits.EXIT_RULE` decides: ``infra_error`` →
+    unknown (``trial_infra_error``). An attributable class
+    (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`) follows
+    :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control
+    record: ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
     False with the failure value and ``failure_class``, or unknown ``trial_unattributed``.
     An ``ok`` trial is graded from its log, with ``control_log`` for missing tests.
     ``resolved`` is the verdict with the protected set; ``resolved_swebench`` the harness's
@@ -74,13 +91,14 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
     from eval.grading.grader import grade  # start-up: swebench, ~1 s
 
     base = {"exit_class": res.exit_class, "trial_id": res.trial_id}
-    if res.exit_class == "infra_error":
+    decision = EXIT_RULE.get(res.exit_class)
+    if decision == INFRASTRUCTURE:
         return {**unknown_slot("", 0, "trial_infra_error"), **base, "error": res.error}
-    if res.exit_class in ATTRIBUTABLE_CLASSES:
+    if decision == ATTRIBUTABLE:
         return _attributed_failure(task, res, control, base)
     rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
                 parser=task.log_parser, control_log=control_log,
-                harness_exit=None if res.exit_class == "ok" else res.exit_class)
+                harness_exit=None if res.exit_class == OK else res.exit_class)
     out = {**base, "resolved": bool(rep.resolved), "utility": rep.utility,
            "complete": rep.complete, "attributed": rep.attributed,
            "classification": dict(rep.classification),
@@ -101,7 +119,7 @@ def agent_failure_class(r: dict) -> str | None:
     if r.get("failure_class"):
         return r["failure_class"]
     failure = r.get("failure") or []
-    return "agent_disk_budget" if failure and failure[0] == "disk_budget" else None
+    return AGENT_DISK_BUDGET if failure and failure[0] == "disk_budget" else None
 
 
 def trial_row(res) -> dict:
@@ -280,7 +298,7 @@ class SlotVerifier:
         self.final[key] = row
 
     def take_rollout(self, pool, r: dict) -> None:
-        """Route one rollout row (the training rule, :mod:`eval.integrity.agent_failures`): an episode
+        """Route one rollout row (the training rule, :mod:`eval.integrity.agent`): an episode
         the policy broke (:func:`agent_failure_class`) → a failure slot with the failure
         value; an infra-failed one (setup, sandbox, snapshot) → unknown
         (``agent_sandbox_error``); empty artifact → wait for the control; else submit its
@@ -333,7 +351,7 @@ class SlotVerifier:
             if c.get("verdict_reused_from"):  # answered by a control from the store
                 self.stats["slots_from_reused_verdict"] += 1
                 extra = {"verdict_reused_from": c["verdict_reused_from"]}
-            if c["exit_class"] == "infra_error":
+            if c["exit_class"] == INFRA_ERROR:
                 self.finish(key, {**unknown_slot(*key, "control_infra_error"),
                                   **rollout_fields(r), "trial_source": "empty_control",
                                   "trial_id": c["trial_id"], "trial": c.get("trial")})

@@ -55,6 +55,7 @@ from eval.grading.log_parsing import (
     resolve_parser,
 )
 from eval.grading.pytest_report import clean_line, fold_statuses
+from eval.integrity.missing import ATTRIBUTED, has_utility, missing_observations
 
 __all__ = [
     "MAP_REPO_TO_PARSER",
@@ -441,7 +442,8 @@ def grade(
                   else ResolvedStatus.NO.value)
     resolved = resolution == ResolvedStatus.FULL.value
     control_complete = None if control_log is None else _observe(control_log, fn, spec, listed)[3]
-    attributed = (not complete) and bool(control_complete)
+    reading = missing_observations(complete, control_complete)  # the missing-observation rule
+    attributed = reading == ATTRIBUTED
     exit_status = harness_exit if harness_exit is not None else _derive_harness_exit(parsed)
     disagreements, sw_resolved = _parser_agreement(log_text, fn, spec, parsed, status, obs_of,
                                                    f2p, p2p)
@@ -450,7 +452,7 @@ def grade(
         resolution_status=resolution,
         complete=complete,
         truncated=parsed.truncated,
-        utility=_utility(report, f2p, p2p) if complete or attributed else None,
+        utility=_utility(report, f2p, p2p) if has_utility(reading) else None,
         attributed=attributed,
         control_complete=control_complete,
         f2p={t: status[t] for t in f2p},

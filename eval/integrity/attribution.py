@@ -1,16 +1,16 @@
-"""Who caused a failed verifier trial: the artifact (a scored failure) or the infrastructure
-(unavailable). One pure rule for training and ``eval.run`` (design page, "Who caused a
-failure decides the reward").
+"""The artifact rule: who caused a failed verifier trial, the artifact (a scored failure) or
+the infrastructure (unavailable). One pure rule for training, the pilot and ``eval.run``
+(design page, "Who caused a failure decides the reward").
 
-**The rule.** A trial of an artifact that ended in one of
-:data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES` (``timeout``, ``oom``, ``pids``,
-``output_limit``, ``apply_failed``) is charged to the artifact, and scored with the
-fixed-list contract's failure value, when both hold:
+**The rule.** A trial of an artifact that ended in an attributable exit class
+(:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`) is charged to the artifact, and scored
+with the failure value (:func:`eval.integrity.failure_value.failure_utility`), when both
+hold:
 
 1. **the controls are healthy under the same limits**: the task's empty-patch control
    (and the gold control too, when one ran) ended ``ok`` under the same timeout, memory,
    pids, CPU and output limits; and
-2. **the failure recurs**: the trial's one retry (:class:`sandbox.trials.pool.VerifierPool`
+2. **the failure recurs**: the trial's one retry (:class:`eval.integrity.retry.RetryPolicy`
    ``failure_retries``) also ended in an attributable class. The retry rules out a one-off
    slow, starved or overloaded node; "the same way" is read as *the same family* (any
    attributable class), the first attempt's class naming the outcome and both recorded: a
@@ -47,8 +47,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eval.integrity.agent_failures import failure_utility  # one failure value for both rules
-from sandbox.trials.trial import ATTRIBUTABLE_CLASSES
+from eval.integrity.controls import ControlFacts
+from eval.integrity.exits import ATTRIBUTABLE_CLASSES, INFRA_CLASSES
+from sandbox.trials.trial import OK, OOM, OUTPUT_LIMIT, PIDS, TIMEOUT
 
 FAILURE_CLASSES = tuple(f"artifact_{c}" for c in ATTRIBUTABLE_CLASSES)
 """Outcome classes of a failure charged to the artifact (``artifact_timeout``, ...)."""
@@ -57,34 +58,8 @@ UNATTRIBUTED_REASONS = ("no_control", "control_failed", "limits_differ", "not_re
 """Why an attributable failure stayed unavailable."""
 LIMIT_KEYS = ("timeout_s", "memory", "pids", "cpus", "output_bytes")
 """The limits a control must share with the trial (their ``source`` label may differ)."""
-_LIMIT_OF = {"timeout": "timeout_s", "oom": "memory", "pids": "pids",
-             "output_limit": "output_bytes", "apply_failed": None,
-             "truncated_log": None}
-
-
-@dataclass(frozen=True)
-class ControlFacts:
-    """What the rule needs of one control trial.
-
-    Attributes:
-        exit_class: the control's exit class (``ok`` = completed).
-        test_s: seconds the control's eval script ran (None if unknown, e.g. after a resume).
-        limits: its :meth:`sandbox.trials.trial.TrialSpec.limits_record`, or None if unknown.
-        kind: ``"empty"`` (empty-patch control) or ``"gold"``.
-    """
-
-    exit_class: str
-    test_s: float | None = None
-    limits: dict | None = None
-    kind: str = "empty"
-
-    @classmethod
-    def of(cls, res, kind: str = "empty") -> ControlFacts:
-        """Facts of a :class:`sandbox.TrialResult` (or a trial row dict with the same keys)."""
-        get = res.get if isinstance(res, dict) else lambda k, d=None: getattr(res, k, d)
-        test_s = get("test_s")
-        return cls(exit_class=get("exit_class", "ok"), limits=get("limits"), kind=kind,
-                   test_s=None if test_s is None else round(float(test_s), 3))
+_LIMIT_OF = {TIMEOUT: "timeout_s", OOM: "memory", PIDS: "pids", OUTPUT_LIMIT: "output_bytes"}
+"""The limit an attributable class ran out of (none for an apply failure or a cut log)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +89,7 @@ def attribute_failure(exit_class: str, *, failed_attempts: list[dict], limits: d
 
     Args:
         exit_class: the trial's final exit class (the retry's, when there was one).
-        failed_attempts: :attr:`sandbox.TrialResult.failed_attempts` (the retried first
+        failed_attempts: :attr:`sandbox.trials.trial.TrialResult.failed_attempts` (the retried first
             attempt(s); each a dict with ``exit_class``, ``test_s``).
         limits: the trial's limits record (``timeout_s``, ``memory``, ``pids``, ``cpus``,
             ``output_bytes``), or None.
@@ -123,14 +98,15 @@ def attribute_failure(exit_class: str, *, failed_attempts: list[dict], limits: d
             empty.
 
     Returns: :class:`Attribution`; ``failure_class`` None for an exit class the rule does not
-    cover (``ok``, ``infra_error``) or when a condition fails (``unattributed`` says which).
+    cover (``ok``, ``infra_error``: :data:`eval.integrity.exits.EXIT_RULE`) or when a
+    condition fails (``unattributed`` says which).
     """
     first = failed_attempts[0] if failed_attempts else None
     cls = first["exit_class"] if first else exit_class
     if cls not in ATTRIBUTABLE_CLASSES or exit_class not in (*ATTRIBUTABLE_CLASSES,
-                                                              "infra_error"):
+                                                              *INFRA_CLASSES):
         return Attribution(None)
-    key = _LIMIT_OF[cls]
+    key = _LIMIT_OF.get(cls)
     evidence = {
         "exit_class": cls, "retry_exit_class": exit_class if first else None,
         "test_s": first["test_s"] if first else test_s,
@@ -141,16 +117,16 @@ def attribute_failure(exit_class: str, *, failed_attempts: list[dict], limits: d
                       "limits": c.limits} for c in controls]}
     if not controls:
         return Attribution(None, "no_control", evidence)
-    if any(c.exit_class != "ok" for c in controls):
+    if any(c.exit_class != OK for c in controls):
         return Attribution(None, "control_failed", evidence)
     if not all(_same_limits(c.limits, limits) for c in controls):
         return Attribution(None, "limits_differ", evidence)
     if first is None:
         return Attribution(None, "not_retried", evidence)
-    if exit_class == "infra_error":
+    if exit_class in INFRA_CLASSES:
         return Attribution(None, "retry_infra_error", evidence)
     return Attribution(f"artifact_{cls}", None, evidence)
 
 
 __all__ = ["FAILURE_CLASSES", "LIMIT_KEYS", "UNATTRIBUTED_REASONS", "Attribution",
-           "ControlFacts", "attribute_failure", "failure_utility"]
+           "attribute_failure"]

@@ -2,29 +2,45 @@
 
 A thread pool over one runtime (which may itself spread trials over several
 Podman endpoints). Queue wait (submit → a worker picks the trial up) is kept
-apart from service time. Trials that end in ``infra_error`` are retried up to
-``max_retries`` times; every retry is counted on the result, never hidden.
+apart from service time.
 
-A trial that ran out of one of its limits or whose artifact did not apply
-(:data:`sandbox.trials.trial.ATTRIBUTABLE_CLASSES`: timeout, OOM kill, pids, output, apply failure)
-is run once more (``failure_retries``) under the same spec:
-the attribution rule (:func:`eval.integrity.attribution.attribute_failure`) charges such a
-failure to the artifact only when it recurs, so a one-off slow or starved node is not read
-as the policy's doing. The earlier attempt is kept in ``failed_attempts``; the result
-returned is the retry's (graded normally when the retry ended ``ok``). Failure retries are
-counted apart from infra retries (``stats["failure_retries"]``, design page "Query bound").
+The pool runs a trial again only when its ``retry`` policy says so; it decides nothing
+itself. After every attempt it asks ``retry(result, failure_retries_done, infra_retries_done)``
+and executes the answer:
+
+* :data:`RETRY_FAILURE`: run once more at once under the same spec; the attempt is kept in
+  ``failed_attempts`` (:meth:`~sandbox.trials.trial.TrialResult.attempt_summary`) and counted
+  in ``stats["failure_retries"]``, not in ``attempts``;
+* :data:`RETRY_INFRA`: run once more after a backoff; the error is kept in
+  ``retried_errors`` and counted in ``attempts`` and ``stats["retries"]``;
+* None: the attempt is the result.
+
+Every retry is counted on the result, never hidden. The default, :func:`no_retry`, never
+retries; the policy that training, the pilot and evaluation use (which classes, how many
+times) is :class:`eval.integrity.retry.RetryPolicy` (design page, "Query bound").
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from sandbox.trials.trial import ATTRIBUTABLE_CLASSES, TrialResult, TrialSpec
+from sandbox.trials.trial import INFRA_ERROR, TrialResult, TrialSpec
 
-#: infra errors a retry cannot fix (the image lacks the task's base branch): not retried
-NOT_TRANSIENT = ("checkout:",)
+RETRY_FAILURE = "failure"
+"""A retry answer: run the trial again and keep this attempt in ``failed_attempts``."""
+RETRY_INFRA = "infra"
+"""A retry answer: run the trial again after a backoff, counted in ``attempts``."""
+Retry = Callable[[TrialResult, int, int], "str | None"]
+"""``retry(result, failure_retries_done, infra_retries_done)`` → :data:`RETRY_FAILURE`,
+:data:`RETRY_INFRA` or None (keep this result)."""
+
+
+def no_retry(result: TrialResult, failure_retries_done: int, infra_retries_done: int) -> None:
+    """The pool's default :data:`Retry`: every first attempt is the result."""
+    return None
 
 
 class VerifierPool:
@@ -35,25 +51,23 @@ class VerifierPool:
             (:class:`~sandbox.runtimes.podman_runtime.PodmanRuntime` or
             :class:`~sandbox.runtimes.local_runtime.LocalRuntime`).
         max_concurrency: worker threads (≥ 1).
-        max_retries: extra attempts after an ``infra_error`` (≥ 0).
-        retry_backoff_s: sleep before retry ``i`` is ``retry_backoff_s * 2**(i-1)`` seconds.
-        failure_retries: extra attempts after a :data:`~sandbox.trials.trial.ATTRIBUTABLE_CLASSES`
-            failure (0 or 1; 1 = the attribution rule's retry).
+        retry: the :data:`Retry` policy to execute (default :func:`no_retry`; training,
+            the pilot and evaluation pass :class:`eval.integrity.retry.RetryPolicy`).
+        retry_backoff_s: sleep before infra retry ``i`` is ``retry_backoff_s * 2**(i-1)``
+            seconds.
 
-    Raises: ValueError for a non-positive concurrency or negative retries.
+    Raises: ValueError for a non-positive concurrency; TypeError for a ``retry`` that is
+    not callable.
     """
 
-    def __init__(self, runtime, max_concurrency: int = 2, max_retries: int = 1,
-                 retry_backoff_s: float = 0.5, failure_retries: int = 1) -> None:
+    def __init__(self, runtime, max_concurrency: int = 2, *, retry: Retry = no_retry,
+                 retry_backoff_s: float = 0.5) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency: must be >= 1, got {max_concurrency}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries: must be >= 0, got {max_retries}")
-        if failure_retries not in (0, 1):
-            raise ValueError(f"failure_retries: must be 0 or 1, got {failure_retries!r}")
+        if not callable(retry):
+            raise TypeError(f"retry: expected a callable retry policy, got {retry!r}")
         self.runtime = runtime
-        self.max_retries = max_retries
-        self.failure_retries = failure_retries
+        self.retry = retry
         self.retry_backoff_s = retry_backoff_s
         self._executor = ThreadPoolExecutor(max_workers=max_concurrency,
                                             thread_name_prefix="verifier")
@@ -81,16 +95,16 @@ class VerifierPool:
         while True:
             attempt += 1
             res = self.runtime.run_trial(spec)
-            if res.exit_class in ATTRIBUTABLE_CLASSES and len(failed) < self.failure_retries:
+            action = self.retry(res, len(failed), attempt - 1)
+            if action == RETRY_FAILURE:
                 failed.append(res.attempt_summary())
                 with self._lock:
                     self.stats["failure_retries"] += 1
                 attempt -= 1  # not an infra retry: counted apart
                 continue
-            if (res.exit_class != "infra_error" or attempt > self.max_retries
-                    or (res.error or "").startswith(NOT_TRANSIENT)):
+            if action != RETRY_INFRA:
                 break
-            errors.append(res.error or "infra_error")
+            errors.append(res.error or INFRA_ERROR)
             with self._lock:
                 self.stats["retries"] += 1
             time.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
@@ -102,7 +116,7 @@ class VerifierPool:
         res.failed_attempts = failed
         with self._lock:
             self.stats["completed"] += 1
-            if res.exit_class == "infra_error":
+            if res.exit_class == INFRA_ERROR:
                 self.stats["infra_errors"] += 1
         return res
 

@@ -35,16 +35,33 @@ _APPLY_START = ">>>>> ecredit apply-start"
 _TEST_START = ">>>>> ecredit test-start"
 _TEST_END = ">>>>> ecredit test-end"
 
-EXIT_CLASSES = ("ok", "apply_failed", "timeout", "infra_error", "oom", "pids", "output_limit",
-                "truncated_log")
-RESOURCE_CLASSES = ("timeout", "oom", "pids", "output_limit")
+OK, APPLY_FAILED, TIMEOUT, INFRA_ERROR = "ok", "apply_failed", "timeout", "infra_error"
+OOM, PIDS, OUTPUT_LIMIT, TRUNCATED_LOG = "oom", "pids", "output_limit", "truncated_log"
+EXIT_CLASSES = (OK, APPLY_FAILED, TIMEOUT, INFRA_ERROR, OOM, PIDS, OUTPUT_LIMIT, TRUNCATED_LOG)
+"""How a trial ended (:func:`classify`; :attr:`TrialResult.exit_class`): the one list of exit
+classes. Facts only, first match wins in :func:`classify`:
+
+* ``ok``: the eval script ran to its end marker and exited 0; the log is graded.
+* ``apply_failed``: the artifact did not apply to the base (every apply command refused it).
+* ``timeout``: the wall clock passed ``timeout_s``; the sandbox was killed.
+* ``infra_error``: the sandbox could not be made, died, or lost its end marker without a
+  deadline (a dead service, a removed container, a missing branch: :data:`CHECKOUT_ERROR`);
+  nothing about the tests is inferred from it.
+* ``oom``: the memory limit's OOM killer acted during the trial.
+* ``pids``: a fork was refused at the pids limit and the trial did not end ``ok``.
+* ``output_limit``: the eval script printed more than ``max_output_bytes``.
+* ``truncated_log``: the trial ran to its end but the test log holds SWE-bench's start marker
+  without its end marker (the eval script was cut from inside the container).
+
+What each class decides (scored, charged to the artifact, or unavailable) is not the
+sandbox's: :mod:`eval.integrity.exits` (design page, "Who caused a failure decides the
+reward")."""
+RESOURCE_CLASSES = (TIMEOUT, OOM, PIDS, OUTPUT_LIMIT)
 """Exit classes of a trial that ran out of one of its limits (wall clock, memory, process
 count, output bytes): code that runs in the trial can cause each of them."""
-ATTRIBUTABLE_CLASSES = (*RESOURCE_CLASSES, "apply_failed", "truncated_log")
-"""Exit classes the attribution rule may charge to the artifact: the resource classes, an
-apply failure (the artifact is the policy's bytes; see :mod:`eval.integrity.attribution`) and a test
-log cut inside a trial that otherwise ran to its end (``truncated_log``: code the tests ran
-killed the eval script, or rewrote it while bash was reading it, before its end marker)."""
+CHECKOUT_ERROR = "checkout:"
+"""Prefix of the ``error`` of an ``infra_error`` trial whose image lacks the task's base branch
+(:attr:`TrialSpec.checkout`)."""
 _SWEBENCH_START = ">>>>> Start Test Output"
 _SWEBENCH_END = ">>>>> End Test Output"
 """swebench.harness.constants START/END_TEST_OUTPUT, kept literal (``sandbox`` must not
@@ -185,12 +202,7 @@ class TrialResult:
 
     Attributes:
         trial_id: from the spec.
-        exit_class: one of :data:`EXIT_CLASSES`: ``ok`` (eval script ran to its end),
-            ``apply_failed``, ``timeout``, ``infra_error`` (sandbox died or could not be
-            made; no result is invented), ``oom`` (killed by the memory limit), ``pids`` (a
-            fork was refused at the pids limit and the trial did not end ``ok``) or
-            ``output_limit`` (the eval script printed more than the spec's
-            ``max_output_bytes``).
+        exit_class: one of :data:`EXIT_CLASSES` (the list says what each means).
         log: full combined stdout/stderr of the trial script ("" if none).
         log_path: where the log was written, when the caller asked for it.
         applied_with: the apply command that succeeded, ``"empty artifact"``, or None.
@@ -217,10 +229,10 @@ class TrialResult:
             event counter difference, or 1 when only the watcher's line was seen), None
             where the counter was not readable.
         output_over: the eval script's output passed ``max_output_bytes``.
-        failed_attempts: earlier attempts of this trial that ended in an
-            :data:`ATTRIBUTABLE_CLASSES` class and were retried once
-            (:class:`sandbox.trials.pool.VerifierPool`), each ``{"exit_class", "test_s",
-            "service_s", "oom_kills", "pids_max_hits", "error"}``; this result is the retry.
+        failed_attempts: earlier attempts of this trial that the pool's retry policy ran
+            again as failure retries (:class:`sandbox.trials.pool.VerifierPool`), each
+            ``{"exit_class", "test_s", "service_s", "oom_kills", "pids_max_hits",
+            "error"}``; this result is the retry.
         node: the Ray node id (hex) that served the trial's last attempt under the ``ray``
             sandbox backend (:mod:`sandbox.cluster.dispatch`); "" for local runtimes.
         image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
@@ -410,11 +422,12 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
     res.exit_class = classify(markers, exit_code=exit_code, timed_out=timed_out,
                               oom=oom or bool(res.oom_kills),
                               pids=bool(res.pids_max_hits))
-    if res.exit_class == "infra_error" and res.error is None:
+    if res.exit_class == INFRA_ERROR and res.error is None:
         failed = [ln for ln in log.splitlines() if ln.startswith(_CHECKOUT_FAILED)]
         res.error = (f"the trial's protected set could not be stashed or restored (exit "
                      f"{exit_code})" if exit_code == PROTECT_FAILED_EXIT else
-                     f"checkout: {failed[0][len(_CHECKOUT_FAILED):].strip()}; {CHECKOUT_HELP}"
+                     f"{CHECKOUT_ERROR} {failed[0][len(_CHECKOUT_FAILED):].strip()}; "
+                     f"{CHECKOUT_HELP}"
                      if exit_code == CHECKOUT_FAILED_EXIT and failed else
                      f"sandbox ended with exit code {exit_code} before the eval script finished")
 
@@ -462,15 +475,15 @@ def classify(markers: dict, *, exit_code: int | None, timed_out: bool, oom: bool
     completed = (error is None and markers["test_end"] is not None and exit_code == 0
                  and not timed_out)
     if markers.get("output_over"):
-        return "output_limit"
+        return OUTPUT_LIMIT
     if pids and not (completed and not oom):
-        return "pids"
+        return PIDS
     if timed_out:
-        return "timeout"
+        return TIMEOUT
     if oom:
-        return "oom"
+        return OOM
     if markers["apply_failed"] and exit_code in (APPLY_FAILED_EXIT, APPLY_UNEXPECTED_EXIT):
-        return "apply_failed"
+        return APPLY_FAILED
     if completed:
-        return "truncated_log" if markers.get("log_cut") else "ok"
-    return "infra_error"
+        return TRUNCATED_LOG if markers.get("log_cut") else OK
+    return INFRA_ERROR

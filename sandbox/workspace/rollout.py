@@ -249,8 +249,8 @@ class RolloutWorkspace:
         return fn(self.workdir, *args)
 
     def diagnose(self) -> dict | None:
-        """The session's diagnosis of a failed call (:meth:`PodmanSession.diagnose`: whose
-        processes filled the container's limits), or None when the session has none.
+        """The session's diagnosis of a failed call (:meth:`PodmanSession.diagnose`: the evidence
+        of whose processes filled the container's limits), or None when the session has none.
         Raises: what the diagnosis raises."""
         diagnose = getattr(self.session, "diagnose", None)
         return diagnose() if diagnose is not None else None

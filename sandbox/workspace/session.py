@@ -13,8 +13,9 @@ runtime could not start (OCI error, pids exhausted, container gone) raises
 :class:`SandboxExecError` instead of coming back as the command's output: it is an
 infra failure unless the agent caused it: :meth:`PodmanSession.diagnose` gathers the
 evidence (service ping, container state, the container's own pids/memory cgroup, read on
-the host) and :func:`sandbox.workspace.health.classify_exec_failure` says who (``agent_pids``,
-``agent_oom``, or None: infrastructure). The container's init and main process run as a uid
+the host); who caused it is decided above the sandbox
+(:func:`eval.integrity.agent.classify_exec_failure`: ``agent_pids``, ``agent_oom``, or None:
+infrastructure). The container's init and main process run as a uid
 of their own (:data:`~sandbox.workspace.health.KEEPER_USER`) so the agent's commands (the image's
 user, no capabilities) cannot stop the container by signalling them.
 
@@ -34,12 +35,7 @@ from pathlib import Path
 from sandbox.runtimes.local_runtime import LocalRuntime
 from sandbox.runtimes.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
 from sandbox.trials.trial import Limits
-from sandbox.workspace.health import (
-    KEEPER_USER,
-    classify_exec_failure,
-    memcg_oom_logged,
-    read_cgroup,
-)
+from sandbox.workspace.health import KEEPER_USER, memcg_oom_logged, read_cgroup
 from sandbox.workspace.imagetree import TREE_ROLE, open_tree
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
@@ -206,11 +202,11 @@ class PodmanSession:
     def diagnose(self, ping_timeout_s: float = 10.0) -> dict:
         """Evidence of who caused a failed exec (call it at once, before :meth:`close`).
 
-        Returns: ``{"failure_class": "agent_pids" | "agent_oom" | None, "service_ok",
-        "container": state or "missing", "exit_code", "cgroup" (counters now),
-        "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"}, "endpoint"}``
-        (:func:`sandbox.workspace.health.classify_exec_failure`: None = infrastructure).
-        Never raises: what it could not read is None / False.
+        Returns: ``{"service_ok", "container": state or "missing", "exit_code", "cgroup"
+        (counters now), "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"},
+        "endpoint"}`` and, for a stopped container, ``"memcg_oom"``: facts only, judged by
+        :func:`eval.integrity.agent.classify_exec_failure`. Never raises: what it could not
+        read is None / False.
         """
         ev = {"endpoint": self.endpoint, "service_ok": False, "container": None,
               "exit_code": None, "cgroup": None, "cgroup_last": self._samples[-1],
@@ -233,7 +229,6 @@ class PodmanSession:
             ev["cgroup"] = read_cgroup(self.cgroup_path)
         elif ev["container"] not in (None, "missing"):  # stopped: the kernel's OOM record
             ev["memcg_oom"] = memcg_oom_logged(self.cgroup_path)
-        ev["failure_class"] = classify_exec_failure(ev)
         return ev
 
     def close(self) -> None:

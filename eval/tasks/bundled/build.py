@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.grading.flaky import varying_statuses
+from eval.integrity.retry import RetryPolicy
 from eval.tasks.bundled.multi import (
     apply_all,
     interleave_tests,
@@ -117,7 +118,8 @@ def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, l
     own_runtime = runtime is None
     rt = make_runtime("podman") if own_runtime else runtime
     try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=2) as pool:
+        with VerifierPool(rt, max_concurrency=concurrency,
+                          retry=RetryPolicy(max_retries=2)) as pool:
             trials = _Trials(pool, ws)
             base_status = run_pristine(ws, trials, stats, log)
             kept, parts, all_cands = screen_and_control(ws, trials, base_status, log)
