@@ -81,7 +81,7 @@ def rollouts_only(model: str, tasks: list, args) -> dict:
                                   max_new_tokens=args.max_new_tokens)
     work = Path(tempfile.mkdtemp(prefix="rollouts-throughput-"))
     out = {}
-    rt = make_runtime("podman", run_id=f"bench-{os.getpid()}")
+    rt = make_runtime(run_id=f"bench-{os.getpid()}")
     try:
         for name, b in (("one", 1), ("batched", args.batch_size)):
             s = run_rollouts(policy, tasks, work / f"{name}.jsonl", n=args.n, seed=args.seed,

@@ -49,8 +49,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
-from eval.tasks.presence import runtime_kind, task_image_digests
-from sandbox.backend import add_runtime_args, runtime_from_args
+from eval.tasks.presence import require_task_images, task_image_digests
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
+from sandbox.trials.pool import VerifierPool
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
            "control_counts", "main", "run_controls"]
@@ -231,7 +232,8 @@ def _grade_control(task, res, *, expected: bool, control_log: str | None,
             "parser_disagreements": len(rep.parser_disagreements)}
 
 
-def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: int = 2,
+def run_controls(split: str, out: str | Path, *, runtime: Runtime | SandboxOptions = DEFAULTS,
+                 concurrency: int = 2,
                  timeout_s: float | None = None, max_retries: int = 1,
                  task_ids: Sequence[str] | None = None, repeats: int = 1,
                  keep_flaky: bool = False, log: Callable[[str], None] | None = None) -> dict:
@@ -240,8 +242,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Args:
         split: task source of :func:`eval.tasks.splits.load_tasks`.
         out: output folder (created; cached per-task results reused).
-        runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
-            for digests is ``"podman"`` unless it is a ``LocalRuntime``).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here); its ``kind`` is recorded and decides the digests.
         concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds (None: from
             the task, :func:`eval.tasks.trialspec.trial_limits`).
         task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
@@ -253,9 +255,6 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Raises: ValueError naming ``task_ids`` entries not in the split, a bad concurrency or
     repeats.
     """
-    from eval.tasks.presence import require_task_images
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {concurrency}")
@@ -263,22 +262,17 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
-    kind = runtime_kind(runtime)
-    digests = require_task_images(tasks, split, runtime)  # issue 13 §2: refuse when missing
+    kind = runtime.kind
+    digests = require_task_images(tasks, split, runtime)  # refused when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     per_task, todo = _cached_controls(tasks, out, digests, repeats, keep_flaky)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
-            _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
-                               keep_flaky=keep_flaky)
-    finally:
-        if own_rt:
-            rt.close()
+    with open_runtime(runtime, run_id=f"controls-{os.getpid()}") as rt, \
+            VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
+                           keep_flaky=keep_flaky)
     counts = control_counts({tid: {k: r.get(k) for k in ("gold", "empty", "flaky",
                                                          "flaky_reasons")}
                              for tid, r in per_task.items()})
@@ -412,14 +406,16 @@ def _control_row(t, results: list, keep_flaky: bool) -> dict:
             "p2p_dropped": dropped}
 
 
-def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podman") -> dict:
+def check_admission(manifest_path: str | Path, tasks: Sequence, *,
+                    runtime: Runtime | SandboxOptions = DEFAULTS) -> dict:
     """Verify that ``tasks`` and their images are those an admission manifest was written for.
 
     Args:
         manifest_path: ``admission.json`` (or the controls folder holding it).
         tasks: the evaluation's task list.
-        runtime: ``"podman"`` checks every image digest now with
-            ``sandbox.images.image_digest``; ``"local"`` skips digests (images unused).
+        runtime: a runtime or its options: ``kind="podman"`` checks every image digest now
+            (:func:`eval.tasks.presence.task_image_digests`); ``"local"`` skips digests
+            (images unused).
 
     Returns: ``{"path", "sha256" (of the manifest file), "split", "tasks_sha256",
         "admitted", "not_admitted": [ids], "unknown_rule", "repeats", "flaky": {id: ...},
@@ -457,7 +453,7 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
         gone = sorted(set(images) - set(now_images))
         raise AdmissionError(f"--admission {p}: images changed (new: {extra[:5]}, "
                              f"no longer used: {gone[:5]})")
-    kind = runtime_kind(runtime)
+    kind = runtime.kind
     if kind == "podman":
         now = task_image_digests(now_images, runtime)
         changed = [f"{name}: {images[name]} -> {now[name]}" for name in now_images
@@ -479,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "empty-patch controls per task; admission manifest.")
     ap.add_argument("--split", required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
+    SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"

@@ -76,6 +76,7 @@ from eval.evaluation.verification import SlotVerifier
 from eval.files import atomic_write_text, write_json
 from eval.grading.flaky import flaky_slot_counts
 from eval.tasks.presence import require_task_images
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
 
 __all__ = [
     "FIXED_DENOMINATORS",
@@ -269,7 +270,8 @@ def _admitted(admission, tasks: list, runtime) -> tuple[dict | None, list]:
     return rec, drop_flaky_p2p(tasks, rec["p2p_dropped"])
 
 
-def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime="podman",
+def evaluate(*, model: str | None, split: str, n: int, out: str | Path,
+             runtime: Runtime | SandboxOptions = DEFAULTS,
              concurrency: int = 2, seed: int = 0, rollouts: str | Path | None = None,
              admission: str | Path | None = None, overrides: dict | None = None,
              timeout_s: float | None = None, max_retries: int = 1, device: str | None = None,
@@ -284,7 +286,8 @@ def evaluate(*, model: str | None, split: str, n: int, out: str | Path, runtime=
         split: task source of :func:`eval.tasks.splits.load_tasks`.
         n: rollouts per task (>= 1).
         out: output folder (created; resumable).
-        runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here).
         concurrency: verifier trials at once (>= 1).
         seed: eval sampling seed (passed to the rollout subprocess).
         rollouts: read rollouts from this JSONL file instead of generating them.
@@ -418,27 +421,22 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
     """Generation + verification: start the rollout subprocess when needed, verify its rows
     as they arrive, and always stop the subprocess and close an own runtime. Returns the
     subprocess's exit code (None without one)."""
-    from sandbox.backend import make_runtime
     proc = None
     errf = None
     stderr_path = out / "rollouts.stderr.log"
     if run_subprocess:
         proc, errf = start_rollouts(rollouts_command(**cmd_args), stderr_path, say)
     tail = RolloutTail(rpath)
-    own_rt = isinstance(runtime, str)
-    rt = (make_runtime(runtime, run_id=f"eval-{ver.binding[:8]}-{os.getpid()}") if own_rt
-          else runtime)
     try:
-        return _verify_all(ver, rt, proc, tail, stderr_path, concurrency=concurrency,
-                           max_retries=max_retries, say=say)
+        with open_runtime(runtime, run_id=f"eval-{ver.binding[:8]}-{os.getpid()}") as rt:
+            return _verify_all(ver, rt, proc, tail, stderr_path, concurrency=concurrency,
+                               max_retries=max_retries, say=say)
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
         if errf is not None:
             errf.close()
-        if own_rt:
-            rt.close()
 
 
 # ---------------------------------------------------------------------------
@@ -449,7 +447,6 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point. Exit 0 when done, 1 when the rollout subprocess failed (the report is
     still written), 2 on bad input (the message names the flag, field or path)."""
-    from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")
     ap.add_argument("--split", help="official500 | holdout100 | bundled[:train|:holdout] | "
@@ -458,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(eval.tasks.splits.load_tasks)")
     ap.add_argument("--n", type=int, help="rollouts per task")
     ap.add_argument("--out", help="output folder (resumable)")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags (issue 25)
+    SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
     ap.add_argument("--seed", type=int, default=0, help="eval sampling seed")
     ap.add_argument("--rollouts", help="read rollouts from this JSONL instead of generating")

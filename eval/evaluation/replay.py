@@ -14,9 +14,12 @@ from eval.evaluation.report import label_agreement, render_replay
 from eval.evaluation.slots import SCHEMA
 from eval.evaluation.verification import replay_selection, replay_trials
 from eval.files import atomic_write_text, write_json
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime
+from sandbox.trials.pool import VerifierPool
 
 
-def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
+def replay(results_path: str | Path, out: str | Path | None = None, *,
+           runtime: Runtime | SandboxOptions = DEFAULTS,
            concurrency: int = 2, sample: int | None = None, seed: int = 0,
            timeout_s: float | None = None, max_retries: int = 1,
            log: Callable[[str], None] | None = None) -> dict:
@@ -30,6 +33,8 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     Args:
         results_path: ``results.json`` or the evaluation folder holding it.
         out: where ``replay.json`` / ``replay.md`` go (default: the evaluation folder).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here).
         sample: replay only this many slots (chosen with ``random.Random(seed)``).
 
     Returns: the ``replay.json`` dict.
@@ -37,8 +42,6 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     Raises: FileNotFoundError / EvalInputError naming the results path or a missing artifact.
     """
     from eval.tasks.splits import load_tasks
-    from sandbox.backend import make_runtime
-    from sandbox.trials.pool import VerifierPool
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     rp = Path(results_path)
     if rp.is_dir():
@@ -50,15 +53,10 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     out = Path(out) if out else src
     tasks = {t.instance_id: t for t in load_tasks(results["split"], purpose="eval")}
     chosen, controls = replay_selection(src, results, tasks, sample, seed)
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"replay-{os.getpid()}") if own_rt else runtime
     t0 = time.time()
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
-            pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
-    finally:
-        if own_rt:
-            rt.close()
+    with open_runtime(runtime, run_id=f"replay-{os.getpid()}") as rt, \
+            VerifierPool(rt, max_concurrency=concurrency, max_retries=max_retries) as pool:
+        pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
     agreement = label_agreement(pairs)
     rep = {"schema": SCHEMA, "results": str(rp), "binding": results.get("binding"),
            "slots_replayed": len(pairs), "sample": sample, "agreement": agreement,
