@@ -48,13 +48,14 @@ def run_mode(model: str, split: Path, out: Path, args, batch_size: int) -> dict:
     """One evaluation; returns its figures (seconds, slots/minute) and per-slot outcomes."""
     from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
+    from sandbox.backend import SandboxOptions
 
     t0 = time.monotonic()
     opts = EvalOptions(model=model, split=str(split), n=args.n, out=out,
                        concurrency=args.concurrency, seed=args.seed,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        batch_size=batch_size, agent_concurrency=args.agent_concurrency)
-    res = evaluate(opts, runtime="podman", log=lambda *_: None)
+    res = evaluate(opts, runtime=SandboxOptions(), log=lambda *_: None)
     wall = time.monotonic() - t0
     rollouts = _rows(out / "rollouts.jsonl")
     slots = res["summary"]["denominator"]["slots"]
@@ -81,7 +82,7 @@ def rollouts_only(model: str, tasks: list, args) -> dict:
                                   max_new_tokens=args.max_new_tokens)
     work = Path(tempfile.mkdtemp(prefix="rollouts-throughput-"))
     out = {}
-    rt = make_runtime("podman", run_id=f"bench-{os.getpid()}")
+    rt = make_runtime(run_id=f"bench-{os.getpid()}")
     try:
         for name, b in (("one", 1), ("batched", args.batch_size)):
             s = run_rollouts(policy, tasks, work / f"{name}.jsonl", n=args.n, seed=args.seed,

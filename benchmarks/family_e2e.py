@@ -42,6 +42,7 @@ def run_family(fam: str, tasks, split: Path, out: Path, args) -> dict:
     from ecredit_trl.train import main as train_main
     from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
+    from sandbox.backend import SandboxOptions
 
     cuda = args.device.startswith("cuda")
     t0 = time.monotonic()
@@ -58,7 +59,7 @@ def run_family(fam: str, tasks, split: Path, out: Path, args) -> dict:
     t2 = time.monotonic()
     res = evaluate(EvalOptions(model=str(run / "checkpoint-final"), split=str(split), n=1,
                                out=out / fam / "eval", device=args.device, max_turns=4),
-                   runtime=args.runtime, log=lambda *_: None)
+                   runtime=SandboxOptions(kind=args.runtime), log=lambda *_: None)
     t_eval = time.monotonic() - t2
     s = res["summary"]
     return {"family": fam, "exit": rc, "adapter": bool(res["model"].get("adapter")),

@@ -12,13 +12,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
-from sandbox.backend import check_backend
+from sandbox.backend import DEFAULTS as SANDBOX
+from sandbox.backend import SandboxOptions
 from sandbox.cluster.dispatch import RayOptions
-from sandbox.runtimes.podman_runtime import (
-    check_agent_endpoints,
-    endpoints_retired,
-    is_local_endpoint,
-)
+from sandbox.runtimes.podman_runtime import endpoints_retired, is_local_endpoint
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
 ARMS = ("O", "B", "M", "E")
@@ -40,8 +37,9 @@ class ECreditConfig(GRPOConfig):
     disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, any
     ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired: the message
     names the Ray settings, :func:`sandbox.runtimes.podman_runtime.endpoints_retired`), an unknown
-    ``sandbox_backend`` or a refused ray combination (:func:`sandbox.check_backend`,
-    :class:`sandbox.cluster.dispatch.RayOptions`).
+    ``sandbox_backend``, an invalid Ray field or a refused ray combination
+    (:meth:`sandbox.backend.SandboxOptions.validate`, the one check of the sandbox fields;
+    :meth:`sandbox_options` builds the options, defaults from :class:`SandboxOptions`).
     """
 
     arm: str = field(default="B", metadata={"help": "O (plain GRPO), B (broadcast D), M (D on "
@@ -58,7 +56,7 @@ class ECreditConfig(GRPOConfig):
     selection_seed: int | None = field(default=None, metadata={
         "help": "run seed of block selection (default: the run's --seed, so the seeds of a "
                 "study do not share one selection stream; an explicit value wins)"})
-    runtime: str = field(default="podman", metadata={"help": "podman or local (not isolated)"})
+    runtime: str = field(default=SANDBOX.kind, metadata={"help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
         default_factory=list,
         metadata={"help": "deprecated: its unix:// entries set agent_endpoints when that is "
@@ -72,21 +70,21 @@ class ECreditConfig(GRPOConfig):
         default_factory=list,
         metadata={"help": "retired: any value is refused with a migration "
                           "message; trials on other hosts run with sandbox_backend=ray"})
-    sandbox_backend: str = field(default="local", metadata={
+    sandbox_backend: str = field(default=SANDBOX.backend, metadata={
         "help": "where verifier trials and agent sandboxes run: local (this machine's "
                 "Podman) or ray (Ray tasks and actors on an existing cluster's sandbox nodes, "
                 "each with its own Podman; docs/scale-out.md)"})
-    ray_address: str = field(default="auto", metadata={
+    ray_address: str = field(default=SANDBOX.ray_address, metadata={
         "help": "sandbox_backend=ray: address of the running Ray cluster (auto, HOST:PORT, "
                 "ray://HOST:10001); the trainer never starts a cluster"})
-    sandbox_max_in_flight: int = field(default=24, metadata={
+    sandbox_max_in_flight: int = field(default=SANDBOX.max_in_flight, metadata={
         "help": "sandbox_backend=ray: cluster-wide cap on verifier trials and agent sandboxes "
                 "in flight together, shared by every rank of the run (a named Ray actor); "
                 "set it above one generation round's rollouts across ranks plus trial slots"})
-    ray_podman_url: str = field(default="", metadata={
+    ray_podman_url: str = field(default=SANDBOX.podman_url, metadata={
         "help": "sandbox_backend=ray: each node's Podman socket (e.g. unix:///run/podman/"
                 "podman.sock); empty: a private service per Ray worker"})
-    ray_image_registry: str | None = field(default=None, metadata={
+    ray_image_registry: str | None = field(default=SANDBOX.image_registry, metadata={
         "help": "sandbox_backend=ray: where a node pulls an image it lacks (a mirror host or "
                 "docker-archive:DIR, as `python -m sandbox.images pull --registry`); "
                 "default: the image's own registry"})
@@ -134,8 +132,6 @@ class ECreditConfig(GRPOConfig):
             self.selection_seed = self.seed
         if self.arm not in ARMS:
             raise ValueError(f"arm: expected one of {ARMS}, got {self.arm!r}")
-        if self.runtime not in ("podman", "local"):
-            raise ValueError(f"runtime: expected 'podman' or 'local', got {self.runtime!r}")
         if self.terminal_reward not in ("resolved", "utility"):
             raise ValueError(f"terminal_reward: expected 'resolved' or 'utility', "
                              f"got {self.terminal_reward!r}")
@@ -157,12 +153,12 @@ class ECreditConfig(GRPOConfig):
             raise ValueError(f"snapshot_ignore: expected a list of non-empty glob strings, "
                              f"got {self.snapshot_ignore!r}")
         self._resolve_endpoints()
+        self.sandbox_options().validate()  # ValueError naming the field
         if self.chat_template is not None and self.chat_template not in TOOL_TEMPLATES:
             raise ValueError(f"chat_template: expected one of {', '.join(TOOL_TEMPLATES)}, "
                              f"got {self.chat_template!r}")
         if self.use_vllm:
             self._require_vllm()
-        self._check_backend()
         if self.pipeline not in ("sequential", "overlapped"):
             raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
         if self.agent_concurrency < 1:
@@ -185,30 +181,24 @@ class ECreditConfig(GRPOConfig):
                              f"{self.vllm_mode}); install a vLLM release TRL supports (0.22-0.31)"
                              " on a CUDA host, or drop --use_vllm")
 
-    def _check_backend(self) -> None:
-        """``sandbox_backend`` is local or ray; ray needs runtime podman and valid
-        Ray options (ValueError naming the field)."""
-        check_backend(self.sandbox_backend, self.runtime)
-        if self.sandbox_backend == "ray":
-            self.ray_options()
+    def sandbox_options(self) -> SandboxOptions:
+        """These fields as :class:`sandbox.backend.SandboxOptions` (what ``make_runtime`` takes)."""
+        return SandboxOptions.from_config(self)
 
-    def ray_options(self):
+    def ray_options(self) -> RayOptions:
         """The :class:`sandbox.cluster.dispatch.RayOptions` of these fields."""
-        return RayOptions(address=self.ray_address, max_in_flight=self.sandbox_max_in_flight,
-                          podman_url=self.ray_podman_url, registry=self.ray_image_registry)
+        return self.sandbox_options().ray_options()
 
     def _resolve_endpoints(self) -> None:
-        """``verifier_endpoints`` (the remote-Podman round robin) is
-        retired, so any value is refused with the migration message; the deprecated
-        ``podman_endpoints`` fills ``agent_endpoints`` when that is empty (its entries must
-        be local now); a remote agent endpoint is refused (ValueError naming the field)."""
+        """The deprecated ``podman_endpoints`` fills ``agent_endpoints`` when that is empty
+        (its entries must be local now: a remote one is refused with the migration message);
+        empty entries are dropped. The endpoint checks themselves (a remote agent endpoint,
+        any ``verifier_endpoints`` entry) are :meth:`SandboxOptions.validate`'s."""
         for name in ("podman_endpoints", "agent_endpoints", "verifier_endpoints"):
             if isinstance(getattr(self, name), str):
                 raise ValueError(f"{name}: expected a list of Podman API URLs, got a string")
-        if [e for e in self.verifier_endpoints if e]:
-            raise ValueError(endpoints_retired("verifier_endpoints"))
         if [e for e in self.podman_endpoints if e and not is_local_endpoint(e)]:
             raise ValueError(endpoints_retired("podman_endpoints"))
         if self.podman_endpoints and not self.agent_endpoints:
-            self.agent_endpoints = [e for e in self.podman_endpoints if e]
-        self.agent_endpoints = check_agent_endpoints(self.agent_endpoints)
+            self.agent_endpoints = list(self.podman_endpoints)
+        self.agent_endpoints = [e for e in self.agent_endpoints if e]

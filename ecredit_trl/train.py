@@ -426,14 +426,12 @@ def _node_image_ids(cfg, run_name: str):
 
 
 def _make_runtime(cfg, run_name: str):
-    """The sandbox runtime of this session (its run id is the run name). With
-    ``sandbox_backend=ray`` its verifier trials go to the Ray cluster (every rank attaches to
-    the run's one dispatcher, named by the run name); agent sessions stay local."""
+    """The sandbox runtime of this session (its run id is the run name), made from the
+    config's sandbox fields (``cfg.sandbox_options()``). With ``sandbox_backend=ray`` both its
+    verifier trials and its agent workspaces run on the Ray cluster's sandbox nodes (every rank
+    attaches to the run's one dispatcher, named by the run name; design page, "Scale-out")."""
     from sandbox.backend import make_runtime
-    return make_runtime(cfg.runtime, endpoints=cfg.verifier_endpoints or None, run_id=run_name,
-                        agent_endpoints=cfg.agent_endpoints or None,
-                        backend=cfg.sandbox_backend,
-                        ray=cfg.ray_options() if cfg.sandbox_backend == "ray" else None)
+    return make_runtime(cfg.sandbox_options(), run_id=run_name)
 
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):

@@ -52,11 +52,11 @@ from eval.files import atomic_write_text as _atomic_write
 from eval.files import write_json as wj
 from eval.grading.flaky import FLAKY_RULE, find_flaky, flaky_rule
 from eval.integrity.retry import RetryPolicy
-from eval.tasks.presence import require_task_images, runtime_kind, task_image_digests
+from eval.tasks.presence import require_task_images, task_image_digests
 from eval.tasks.sealed import ids_sha256
 from eval.tasks.splits import load_tasks
 from eval.tasks.trialspec import task_trial_spec
-from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
 from sandbox.trials.pool import VerifierPool
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
@@ -234,7 +234,8 @@ def _grade_control(task, res, *, expected: bool, control_log: str | None,
             "parser_disagreements": len(rep.parser_disagreements)}
 
 
-def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: int = 2,
+def run_controls(split: str, out: str | Path, *, runtime: Runtime | SandboxOptions = DEFAULTS,
+                 concurrency: int = 2,
                  timeout_s: float | None = None, max_retries: int = 1,
                  task_ids: Sequence[str] | None = None, repeats: int = 1,
                  keep_flaky: bool = False, log: Callable[[str], None] | None = None) -> dict:
@@ -243,8 +244,8 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
     Args:
         split: task source of :func:`eval.tasks.splits.load_tasks`.
         out: output folder (created; cached per-task results reused).
-        runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here; its kind
-            for digests is ``"podman"`` unless it is a ``LocalRuntime``).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here); its ``kind`` is recorded and decides the digests.
         concurrency: trials at once (>= 1). timeout_s: per-trial limit, seconds (None: from
             the task, :func:`eval.tasks.trialspec.trial_limits`).
         task_ids: only these tasks (a subset manifest: its task sha256 covers the subset).
@@ -263,23 +264,17 @@ def run_controls(split: str, out: str | Path, *, runtime="podman", concurrency: 
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     t0 = time.time()
     tasks = _select_tasks(split, task_ids)
-    kind = runtime_kind(runtime)
-    digests = require_task_images(tasks, split, runtime)  # refuse when missing
+    kind = runtime.kind
+    digests = require_task_images(tasks, split, runtime)  # refused when missing
     out = Path(out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     per_task, todo = _cached_controls(tasks, out, digests, repeats, keep_flaky)
     say(f"controls: {len(tasks)} tasks, {len(tasks) - len(todo)} cached, {len(todo)} to run")
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"controls-{os.getpid()}") if own_rt else runtime
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency,
-                          retry=RetryPolicy(max_retries=max_retries)) as pool:
-            _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
-                               keep_flaky=keep_flaky)
-    finally:
-        if own_rt:
-            rt.close()
+    with open_runtime(runtime, run_id=f"controls-{os.getpid()}") as rt, \
+            VerifierPool(rt, max_concurrency=concurrency, retry=RetryPolicy(max_retries=max_retries)) as pool:
+        _run_control_pairs(pool, todo, out, timeout_s, per_task, repeats=repeats,
+                           keep_flaky=keep_flaky)
     counts = control_counts({tid: {k: r.get(k) for k in ("gold", "empty", "flaky",
                                                          "flaky_reasons")}
                              for tid, r in per_task.items()})
@@ -407,14 +402,16 @@ def _control_row(t, results: list, keep_flaky: bool) -> dict:
             "p2p_dropped": dropped}
 
 
-def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podman") -> dict:
+def check_admission(manifest_path: str | Path, tasks: Sequence, *,
+                    runtime: Runtime | SandboxOptions = DEFAULTS) -> dict:
     """Verify that ``tasks`` and their images are those an admission manifest was written for.
 
     Args:
         manifest_path: ``admission.json`` (or the controls folder holding it).
         tasks: the evaluation's task list.
-        runtime: ``"podman"`` checks every image digest now with
-            ``sandbox.images.image_digest``; ``"local"`` skips digests (images unused).
+        runtime: a runtime or its options: ``kind="podman"`` checks every image digest now
+            (:func:`eval.tasks.presence.task_image_digests`); ``"local"`` skips digests
+            (images unused).
 
     Returns: ``{"path", "sha256" (of the manifest file), "split", "tasks_sha256",
         "admitted", "not_admitted": [ids], "unknown_rule", "repeats", "flaky": {id: ...},
@@ -452,7 +449,7 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *, runtime="podm
         gone = sorted(set(images) - set(now_images))
         raise AdmissionError(f"--admission {p}: images changed (new: {extra[:5]}, "
                              f"no longer used: {gone[:5]})")
-    kind = runtime_kind(runtime)
+    kind = runtime.kind
     if kind == "podman":
         now = task_image_digests(now_images, runtime)
         changed = [f"{name}: {images[name]} -> {now[name]}" for name in now_images
@@ -474,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "empty-patch controls per task; admission manifest.")
     ap.add_argument("--split", required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--out", required=True, help="output folder")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags
+    SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"

@@ -83,7 +83,7 @@ from eval.grading.flaky import drop_flaky_p2p
 from eval.tasks.presence import require_task_images
 from eval.tasks.sealed import ids_sha256
 from eval.tasks.splits import load_tasks
-from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
 from sandbox.trials.pool import VerifierPool
 
 __all__ = ["EvalInputError", "EvalOptions", "evaluate", "main", "split_denominator"]
@@ -137,7 +137,8 @@ def _verdict_store(root, out: Path, binding: str, say, images: dict) -> VerdictS
 # ---------------------------------------------------------------------------
 
 
-def evaluate(options: EvalOptions, *, runtime="podman", log: Callable[[str], None] | None = None,
+def evaluate(options: EvalOptions, *, runtime: Runtime | SandboxOptions = DEFAULTS,
+             log: Callable[[str], None] | None = None,
              python: str | None = None) -> dict:
     """Evaluate a policy on ``options.split`` and write the outputs into ``options.out``
     (see the module docstring).
@@ -145,7 +146,8 @@ def evaluate(options: EvalOptions, *, runtime="podman", log: Callable[[str], Non
     Args:
         options: what to evaluate and how (:class:`eval.evaluation.options.EvalOptions`,
             validated when it was built).
-        runtime: ``"podman"``, ``"local"`` or a runtime object (not closed here).
+        runtime: a :class:`sandbox.runtimes.protocol.Runtime` (not closed here) or the
+            :class:`sandbox.backend.SandboxOptions` of one (made and closed here).
         log: where progress lines go (default: stderr).
         python: interpreter of the rollout subprocess (default ``sys.executable``).
 
@@ -239,7 +241,7 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, cmd: list
                          runtime, concurrency: int, max_retries: int, say) -> int | None:
     """Generation + verification: start the rollout subprocess ``cmd`` (None: the rows come
     from ``rpath`` only), verify its rows as they arrive, and always stop the subprocess and
-    close a runtime made here (``runtime`` given by name). Returns the subprocess's exit
+    close a runtime made here (``runtime`` given as options). Returns the subprocess's exit
     code (None without one)."""
     proc = None
     errf = None
@@ -247,20 +249,16 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, cmd: list
     if cmd is not None:
         proc, errf = start_rollouts(cmd, stderr_path, say)
     tail = RolloutTail(rpath)
-    own_rt = isinstance(runtime, str)
-    rt = (make_runtime(runtime, run_id=f"eval-{ver.binding[:8]}-{os.getpid()}") if own_rt
-          else runtime)
     try:
-        return _verify_all(ver, rt, proc, tail, stderr_path, concurrency=concurrency,
-                           max_retries=max_retries, say=say)
+        with open_runtime(runtime, run_id=f"eval-{ver.binding[:8]}-{os.getpid()}") as rt:
+            return _verify_all(ver, rt, proc, tail, stderr_path, concurrency=concurrency,
+                               max_retries=max_retries, say=say)
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
         if errf is not None:
             errf.close()
-        if own_rt:
-            rt.close()
 
 
 # ---------------------------------------------------------------------------
@@ -270,10 +268,10 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, cmd: list
 
 def _parser() -> argparse.ArgumentParser:
     """The flags: :class:`EvalOptions`' fields (generated from them), the runtime flags
-    (:func:`sandbox.backend.add_runtime_args`) after ``--out``, then the replay mode's."""
+    (:meth:`sandbox.backend.SandboxOptions.add_args`) after ``--out``, then the replay mode's."""
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     add_option_args(ap, HEAD_OPTIONS)
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags
+    SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     add_option_args(ap, [f for f in option_names() if f not in HEAD_OPTIONS])
     ap.add_argument("--replay", help="results.json (or its folder) to re-verify")
     ap.add_argument("--sample", type=int, default=None, help="replay: only this many slots")

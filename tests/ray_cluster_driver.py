@@ -598,9 +598,9 @@ def victim(address: str, run_id: str, n: int) -> None:
     """A trainer-like driver (tests/test_ray_cleanup.py): the runtime ``train.py`` makes for
     ``sandbox_backend=ray`` and a pool with ``n`` long trials in flight; it never finishes on
     its own (the test SIGKILLs it)."""
-    from sandbox.backend import make_runtime
-    rt = make_runtime("podman", backend="ray", run_id=run_id,
-                      ray=RayOptions(address=address, max_in_flight=n))
+    from sandbox.backend import SandboxOptions, make_runtime
+    rt = make_runtime(SandboxOptions(backend="ray", ray_address=address, max_in_flight=n),
+                      run_id=run_id)
     pool = VerifierPool(rt, max_concurrency=n, retry=RetryPolicy(max_retries=0))
     futures = [pool.submit(spec(f"long{i}", default_image(), sleep=300)) for i in range(n)]
     print("submitted", flush=True)

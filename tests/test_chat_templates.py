@@ -15,6 +15,7 @@ from eval.evaluation.templatecheck import (
     TemplateRefused,
     trl_template,
 )
+from sandbox.backend import SandboxOptions
 
 NAMES = ", ".join(TOOL_TEMPLATES)
 FIX = f"pass --chat_template NAME to use TRL's copy of that family's template, NAME one of: {NAMES}"
@@ -156,7 +157,7 @@ def test_eval_run_passes_the_option_to_its_rollout_subprocess(qwen_dir, tmp_path
     model = _copy_with_template(qwen_dir, tmp_path / "m", "{{ messages }}")
     assert _policy_ref(str(model), None, "qwen2_5").given == str(model)  # not refused
     cmd = rollouts_command(python="py", model=str(model), split="s", n=1,
-                           rpath=tmp_path / "r.jsonl", seed=0, runtime="local", binding="b",
+                           rpath=tmp_path / "r.jsonl", seed=0, runtime=SandboxOptions(kind="local"), binding="b",
                            overrides={"chat_template": "qwen2_5"}, device=None,
                            todo_tasks=["a"], n_tasks=1)
     assert cmd[cmd.index("--chat-template") + 1] == "qwen2_5"

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from eval.controls import AdmissionError, check_admission, control_counts, run_controls
+from sandbox.backend import SandboxOptions
 
 
 def _c(exit_class="ok", resolved=False, complete=True, f2p_passed=0, p2p=True, cl=True):
@@ -57,15 +58,15 @@ def test_every_bundled_holdout_task_admitted(tmp_path, podman_runtime):
     assert (tmp_path / "controls.md").is_file()
 
     # the manifest binds the task list and the image digests
-    rec = check_admission(tmp_path, tasks, runtime="podman")
+    rec = check_admission(tmp_path, tasks, runtime=SandboxOptions())
     assert rec["admitted"] == n and rec["digests_checked"]
     with pytest.raises(AdmissionError, match="task list changed"):
-        check_admission(tmp_path, tasks[:-1], runtime="podman")
+        check_admission(tmp_path, tasks[:-1], runtime=SandboxOptions())
     image = next(iter(man["images"]))
     man["images"][image] = "sha256:" + "0" * 64
     (tmp_path / "admission.json").write_text(json.dumps(man))
     with pytest.raises(AdmissionError, match="image digest changed"):
-        check_admission(tmp_path, tasks, runtime="podman")
+        check_admission(tmp_path, tasks, runtime=SandboxOptions())
 
     # a rerun reuses every cached task result
     again = run_controls("bundled:holdout", tmp_path, runtime=podman_runtime,
@@ -164,7 +165,7 @@ def test_repeated_controls_name_flaky_tests(tmp_path):
 
     split, tasks = _flaky_tasks(tmp_path, _git)
     a, b = (t.instance_id for t in tasks)
-    res = run_controls(split, tmp_path / "ctl", runtime="local", concurrency=1, repeats=2,
+    res = run_controls(split, tmp_path / "ctl", runtime=SandboxOptions(kind="local"), concurrency=1, repeats=2,
                        log=lambda *_: None)
     man = json.loads((tmp_path / "ctl" / "admission.json").read_text())
     assert man["repeats"] == 2 and man["keep_flaky"] is False and man["flaky_rule"] == FLAKY_RULE
@@ -183,12 +184,12 @@ def test_repeated_controls_name_flaky_tests(tmp_path):
     assert "test_calc.py::test_flaky" not in res["per_task"][a]["gold"]["p2p"]
     assert len(list((tmp_path / "ctl" / "logs").iterdir())) == 8  # 2 tasks x 2 patches x 2
     assert "## Flaky tests" in (tmp_path / "ctl" / "controls.md").read_text()
-    rec = check_admission(tmp_path / "ctl", tasks, runtime="local")
+    rec = check_admission(tmp_path / "ctl", tasks, runtime=SandboxOptions(kind="local"))
     assert rec["p2p_dropped"] == man["p2p_dropped"] and rec["repeats"] == 2
 
     # --keep-flaky: both admitted, nothing dropped, the flaky tests still named
     _reset_counters(tmp_path)
-    res = run_controls(split, tmp_path / "keep", runtime="local", concurrency=1, repeats=2,
+    res = run_controls(split, tmp_path / "keep", runtime=SandboxOptions(kind="local"), concurrency=1, repeats=2,
                        keep_flaky=True, log=lambda *_: None)
     man = json.loads((tmp_path / "keep" / "admission.json").read_text())
     assert man["admitted"] == [a, b] and man["p2p_dropped"] == {}
@@ -196,9 +197,9 @@ def test_repeated_controls_name_flaky_tests(tmp_path):
 
     # one run per patch measures nothing
     _reset_counters(tmp_path)
-    res = run_controls(split, tmp_path / "once", runtime="local", concurrency=1,
+    res = run_controls(split, tmp_path / "once", runtime=SandboxOptions(kind="local"), concurrency=1,
                        log=lambda *_: None)
     man = json.loads((tmp_path / "once" / "admission.json").read_text())
     assert man["repeats"] == 1 and man["flaky"] == {} and man["admitted"] == [a, b]
     with pytest.raises(ValueError, match="--repeats"):
-        run_controls(split, tmp_path / "bad", runtime="local", repeats=0)
+        run_controls(split, tmp_path / "bad", runtime=SandboxOptions(kind="local"), repeats=0)

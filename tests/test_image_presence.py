@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from eval.tasks.presence import ImagesMissing, missing_message, pull_command, require_task_images
+from sandbox.backend import SandboxOptions
 from sandbox.images import default_image, image_digest
 
 ABSENT = "docker.io/ecredit/absent-image:nope"
@@ -45,7 +46,7 @@ def test_require_task_images_returns_digests_or_refuses(tmp_path):
     tasks = load_tasks("bundled:holdout")[:2]
     image = default_image()
     assert require_task_images(tasks, "bundled:holdout") == {image: image_digest(image)}
-    assert require_task_images(tasks, "x", runtime="local") == {image: None}
+    assert require_task_images(tasks, "x", runtime=SandboxOptions(kind="local")) == {image: None}
     tasks[1].image = ABSENT
     with pytest.raises(ImagesMissing, match=r"^1 of 2 task image\(s\) not in local Podman "
                                             r"storage \(first: docker.io/ecredit/absent"):
@@ -80,7 +81,7 @@ def test_eval_run_records_the_digest_of_every_task_image(tmp_path):
     rollouts.write_text("")
     res = evaluate(EvalOptions(model=None, split=str(split), n=1, out=tmp_path / "ev",
                                rollouts=rollouts),
-                   runtime="podman", log=lambda *_: None)
+                   runtime=SandboxOptions(), log=lambda *_: None)
     assert res["images"] == {default_image(): image_digest(default_image())}
     on_disk = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert on_disk["images"] == res["images"]
@@ -93,7 +94,7 @@ def test_eval_controls_refuses_missing_images_before_writing(tmp_path):
     split = _task_file(tmp_path, "bundled:holdout", ABSENT)
     with pytest.raises(ImagesMissing, match=r"^1 of 1 task image\(s\) .* pull them with: "
                                             r"python -m sandbox.images pull --split "):
-        run_controls(str(split), tmp_path / "ctl", runtime="podman", log=lambda *_: None)
+        run_controls(str(split), tmp_path / "ctl", runtime=SandboxOptions(), log=lambda *_: None)
     assert not (tmp_path / "ctl").exists()
 
 

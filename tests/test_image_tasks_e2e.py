@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
+from sandbox.backend import SandboxOptions
+
 pytestmark = pytest.mark.podman
 
 
@@ -337,7 +339,7 @@ def test_pilot_and_scripted_refuse_a_task_without_repository_or_image(image_task
     t = dataclasses.replace(image_tasks[0], image="")
     traj = Trajectory(t.instance_id, 0, False, (Turn(5, {"x.txt": FileWrite(b"x\n")}),))
     with pytest.raises(ValueError, match=r"tasks: neither repo_dir nor image for \['"):
-        run_pilot([t], [traj], tmp_path / "p", runtime="local", log=lambda _m: None)
+        run_pilot([t], [traj], tmp_path / "p", runtime=SandboxOptions(kind="local"), log=lambda _m: None)
     assert not (tmp_path / "p").exists()  # refused before anything is written
     with pytest.raises(ValueError, match=rf"image: task {t.instance_id} has neither"):
         scripted_for_task(t)

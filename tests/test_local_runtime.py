@@ -4,7 +4,7 @@ import pytest
 from conftest import make_tar
 from test_sandbox_podman import BUG, CALC, TESTS
 
-from sandbox.backend import make_runtime
+from sandbox.backend import SandboxOptions, make_runtime
 from sandbox.trials.trial import TrialSpec
 
 EVAL = ("echo '>>>>> Start Test Output'\n"
@@ -19,7 +19,7 @@ def _spec(tid, **kw):
 
 def test_local_runtime_warns_and_runs():
     with pytest.warns(RuntimeWarning, match="not isolated"):
-        rt = make_runtime("local")
+        rt = make_runtime(SandboxOptions(kind="local"))
     r = rt.run_trial(_spec("l1", artifact=BUG))
     assert r.exit_class == "ok"
     assert "FAILED test_calc.py::test_add" in r.log
@@ -30,7 +30,7 @@ def test_local_runtime_warns_and_runs():
 
 def test_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="runtime"):
-        make_runtime("docker")
+        make_runtime(SandboxOptions(kind="docker"))
 
 
 @pytest.mark.parametrize("field,kw", [("trial_id", {"trial_id": "bad id/x"}),

@@ -198,6 +198,8 @@ def _tiny_task(tmp_path: Path, name: str = "tiny-1", two_bugs: bool = False):
 class _FlakyRuntime:
     """LocalRuntime that fails chosen trials with infra_error (always or once)."""
 
+    kind = backend = "local"
+
     def __init__(self, always=(), once=()):
         from sandbox.runtimes.local_runtime import LocalRuntime
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.backend import check_backend, make_runtime
+from sandbox.backend import SandboxOptions, make_runtime
 from sandbox.cluster.dispatch import RayOptions, choose_node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def test_backend_choice_is_checked_naming_the_field(tmp_path):
     assert (c.sandbox_backend, c.ray_address, c.sandbox_max_in_flight) == ("local", "auto", 24)
     c = cfg(sandbox_backend="ray", ray_address="10.0.0.5:6379", sandbox_max_in_flight=96)
     assert c.ray_options() == RayOptions(address="10.0.0.5:6379", max_in_flight=96)
-    with pytest.raises(ValueError, match=r"^sandbox_backend: expected one of \('local', 'ray'\)"):
+    with pytest.raises(ValueError, match=r"^sandbox_backend: expected one of local, ray, got 'k8s'"):
         cfg(sandbox_backend="k8s")
     with pytest.raises(ValueError, match="^sandbox_backend: ray runs every trial in Podman"):
         cfg(sandbox_backend="ray", runtime="local")
@@ -113,15 +113,16 @@ def test_backend_choice_is_checked_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match=r"^verifier_endpoints: retired.*"
                                          r"--sandbox_backend ray --ray_address HEAD:PORT"):
         cfg(sandbox_backend="ray", verifier_endpoints=["ssh://u@h/run/podman/podman.sock"])
-    with pytest.raises(ValueError, match="^sandbox_max_in_flight: must be an integer >= 1"):
+    with pytest.raises(ValueError, match="^sandbox_max_in_flight: expected an int >= 1"):
         cfg(sandbox_backend="ray", sandbox_max_in_flight=0)
-    with pytest.raises(ValueError, match="^ray_podman_url: must be a node-local unix://"):
+    with pytest.raises(ValueError, match='^ray_podman_url: expected "" or a node-local unix://'):
         cfg(sandbox_backend="ray", ray_podman_url="ssh://u@h/run/podman/podman.sock")
-    with pytest.raises(ValueError, match="^ray_address: empty"):
-        RayOptions(address=" ")
-    assert check_backend("local", "local") == "local"
+    with pytest.raises(ValueError, match="^ray_address: expected 'auto' or HOST:PORT"):
+        SandboxOptions(backend="ray", ray_address=" ").validate()
+    assert SandboxOptions(kind="local").validate() == SandboxOptions(kind="local")
     with pytest.raises(ValueError, match="^sandbox_backend: ray runs every trial"):
-        make_runtime("local", backend="ray")  # refused before anything connects
+        # refused before anything connects
+        make_runtime(SandboxOptions(kind="local", backend="ray"))
 
 
 def test_backend_options_reach_the_cli(tmp_path):

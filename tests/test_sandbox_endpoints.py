@@ -9,7 +9,7 @@ from conftest import make_tar
 from test_sandbox_podman import CALC, EVAL, TESTS
 
 from eval.integrity.retry import RetryPolicy
-from sandbox.backend import make_runtime
+from sandbox.backend import SandboxOptions, make_runtime
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import (
     PodmanRuntime,
@@ -64,7 +64,7 @@ def test_verifier_endpoints_are_refused_everywhere_before_anything_starts(tmp_pa
         with pytest.raises(ValueError, match="^verifier_endpoints: " + MIGRATION):
             _cfg(tmp_path, verifier_endpoints=urls)
         with pytest.raises(ValueError, match="^verifier_endpoints: " + MIGRATION):
-            make_runtime("podman", endpoints=urls)
+            make_runtime(SandboxOptions(verifier_endpoints=tuple(urls)))
     with pytest.raises(ValueError, match="^verifier_endpoints: " + MIGRATION):
         _cfg(tmp_path, verifier_endpoints=[REMOTE], sandbox_backend="ray")
     # the runtime takes at most one local trial socket (a Ray node's own), never a rotation

@@ -71,7 +71,7 @@ def test_every_unit_gets_the_backend_as_flags_its_parser_accepts(tmp_path):
 
     from ecredit_trl.config import ECreditConfig
     from ecredit_trl.study.runner import eval_command, train_command
-    from sandbox.backend import add_runtime_args
+    from sandbox.backend import SandboxOptions
     c = _cfg(sandbox={**RAY, "image_registry": "mirror.local:5000"})
     train_py = str(REPO_ROOT / "ecredit_trl" / "train.py")
     flags = ["--sandbox_backend", "ray", "--ray_address", "10.0.0.5:6379",
@@ -91,7 +91,7 @@ def test_every_unit_gets_the_backend_as_flags_its_parser_accepts(tmp_path):
             parsed.ray_image_registry) == ("ray", "10.0.0.5:6379", 48, "mirror.local:5000")
     ev = eval_command(c, "/m", "bundled:train", tmp_path / "e")
     ap = argparse.ArgumentParser()
-    add_runtime_args(ap)
+    SandboxOptions.add_args(ap)
     args, _ = ap.parse_known_args(ev[3:])
     assert (args.runtime, args.sandbox_backend, args.ray_address, args.sandbox_max_in_flight,
             args.ray_podman_url, args.ray_image_registry) == (

@@ -12,6 +12,7 @@ import pytest
 
 from ecredit_trl.agent.generation import GenerationSettings
 from ecredit_trl.agent.vllm_engine import VLLMEngine, request_seed, sampling_kwargs
+from sandbox.backend import SandboxOptions
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -74,7 +75,7 @@ def test_eval_passes_batch_flags_to_the_rollout_subprocess(tmp_path):
     from eval.evaluation.generation import rollouts_command
 
     common = dict(python="py", model="m", split="s", n=2, rpath=tmp_path / "r.jsonl", seed=0,
-                  runtime="local", binding="b", overrides={"temperature": 0.0}, device=None,
+                  runtime=SandboxOptions(kind="local"), binding="b", overrides={"temperature": 0.0}, device=None,
                   todo_tasks=["a"], n_tasks=1)
     cmd = rollouts_command(**common)
     assert cmd[cmd.index("--batch-size") + 1] == "8" and "--use-vllm" not in cmd

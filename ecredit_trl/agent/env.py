@@ -54,7 +54,7 @@ from ecredit_trl.agent import editor
 from ecredit_trl.agent.failures import FAILURE_REASONS, EpisodeFailures  # noqa: F401 - re-exported
 from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
-from sandbox.workspace.rollout import DEFAULT_TREE_BUDGET_BYTES, RolloutWorkspace, WorkspaceSite
+from sandbox.workspace.rollout import DEFAULT_TREE_BUDGET_BYTES, WorkspaceSite
 from sandbox.workspace.session import DEFAULT_MAX_FILE_BYTES
 
 TOOL_NAMES = ("bash", "view", "create", "str_replace", "insert", "submit")
@@ -147,17 +147,13 @@ class AgentContext:
                              lock=self._lock, image_bases=self._image_bases)
 
     def open_workspace(self, task):
-        """The workspace of one rollout of ``task``: on a sandbox node of the Ray cluster when
-        the runtime offers ``open_workspace`` (the ``ray`` backend,
-        :class:`sandbox.cluster.trials.RayRoutedRuntime`), else here; a ``repo_dir`` task gets
-        :meth:`RolloutWorkspace.for_repo_dir`, an image-held one
-        :meth:`RolloutWorkspace.for_image`. Raises: what those raise."""
-        remote = getattr(self.runtime, "open_workspace", None)
-        if remote is not None:
-            return remote(task, self.site())
-        if getattr(task, "repo_dir", None):
-            return RolloutWorkspace.for_repo_dir(task, self.site())
-        return RolloutWorkspace.for_image(task, self.site())
+        """The workspace of one rollout of ``task``, where the runtime opens it
+        (``Runtime.open_workspace``: on a sandbox node of the Ray cluster on the ``ray``
+        backend, else here); with no runtime (editor tools only) here
+        (:meth:`WorkspaceSite.open_here`). Raises: what those raise."""
+        if self.runtime is None:
+            return self.site().open_here(task)
+        return self.runtime.open_workspace(task, self.site())
 
     def close(self) -> None:
         """Remove the temp working root this context made (a given ``workroot`` is kept)."""

@@ -86,7 +86,8 @@ from ecredit_trl.credit.trajectory import turn_writes
 from ecredit_trl.runs.records import append_jsonl, read_jsonl
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
 from eval.tasks.splits import load_tasks
-from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
+from sandbox.backend import SandboxOptions, make_runtime
+from sandbox.cluster.dispatch import RayUnavailable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n", type=int, required=True, help="rollouts per task")
     ap.add_argument("--out", required=True, help="output JSONL (appended; resumable)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (per-rollout derived)")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags (eval.run passes its own)
+    SandboxOptions.add_args(ap)  # --runtime and the backend flags (eval.run passes its own)
     ap.add_argument("--max-turns", dest="max_turns", type=int, default=None)
     ap.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None,
                     help="completion budget of a whole episode, tokens")
@@ -275,13 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        runtime = runtime_from_args(args, "rollouts")
-    except ValueError as exc:
+    try:  # on ray, --sandbox-run-id joins the evaluation's dispatcher (one cap, one cleanup)
+        runtime = make_runtime(SandboxOptions.from_args(args), run_id=f"rollouts-{os.getpid()}")
+    except (ValueError, RayUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if isinstance(runtime, str):
-        runtime = make_runtime(runtime, run_id=f"rollouts-{os.getpid()}")
     try:
         summary = run_rollouts(policy, tasks, args.out, n=args.n, seed=args.seed,
                                settings=settings, runtime=runtime, binding=args.binding,

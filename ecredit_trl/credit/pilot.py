@@ -75,7 +75,7 @@ from ecredit_trl.credit.trajectory import (
 )
 from eval.files import atomic_write_text
 from eval.tasks.splits import load_tasks
-from sandbox.backend import add_runtime_args, make_runtime, runtime_from_args
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
 from sandbox.snapshots.snapshot import artifact as _artifact
 from sandbox.trials.pool import VerifierPool
 
@@ -123,7 +123,7 @@ def _jsonl(rows: Iterable[dict]) -> str:
 def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
               seed: int = 0, credit_lambda: float = DEFAULT_CREDIT_LAMBDA,
               credit_cap: float = DEFAULT_CREDIT_CAP, concurrency: int = 2,
-              runtime="podman", max_retries: int = 1, timeout_s: float | None = None,
+              runtime: Runtime | SandboxOptions = DEFAULTS, max_retries: int = 1, timeout_s: float | None = None,
               test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
               log: Callable[[str], None] | None = None) -> dict:
     """Run the signal pilot and write its files into ``out_dir``.
@@ -140,8 +140,8 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
         seed: run seed of the selection RNG.
         credit_lambda, credit_cap: λ >= 0 and c > 0 for s / cap flag (arm M).
         concurrency: verifier trials at once (>= 1).
-        runtime: ``"podman"``, ``"local"`` or a runtime object with
-            ``run_trial(spec) -> TrialResult`` (not closed by the pilot).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed by the pilot) or the options
+            of one (made and closed here).
         max_retries: infra retries per trial (counted, never hidden).
         timeout_s: wall-clock limit of one trial (seconds); None: from the task
             (:func:`eval.tasks.trialspec.trial_limits`).
@@ -176,20 +176,14 @@ def run_pilot(tasks: Sequence, trajectories: Sequence[Trajectory], out_dir, *,
         f"selections written to {out / 'selections.jsonl'}")
 
     # -- phase B/C: controls, factual, counterfactual trials --------------------
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"pilot-{os.getpid()}") if own_rt else runtime
     trials = PilotTrials(out, by_id, timeout_s)
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency,
-                          retry=pilot_retry(max_retries)) as pool:
-            trials.first_trial_at = time.time()
-            trials.submit_controls(pool, admitted)
-            fact_fut = trials.submit_factual(pool, records)
-            cf_fut = trials.collect_factual(pool, records, fact_fut, say)
-            trials.collect_counterfactual(records, cf_fut)
-    finally:
-        if own_rt:
-            rt.close()
+    with open_runtime(runtime, run_id=f"pilot-{os.getpid()}") as rt, \
+            VerifierPool(rt, max_concurrency=concurrency, retry=pilot_retry(max_retries)) as pool:
+        trials.first_trial_at = time.time()
+        trials.submit_controls(pool, admitted)
+        fact_fut = trials.submit_factual(pool, records)
+        cf_fut = trials.collect_factual(pool, records, fact_fut, say)
+        trials.collect_counterfactual(records, cf_fut)
 
     # -- D, s, cap flag --------------------------------------------------------
     _contrasts(records, trajectories, credit_lambda=credit_lambda, credit_cap=credit_cap)
@@ -211,7 +205,7 @@ def _meta(records: list[dict], trials: PilotTrials, *, seed, credit_lambda, cred
     before the first trial was submitted."""
     meta = {"tasks": len({r["task_id"] for r in records}), "trajectories": len(records),
             "seed": seed, "credit_lambda": credit_lambda, "credit_cap": credit_cap,
-            "runtime": runtime if isinstance(runtime, str) else type(runtime).__name__,
+            "runtime": runtime.kind, "sandbox_backend": runtime.backend,
             "concurrency": concurrency, "max_retries": max_retries,
             "test_patterns": list(test_patterns), "wall_s": time.time() - t_start,
             "selections_written_at": selections_written_at,
@@ -377,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--credit-lambda", type=float, default=DEFAULT_CREDIT_LAMBDA)
     ap.add_argument("--credit-cap", type=float, default=DEFAULT_CREDIT_CAP)
     ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
-    add_runtime_args(ap)  # --runtime and the sandbox backend flags
+    SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
     ap.add_argument("--timeout-s", type=float, default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"

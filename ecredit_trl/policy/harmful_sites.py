@@ -39,7 +39,7 @@ from eval.files import atomic_write_text
 from eval.tasks.bundled.recipe import cache_dir as default_cache
 from eval.tasks.harmful import HARMFUL_LINE, HarmfulEdit
 from eval.tasks.trialspec import task_trial_spec
-from sandbox.backend import make_runtime
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime
 from sandbox.trials.pool import VerifierPool
 
 __all__ = ["SITE_RULE", "candidate_edits", "harmful_edit_patch", "harmful_meta",
@@ -272,7 +272,8 @@ def _screen_one(task, pool, timeout_s: float | None) -> dict:
     return rec
 
 
-def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime="podman",
+def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None,
+                         runtime: Runtime | SandboxOptions = DEFAULTS,
                          concurrency: int = 2, timeout_s: float | None = None,
                          log=print) -> dict[str, dict]:
     """Screened harmful edits of ``tasks`` (cached per task, see the module docstring).
@@ -282,7 +283,8 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
             ``image``, the fixed lists and ``log_parser``.
         cache_dir: cache root (default ``$ECREDIT_CACHE`` or ``~/.cache/ecredit-trl``);
             records land in ``<root>/harmful/<key>.json``.
-        runtime: ``"podman"`` / ``"local"`` or a runtime object (not closed here).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here, only when a task is not cached).
         concurrency: verifier trials at once.
         timeout_s: per-trial limit (default: the task's rule, :func:`eval.tasks.trialspec.trial_limits`).
 
@@ -302,19 +304,13 @@ def screen_harmful_edits(tasks, *, cache_dir: str | Path | None = None, runtime=
             todo.append(t)
     if todo:
         log(f"harmful sites: screening {len(todo)} task(s) with real verifier trials")
-        own = isinstance(runtime, str)
-        rt = make_runtime(runtime, run_id=f"harm-{os.getpid()}") if own else runtime
-        pool = VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(1))
-        try:
+        with open_runtime(runtime, run_id=f"harm-{os.getpid()}") as rt, \
+                VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(1)) as pool:
             for t in todo:
                 rec = _screen_one(t, pool, timeout_s)
                 atomic_write_text(root / f"{cache_key(t)}.json", json.dumps(rec, indent=1))
                 out[t.instance_id] = rec
                 log(f"harmful sites: {t.instance_id}: {rec['reason']}")
-        finally:
-            pool.close()
-            if own and hasattr(rt, "close"):
-                rt.close()
     return out
 
 

@@ -38,9 +38,10 @@ so studies bound before the key existed keep their hash; the same holds for the 
 at their defaults (:data:`OMIT_AT_DEFAULT`: ``eval.in_distribution: []``,
 ``bootstrap.power: 0.8``, ``pooled_seeds: shared``, ``warmstart: {}``).
 
-``sandbox`` chooses where verifier trials run: ``local`` (the default) or ``ray``
-(an existing cluster at ``ray_address``; ``max_in_flight`` is the cluster-wide cap of each
-unit). Every unit gets it: training runs as ``--sandbox_backend ...`` fields (a resume too:
+``sandbox`` chooses where verifier trials run (design page, "Scale-out"): ``local`` (the
+default) or ``ray`` (an existing cluster at ``ray_address``; ``max_in_flight`` is the
+cluster-wide cap of each unit); its keys, defaults and checks are those of
+``sandbox.backend.SandboxOptions``. Every unit gets it: training runs as ``--sandbox_backend ...`` fields (a resume too:
 the study's current section wins over the run's recorded one) and ``eval.run`` as
 ``--sandbox-backend ...`` flags. It is recorded in ``study.json`` when not at its default but
 left out of the hash (:data:`UNHASHED_KEYS`): results do not depend on where a trial ran, as
@@ -64,7 +65,14 @@ from pathlib import Path
 
 from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
 from ecredit_trl.train import embedded_defaults
-from sandbox.backend import BACKENDS
+from sandbox.backend import (
+    CONFIG_FIELDS,
+    DEFAULTS,
+    FLAGS,
+    STUDY_KEYS,
+    SandboxOptions,
+    SandboxOptionsError,
+)
 from sandbox.runtimes.podman_runtime import endpoints_retired
 
 ARMS = ("O", "B", "M", "E")
@@ -75,12 +83,10 @@ EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": N
                  "runtime": "podman", "reuse_verdicts": False, "in_distribution": []}
 BOOTSTRAP_DEFAULTS = {"n_boot": 10000, "seed": 0, "alpha": 0.05, "power": 0.8}
 POOLED_SEEDS = ("shared", "all")
-#: the ``sandbox`` section: key → default, and the ECreditConfig field each one sets
-SANDBOX_DEFAULTS = {"backend": "local", "ray_address": "auto", "max_in_flight": 24,
-                    "podman_url": "", "image_registry": None}
-SANDBOX_FIELDS = {"backend": "sandbox_backend", "ray_address": "ray_address",
-                  "max_in_flight": "sandbox_max_in_flight", "podman_url": "ray_podman_url",
-                  "image_registry": "ray_image_registry"}
+#: the ``sandbox`` section: key → default (``sandbox.backend.SandboxOptions``'s), and the
+#: ECreditConfig field each one sets
+SANDBOX_DEFAULTS = DEFAULTS.study_section()
+SANDBOX_FIELDS = {k: CONFIG_FIELDS[k] for k in STUDY_KEYS}
 #: (section or None, key) → the default left out of the resolved config (hash stability)
 OMIT_AT_DEFAULT = {("eval", "reuse_verdicts"): False, ("eval", "in_distribution"): [],
                    ("bootstrap", "power"): 0.8, (None, "pooled_seeds"): "shared",
@@ -151,8 +157,8 @@ class StudyConfig:
             k for k in SANDBOX_FIELDS if sb[k] not in (None, "")]
         out: list[str] = []
         for k in keys:
-            flag = SANDBOX_FIELDS[k] if style == "train" else SANDBOX_FIELDS[k].replace("_", "-")
-            out += [f"--{flag}", str(sb[k])]
+            flag = f"--{SANDBOX_FIELDS[k]}" if style == "train" else FLAGS[k]
+            out += [flag, str(sb[k])]
         return out
 
     def eval_n(self, split: str) -> int:
@@ -289,32 +295,18 @@ def _validate_eval(where: str, ev: dict) -> dict:
 
 
 def _validate_sandbox(where: str, sb: dict, runtimes: dict[str, str]) -> dict:
-    """Check the ``sandbox`` section (filled with :data:`SANDBOX_DEFAULTS`); ``runtimes``
-    maps ``eval.runtime`` / ``train.runtime`` to their values (ray needs podman for both).
+    """Check the ``sandbox`` section (filled with :data:`SANDBOX_DEFAULTS`) with
+    :meth:`sandbox.backend.SandboxOptions.validate`, once per runtime kind in ``runtimes``
+    (``eval.runtime`` / ``train.runtime`` → value: ray needs podman for both).
 
-    Raises: StudyConfigError naming ``sandbox.<key>``.
+    Raises: StudyConfigError naming ``sandbox.<key>`` (or the runtime's key).
     """
-    if sb["backend"] not in BACKENDS:
-        raise _err(where, "sandbox.backend", f"expected one of {', '.join(BACKENDS)}, got "
-                   f"{sb['backend']!r}")
-    if not isinstance(sb["ray_address"], str) or not sb["ray_address"].strip():
-        raise _err(where, "sandbox.ray_address", f"expected 'auto' or HOST:PORT of a running "
-                   f"cluster, got {sb['ray_address']!r}")
-    m = sb["max_in_flight"]
-    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-        raise _err(where, "sandbox.max_in_flight", f"expected an int >= 1, got {m!r}")
-    url = sb["podman_url"]
-    if not isinstance(url, str) or (url and not url.startswith("unix://")):
-        raise _err(where, "sandbox.podman_url", f"expected \"\" or a node-local unix:// "
-                   f"socket, got {url!r}")
-    reg = sb["image_registry"]
-    if reg is not None and (not isinstance(reg, str) or not reg):
-        raise _err(where, "sandbox.image_registry", f"expected a registry/mirror or null, "
-                   f"got {reg!r}")
+    names = {k: f"sandbox.{k}" for k in STUDY_KEYS}
     for key, runtime in runtimes.items():
-        if sb["backend"] == "ray" and runtime != "podman":
-            raise _err(where, "sandbox.backend", f"ray runs every trial in Podman on a "
-                       f"cluster node; {key} must be podman, got {runtime!r}")
+        try:
+            SandboxOptions(kind=runtime, **sb).validate({**names, "kind": key})
+        except SandboxOptionsError as exc:
+            raise _err(where, exc.name, exc.problem) from None
     return sb
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eval.evaluation.modelref import ModelRef
 from eval.evaluation.slots import EvalInputError, read_rows, text_sha256
-from sandbox.backend import runtime_argv
+from sandbox.backend import Runtime, SandboxOptions
 
 
 def rollouts_source(path: Path) -> str:
@@ -53,7 +53,7 @@ class RolloutTail:
 
 
 def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpath: Path,
-                     seed: int, runtime, binding: str, overrides: dict, device: str | None,
+                     seed: int, runtime: Runtime | SandboxOptions, binding: str, overrides: dict, device: str | None,
                      todo_tasks: list[str], n_tasks: int, batch_size: int = 8,
                      agent_concurrency: int = 4, use_vllm: bool = False) -> list[str]:
     """The argv of the rollout subprocess; ``--task-id`` flags only when ``todo_tasks`` is a
@@ -64,7 +64,7 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
     ``engine.name == "vllm"``)."""
     cmd = [python or sys.executable, "-m", "ecredit_trl.agent.rollouts", "--model", model,
            "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
-           *runtime_argv(runtime), "--binding", binding]
+           *runtime.argv(), "--binding", binding]
     for k, flag in (("max_turns", "--max-turns"), ("max_new_tokens", "--max-new-tokens"),
                     ("temperature", "--temperature"), ("chat_template", "--chat-template")):
         if k in overrides:

@@ -15,11 +15,12 @@ from eval.evaluation.slots import SCHEMA
 from eval.evaluation.verification import replay_selection, replay_trials, trial_retry
 from eval.files import atomic_write_text, write_json
 from eval.tasks.splits import load_tasks
-from sandbox.backend import make_runtime
+from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime
 from sandbox.trials.pool import VerifierPool
 
 
-def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="podman",
+def replay(results_path: str | Path, out: str | Path | None = None, *,
+           runtime: Runtime | SandboxOptions = DEFAULTS,
            concurrency: int = 2, sample: int | None = None, seed: int = 0,
            timeout_s: float | None = None, max_retries: int = 1,
            log: Callable[[str], None] | None = None) -> dict:
@@ -33,6 +34,8 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     Args:
         results_path: ``results.json`` or the evaluation folder holding it.
         out: where ``replay.json`` / ``replay.md`` go (default: the evaluation folder).
+        runtime: a :class:`sandbox.backend.Runtime` (not closed here) or the options of one
+            (made and closed here).
         sample: replay only this many slots (chosen with ``random.Random(seed)``).
 
     Returns: the ``replay.json`` dict.
@@ -50,16 +53,10 @@ def replay(results_path: str | Path, out: str | Path | None = None, *, runtime="
     out = Path(out) if out else src
     tasks = {t.instance_id: t for t in load_tasks(results["split"], purpose="eval")}
     chosen, controls = replay_selection(src, results, tasks, sample, seed)
-    own_rt = isinstance(runtime, str)
-    rt = make_runtime(runtime, run_id=f"replay-{os.getpid()}") if own_rt else runtime
     t0 = time.time()
-    try:
-        with VerifierPool(rt, max_concurrency=concurrency,
-                          retry=trial_retry(max_retries)) as pool:
-            pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
-    finally:
-        if own_rt:
-            rt.close()
+    with open_runtime(runtime, run_id=f"replay-{os.getpid()}") as rt, \
+            VerifierPool(rt, max_concurrency=concurrency, retry=trial_retry(max_retries)) as pool:
+        pairs, rows = replay_trials(pool, src, chosen, tasks, controls, timeout_s)
     agreement = label_agreement(pairs)
     rep = {"schema": SCHEMA, "results": str(rp), "binding": results.get("binding"),
            "slots_replayed": len(pairs), "sample": sample, "agreement": agreement,

@@ -52,9 +52,17 @@ class RayUnavailable(RuntimeError):
     :data:`SANDBOX_RESOURCE`; the message says which and what to do."""
 
 
+DEFAULT_ADDRESS = "auto"
+"""``ray.init`` address used when none is given: the cluster this machine belongs to."""
+DEFAULT_MAX_IN_FLIGHT = 24
+"""Cluster-wide cap on one run's trials and agent sandboxes in flight, when none is given."""
+
+
 @dataclass(frozen=True)
 class RayOptions:
-    """How verifier trials reach a Ray cluster.
+    """How verifier trials reach a Ray cluster (the Ray part of
+    ``sandbox.backend.SandboxOptions``, whose ``validate`` checks these values and names the
+    field; built by its ``ray_options``).
 
     Attributes:
         address: ``ray.init`` address of an existing cluster (``auto``, ``HOST:PORT``,
@@ -64,24 +72,12 @@ class RayOptions:
             per Ray worker.
         registry: where a node pulls a missing image from (:func:`sandbox.images.pull.source_ref`);
             None = the image name's own registry.
-
-    Raises: ValueError naming the field.
     """
 
-    address: str = "auto"
-    max_in_flight: int = 24
+    address: str = DEFAULT_ADDRESS
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     podman_url: str = ""
     registry: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.address, str) or not self.address.strip():
-            raise ValueError("ray_address: empty; give 'auto' or HOST:PORT of a running cluster")
-        if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
-            raise ValueError(f"sandbox_max_in_flight: must be an integer >= 1, got "
-                             f"{self.max_in_flight!r}")
-        if self.podman_url and not self.podman_url.startswith("unix://"):
-            raise ValueError(f"ray_podman_url: must be a node-local unix:// socket (each node "
-                             f"runs its own trials), got {self.podman_url!r}")
 
 
 def dispatcher_name(run_id: str) -> str:

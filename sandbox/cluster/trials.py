@@ -1,5 +1,6 @@
 """The ``ray`` sandbox backend's trial runtime: :class:`RayTrials` and the
-:class:`RayRoutedRuntime` that ``make_runtime(..., backend="ray")`` returns.
+:class:`RayRoutedRuntime` that ``sandbox.backend.make_runtime`` returns for the ``ray`` backend
+(design page, "Scale-out").
 
 How a trial is dispatched (cap, placement, pulls, retries) is described in
 :mod:`sandbox.cluster.dispatch`, which holds the cluster plumbing these classes use.
@@ -31,6 +32,7 @@ from sandbox.cluster.node import gc_here, list_images, run_trial_here
 from sandbox.cluster.workspace_proxy import RayWorkspaces
 from sandbox.images.pull import canonical
 from sandbox.runtimes.podman_runtime import PodmanRuntime
+from sandbox.runtimes.protocol import runtime_flags
 from sandbox.trials.trial import TrialResult, TrialSpec
 
 ATTACH_TRIES = 60
@@ -247,12 +249,18 @@ class RayRoutedRuntime(PodmanRuntime):
     """A :class:`~sandbox.runtimes.podman_runtime.PodmanRuntime` whose verifier trials go to the Ray
     cluster (:class:`RayTrials`, attribute ``trials``) and whose agent workspaces live on its
     sandbox nodes too (:meth:`open_workspace`, :mod:`sandbox.cluster.workspace_host`, attribute
-    ``workspaces``); the local service remains for callers that open sessions directly. What ``make_runtime(...,
-    backend="ray")`` returns, so the trainer, ``eval.run``, ``eval.controls`` and the pilot
-    keep one runtime object and one :class:`~sandbox.trials.pool.VerifierPool`.
+    ``workspaces``); the local service remains for callers that open sessions directly. What
+    ``make_runtime`` returns for ``SandboxOptions(backend="ray")``, so the trainer,
+    ``eval.run``, ``eval.controls`` and the pilot keep one runtime object and one
+    :class:`~sandbox.trials.pool.VerifierPool`.
+
+    Implements :class:`sandbox.runtimes.protocol.Runtime` (``kind="podman"``,
+    ``backend="ray"``).
 
     Raises: RayUnavailable, ValueError (see :class:`RayTrials`), PodmanUnavailable.
     """
+
+    backend = "ray"
 
     def __init__(self, *, run_id: str, options: RayOptions | None = None,
                  agent_endpoints: list[str] | None = None) -> None:
@@ -268,6 +276,15 @@ class RayRoutedRuntime(PodmanRuntime):
     def run_trial(self, spec: TrialSpec) -> TrialResult:
         """Run ``spec`` on the cluster (:meth:`RayTrials.run_trial`)."""
         return self.trials.run_trial(spec)
+
+    def argv(self) -> list[str]:
+        """The Ray flags of this runtime and ``--sandbox-run-id``: the child joins this run's
+        dispatcher, so parent and child share one cluster-wide cap and the child's sandboxes
+        are reaped with the run."""
+        o = self.trials.options
+        return runtime_flags(self.kind, self.backend, ray_address=o.address,
+                             max_in_flight=o.max_in_flight, podman_url=o.podman_url,
+                             image_registry=o.registry, run_id=self.trials.run_id)
 
     def image_ids(self, images) -> dict[str, str | None]:
         """image → id in the sandbox nodes' storage (:func:`sandbox.cluster.dispatch.cluster_image_ids`):

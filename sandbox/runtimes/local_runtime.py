@@ -18,6 +18,7 @@ import time
 import warnings
 from pathlib import Path
 
+from sandbox.runtimes.protocol import runtime_flags
 from sandbox.trials.trial import SWEBENCH_LOG, TrialResult, TrialSpec, control_files, finish
 
 
@@ -25,10 +26,13 @@ class LocalRuntime:
     """Runs :class:`~sandbox.trials.trial.TrialSpec` s with ``bash`` on the host.
 
     ``spec.image`` is ignored (recorded only); ``spec.repo_archive`` is required,
-    since there is no image holding the repository.
+    since there is no image holding the repository. Implements
+    :class:`sandbox.runtimes.protocol.Runtime` (``kind="local"``, ``backend="local"``).
     """
 
     endpoints = ["local"]
+    kind = "local"
+    backend = "local"
 
     def __init__(self, run_id: str = "local") -> None:
         self.run_id = run_id
@@ -42,6 +46,18 @@ class LocalRuntime:
 
     def close(self) -> None:
         pass
+
+    def argv(self) -> list[str]:
+        """``--runtime local``: a child process makes its own (not isolated) runtime."""
+        return runtime_flags(self.kind, self.backend)
+
+    def image_ids(self, images) -> dict[str, str | None]:
+        """All None: a local runtime runs no image (``spec.image`` is only recorded)."""
+        return dict.fromkeys(sorted(set(images)))
+
+    def open_workspace(self, task, site):
+        """A rollout's workspace on this host (``site.open_here``; host sessions)."""
+        return site.open_here(task)
 
     def __enter__(self) -> LocalRuntime:
         return self

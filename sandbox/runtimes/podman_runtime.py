@@ -30,6 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
+from sandbox.images.pull import local_image_ids
+from sandbox.runtimes.protocol import runtime_flags
 from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.trials.trial import (
     SWEBENCH_LOG,
@@ -204,11 +206,17 @@ class PodmanRuntime:
     and the memory / pids / CPU limits of the spec. Thread-safe: one
     :meth:`run_trial` call per worker thread.
 
+    Implements :class:`sandbox.runtimes.protocol.Runtime` (``kind="podman"``,
+    ``backend="local"``).
+
     Raises:
         ValueError: a remote agent endpoint, a remote or second trial endpoint (before
             anything starts).
         PodmanUnavailable: no endpoint and the local service cannot start.
     """
+
+    kind = "podman"
+    backend = "local"
 
     def __init__(self, endpoints: list[str] | None = None, run_id: str | None = None,
                  agent_endpoints: list[str] | None = None) -> None:
@@ -296,6 +304,22 @@ class PodmanRuntime:
 
     def __enter__(self) -> PodmanRuntime:
         return self
+
+    def argv(self) -> list[str]:
+        """``--runtime podman``: a child process makes its own runtime on this machine."""
+        return runtime_flags(self.kind, self.backend)
+
+    def image_ids(self, images) -> dict[str, str | None]:
+        """image → id in this machine's Podman storage, None when absent
+        (:func:`sandbox.images.pull.local_image_ids`; raises ImagePullError when podman
+        cannot list its images)."""
+        return local_image_ids(images)
+
+    def open_workspace(self, task, site):
+        """A rollout's workspace, built on this machine by ``site``
+        (``sandbox.workspace.rollout.WorkspaceSite.open_here``; its sessions use this
+        runtime's agent endpoints)."""
+        return site.open_here(task)
 
     def __exit__(self, *exc) -> None:
         self.close()

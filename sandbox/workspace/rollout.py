@@ -79,6 +79,14 @@ class WorkspaceSite:
     lock: threading.Lock = field(default_factory=threading.Lock)
     image_bases: dict = field(default_factory=dict)
 
+    def open_here(self, task) -> RolloutWorkspace:
+        """One rollout's workspace of ``task`` built on this machine: a ``repo_dir`` task gets
+        :meth:`RolloutWorkspace.for_repo_dir`, an image-held one :meth:`RolloutWorkspace.for_image`
+        (what a local runtime's ``open_workspace`` returns). Raises: what those raise."""
+        if getattr(task, "repo_dir", None):
+            return RolloutWorkspace.for_repo_dir(task, self)
+        return RolloutWorkspace.for_image(task, self)
+
 
 @dataclass
 class AfterCall:

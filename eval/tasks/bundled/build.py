@@ -116,7 +116,7 @@ def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, l
                    "image": image, "projects": {}, "candidates": [], "timings_s": {}}
     ws = prepare_sources(recipe, image, tmp, stats, t_start, log)
     own_runtime = runtime is None
-    rt = make_runtime("podman") if own_runtime else runtime
+    rt = make_runtime() if own_runtime else runtime
     try:
         with VerifierPool(rt, max_concurrency=concurrency,
                           retry=RetryPolicy(max_retries=2)) as pool:
