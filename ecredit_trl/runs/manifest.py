@@ -28,7 +28,7 @@ from pathlib import Path
 
 from eval.files import datasets_dir
 from eval.tasks.sealed import ids_sha256, manifests
-from sandbox.images.pull import local_image_ids
+from sandbox.runtimes.podman_store import local_image_ids
 
 SCHEMA = 1
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def package_versions() -> dict:
 
 def image_digests(images) -> dict:
     """image name → digest (``sha256:...``, the image id) of every distinct task image, via
-    :func:`sandbox.images.pull.local_image_ids` (one ``podman images`` call for all of them);
+    :func:`sandbox.runtimes.podman_store.local_image_ids` (one ``podman images`` call for all of them);
     None when the image is not in local storage (remote endpoints, not pulled yet)."""
     return local_image_ids(images)
 

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Sequence
 
 from sandbox.backend import DEFAULTS, Runtime, SandboxOptions
-from sandbox.images.pull import local_image_ids
+from sandbox.runtimes.podman_store import local_image_ids
 
 
 class ImagesMissing(ValueError):

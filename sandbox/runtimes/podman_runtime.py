@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 import shutil
 import signal
 import subprocess
@@ -30,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sandbox.images.pull import local_image_ids
+from sandbox.runtimes.podman_store import local_image_ids, podman_env
 from sandbox.runtimes.protocol import runtime_flags
 from sandbox.runtimes.tempdirs import mark_owner
 from sandbox.trials.trial import (
@@ -43,7 +42,6 @@ from sandbox.trials.trial import (
 )
 from sandbox.trials.watch import TrialWatch, file_size, log_cap, log_file, read_logs
 
-CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "containers.conf"
 RUN_LABEL = "ecredit.run"
 TRIAL_LABEL = "ecredit.trial"
 ROLE_LABEL = "ecredit.role"
@@ -51,13 +49,6 @@ ROLE_LABEL = "ecredit.role"
 
 class PodmanUnavailable(RuntimeError):
     """No Podman endpoint could be reached or started; the message says which."""
-
-
-def podman_env() -> dict[str, str]:
-    """Environment for ``podman`` CLI calls: our containers.conf unless the user set one."""
-    env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
-    return env
 
 
 def _die_with_parent():
@@ -311,7 +302,7 @@ class PodmanRuntime:
 
     def image_ids(self, images) -> dict[str, str | None]:
         """image → id in this machine's Podman storage, None when absent
-        (:func:`sandbox.images.pull.local_image_ids`; raises ImagePullError when podman
+        (:func:`sandbox.runtimes.podman_store.local_image_ids`; raises ImagePullError when podman
         cannot list its images)."""
         return local_image_ids(images)
 
