@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             print(render_status(units, out))
             return 1 if any(u.state == "failed" for u in units) else 0
         from ecredit_trl.study.config import load_study_config
-        from ecredit_trl.study.runner import StudyRefused, run_study
+        from ecredit_trl.study.runner import run_study
+        from ecredit_trl.study.supervisor import StudyRefused
 
         cfg = load_study_config(args.config)
         out = Path(args.out or Path("studies") / cfg.name)
