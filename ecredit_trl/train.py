@@ -7,7 +7,7 @@ two GRPO steps on CPU. Every ``ECreditConfig`` / ``GRPOConfig`` field can be
 given on the command line (``--credit_lambda 0.3`` or ``--credit-lambda 0.3``)
 or in a YAML file (``--config``; command-line values win).
 
-Writes ``runs/<name>/`` (DESIGN.md §5): ``manifest.json`` (config / task-list /
+Writes ``runs/<name>/`` (design page, "Run records"): ``manifest.json`` (config / task-list /
 code hashes, package versions, image digests, sealed holdouts, world size),
 ``config.json`` (resolved), ``receipts/`` (start, every checkpoint,
 termination, resume), ``ledger.jsonl``, ``trajectories.jsonl``,
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +54,51 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from ecredit_trl.runs.binding import (  # noqa: E402 - after the sys.path fix above
+# every first-party import after the sys.path fix above (and torch after OMP_WAIT_POLICY)
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from transformers import HfArgumentParser  # noqa: E402
+
+from datasets import Dataset  # noqa: E402
+from ecredit_trl.agent.prompts import task_prompt  # noqa: E402
+from ecredit_trl.config import ECreditConfig  # noqa: E402
+from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
+from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
+from ecredit_trl.runs.binding import (  # noqa: E402
     RunRefused,
     check_binding,
+    checkpoint_steps,
+    resume_point,
+    schedule_change,
+    schedule_warning,
     supersede_records,
 )
+from ecredit_trl.runs.callbacks import ProgressLines  # noqa: E402
+from ecredit_trl.runs.faults import (  # noqa: E402
+    GracefulStop,
+    SandboxUnavailable,
+    exit_code,
+    follow_launcher_signals,
+    termination_class,
+)
+from ecredit_trl.runs.manifest import build_manifest  # noqa: E402
+from ecredit_trl.runs.receipts import CheckpointError, RunReceipts  # noqa: E402
+from ecredit_trl.runs.session import (  # noqa: E402
+    close_session,
+    model_identity,
+    on_main,
+    report_unterminated,
+    resumable_checkpoint,
+    resume_run,
+    run_location,
+    start_new_run,
+    verify_resume_checkpoint,
+    write_rank_summary,
+)
+from ecredit_trl.trainer import ECreditGRPOTrainer  # noqa: E402
+from eval.evaluation.templatecheck import TemplateRefused  # noqa: E402
+from sandbox.backend import make_runtime  # noqa: E402
+from sandbox.cluster.dispatch import RayUnavailable, cluster_image_ids, connect  # noqa: E402
 
 __all__ = ["RunRefused", "check_binding", "supersede_records", "main", "cli"]
 
@@ -90,9 +131,6 @@ class RunArguments:
                 "comma-separated: a config field, model.<field>, tasks, code, world_size)"})
     reason: str | None = field(default=None, metadata={
         "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
-
-
-
 
 def embedded_defaults(on_gpu: bool) -> dict:
     """Config values of the embedded default run (CPU, tiny model, short episodes).
@@ -136,12 +174,6 @@ def parse_args(argv: list[str] | None = None):
 
     Raises: SystemExit (argparse) for unknown fields; ValueError naming a bad field.
     """
-    import torch
-    import yaml
-    from transformers import HfArgumentParser
-
-    from ecredit_trl.config import ECreditConfig
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments))
     # argparse prints the whole usage (hundreds of fields) before an error: keep only the
@@ -185,15 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     config. After the start receipt every way out writes a termination receipt;
     exceptions other than SandboxUnavailable / KeyboardInterrupt are re-raised.
     """
-    from ecredit_trl.runs.binding import resume_point, schedule_change, schedule_warning
-    from ecredit_trl.runs.faults import GracefulStop, follow_launcher_signals
-    from ecredit_trl.runs.receipts import RunReceipts
-    from ecredit_trl.runs.session import (
-        report_unterminated,
-        run_location,
-        verify_resume_checkpoint,
-    )
-
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args, run_argv = split_run_arguments(argv)
     resume = resume_point(run_args.resume_from)
@@ -206,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ck_receipt = (verify_resume_checkpoint(cfg, run_dir, resume.checkpoint)
                   if resume is not None else None)
     schedule = schedule_change(resume.checkpoint, cfg) if resume is not None else None
-    tasks, model_path = _tasks_and_policy(cfg, margs)
+    tasks, model_path = tasks_and_policy(cfg, margs)
     session = _open_session(cfg, margs, run_args=run_args, argv=argv, run_argv=run_argv,
                             resume=resume, run_dir=run_dir, run_name=run_name, tasks=tasks,
                             model_path=model_path, ck_receipt=ck_receipt, detected=detected,
@@ -231,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     exc: BaseException | None = None
     final_dir = None
     try:
-        tokenizer, model, peft_config = _load_policy(cfg, margs, model_path)
+        tokenizer, model, peft_config = load_policy(cfg, margs, model_path)
         runtime = _make_runtime(cfg, run_name)
         trainer = _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir)
         trainer.receipts = receipts
@@ -256,9 +279,6 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
     Returns the exit status; re-raises ``exc`` unless it is SandboxUnavailable or
     KeyboardInterrupt.
     """
-    from ecredit_trl.runs.faults import SandboxUnavailable, exit_code, termination_class
-    from ecredit_trl.runs.session import close_session, resumable_checkpoint, write_rank_summary
-
     cls = termination_class(exc, stop)
     resumable = resumable_checkpoint(exc, cls, stop, trainer, run_dir)
     if trainer is not None:
@@ -292,10 +312,6 @@ def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
 
     Returns: 0 when there is nothing to train, else None.
     """
-    import shutil
-
-    from ecredit_trl.runs.binding import checkpoint_steps
-
     step, _ = checkpoint_steps(checkpoint)
     if step < cfg.max_steps:
         return None
@@ -318,55 +334,10 @@ def _already_at_max_steps(cfg, checkpoint: Path, receipts, run_dir: Path,
     return 0
 
 
-def _tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
-    """The training tasks (``--max_tasks`` of them) and the policy's path: ``--model``, or
-    the embedded policy, built and warm-started on every training task on first use
-    (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`).
-
-    Raises: ValueError (no training tasks; image-held tasks without ``--model`` and without
-    a bundled twin), FileNotFoundError (a local ``--model`` path that is no directory, a hub
-    id not in the local hub cache), TemplateRefused (a chat template TRL has no tool-call
-    parser for, issue 23 §3).
-    """
-    from ecredit_trl.policy.preflight import check_template, model_location
-    from eval.tasks.splits import load_tasks
-
-    all_tasks = load_tasks(cfg.tasks, purpose="train")
-    if not all_tasks:
-        raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
-    # issue 13 §2: one line before any warm start or receipt; with sandbox_backend=ray the
-    # sandbox nodes hold (or pull) the images, recorded from their storage in the manifest
-    if cfg.sandbox_backend == "ray":  # the cluster answers, or one line (no warm start yet)
-        from sandbox.cluster.dispatch import connect
-
-        connect(cfg.ray_address)  # the run's runtime reuses this connection
-    if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
-        from eval.tasks.presence import require_task_images
-
-        require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
-                            cfg.tasks)
-    if margs.model is None:
-        from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
-
-        # warm-started on every training task, so --max_tasks reuses the cached policy (image
-        # tasks: on their bundled twins; other image-only sets need --model)
-        kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
-        model_path = ensure_default_policy(default_policy_tasks(cfg.tasks, all_tasks), **kw)
-    else:
-        model_path = model_location(margs.model)
-    check_template(cfg, model_path, margs.model or "the embedded policy")
-    tasks = all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks
-    return tasks, model_path
-
-
 def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_name, tasks,
                   model_path, ck_receipt, detected, schedule=None) -> int:
     """Build the manifest and write the start receipt (new run) or bind the resume and
     write its receipt (main process, agreed on every rank). Returns the session index."""
-    from ecredit_trl.policy.lora_defaults import resolve_lora
-    from ecredit_trl.runs.manifest import build_manifest
-    from ecredit_trl.runs.session import model_identity, on_main, resume_run, start_new_run
-
     task_ids = [t.instance_id for t in tasks]
     lora = resolve_lora(model_path, margs.lora_r, margs.lora_alpha, margs.lora_target_modules)
     config = {"ecredit": cfg.to_dict(),
@@ -390,26 +361,6 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
     return on_main(cfg, open_session)
 
 
-def _load_policy(cfg, margs, model_path):
-    """(tokenizer, model, LoRA config or None) of the policy to train; the tokenizer carries
-    TRL's template ``cfg.chat_template`` when given (saved with every checkpoint, so
-    ``eval.run`` on the run needs no flag)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from eval.evaluation.templatecheck import resolve_template_option
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    # the loaded text is checked again: what the trainer parses with is what counts
-    _, tokenizer.chat_template = resolve_template_option(
-        cfg.chat_template, tokenizer.chat_template, str(margs.model or model_path))
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
-    from ecredit_trl.policy.preflight import lora_config
-
-    return tokenizer, model, lora_config(margs, model_path)
-
-
 def _node_image_ids(cfg, run_name: str):
     """The manifest's image → id lookup on the Ray backend: the sandbox nodes' storage
     (:func:`sandbox.cluster.dispatch.cluster_image_ids`), which is where trials and sandboxes run;
@@ -418,8 +369,6 @@ def _node_image_ids(cfg, run_name: str):
         return None
 
     def lookup(images):
-        from sandbox.cluster.dispatch import cluster_image_ids, connect
-
         connect(cfg.ray_address)  # the runtime made next reuses this connection
         return cluster_image_ids(images, run_id=run_name, podman_url=cfg.ray_podman_url)
     return lookup
@@ -430,17 +379,11 @@ def _make_runtime(cfg, run_name: str):
     config's sandbox fields (``cfg.sandbox_options()``). With ``sandbox_backend=ray`` both its
     verifier trials and its agent workspaces run on the Ray cluster's sandbox nodes (every rank
     attaches to the run's one dispatcher, named by the run name; design page, "Scale-out")."""
-    from sandbox.backend import make_runtime
     return make_runtime(cfg.sandbox_options(), run_id=run_name)
 
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):
     """The GRPO trainer over one prompt row per task."""
-    from datasets import Dataset
-    from ecredit_trl.agent.prompts import task_prompt
-    from ecredit_trl.runs.callbacks import ProgressLines
-    from ecredit_trl.trainer import ECreditGRPOTrainer
-
     rows = [{"prompt": task_prompt(t), "instance_id": t.instance_id} for t in tasks]
     dataset = Dataset.from_list(rows)
     return ECreditGRPOTrainer(model=model, args=cfg, tasks={t.instance_id: t for t in tasks},
@@ -471,10 +414,6 @@ def _run_training(trainer, tokenizer, stop, receipts, resume, run_dir: Path,
 def cli(argv: list[str] | None = None) -> int:
     """``main`` for people: a bad argument, file or config value is one line on stderr
     (exit 2), not a traceback. Errors after training started keep their traceback."""
-    from ecredit_trl.runs.receipts import CheckpointError
-    from eval.evaluation.templatecheck import TemplateRefused
-    from sandbox.cluster.dispatch import RayUnavailable
-
     try:
         return main(argv)
     except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused,

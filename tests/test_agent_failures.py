@@ -18,7 +18,7 @@ import pytest
 
 from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.failures import apply_episode_failure
-from ecredit_trl.trainer import RolloutRecord
+from ecredit_trl.runs.rollout_record import RolloutRecord
 from eval.integrity.agent import agent_failure_verdict, classify_exec_failure
 from eval.integrity.failure_value import failure_utility
 from sandbox.runtimes.podman_runtime import podman_env

@@ -297,7 +297,7 @@ def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(h
     P resolves nothing but keeps P2P (U = 0), P\\b hangs while the control is healthy, so
     U(P\\b) = -1 and D = 1; with a failed control the same hang leaves D unavailable."""
     from ecredit_trl.credit.pipeline import TrialPipelineMixin
-    from ecredit_trl.trainer import RolloutRecord
+    from ecredit_trl.runs.rollout_record import RolloutRecord
 
     control, results = healthy
 

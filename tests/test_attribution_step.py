@@ -49,7 +49,7 @@ def test_a_hang_is_an_honest_failure_and_an_infra_failure_is_out_of_the_baseline
     import torch
     from trl.trainer.utils import nanstd
 
-    import ecredit_trl.trainer as trainer_mod
+    import ecredit_trl.agent.episode_record as record_mod  # builds the records
     import sandbox.workspace.rollout as env_mod  # the workspace opens the rollout's session
     from ecredit_trl.train import main
     from eval.tasks.splits import load_tasks
@@ -57,7 +57,7 @@ def test_a_hang_is_an_honest_failure_and_an_infra_failure_is_out_of_the_baseline
 
     build_offline(log=lambda *_: None)
     tasks = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
-    real_open, real_plan = env_mod.open_session, trainer_mod.plan_query
+    real_open, real_plan = env_mod.open_session, record_mod.plan_query
     opened, kinds = [], {}
     lock = threading.Lock()
 
@@ -77,7 +77,7 @@ def test_a_hang_is_an_honest_failure_and_an_infra_failure_is_out_of_the_baseline
         return dataclasses.replace(plan, final_artifact=_artifacts(tasks[kw["task_id"]])[kind])
 
     monkeypatch.setattr(env_mod, "open_session", open_session)
-    monkeypatch.setattr(trainer_mod, "plan_query", plan_query)
+    monkeypatch.setattr(record_mod, "plan_query", plan_query)
     runs = tmp_path / "runs"
     rc = main(["--arm", "O", "--max_steps", "1", "--runs_dir", str(runs), "--max_tasks", "1",
                "--save_steps", "100", "--verifier_retries", "0",

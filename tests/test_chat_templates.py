@@ -107,12 +107,13 @@ def test_train_refuses_before_any_receipt_and_loads_with_the_option(qwen_dir, tm
     assert not runs.exists() or list(runs.iterdir()) == []  # no run dir, no receipt
 
     from ecredit_trl.policy.preflight import check_template
-    from ecredit_trl.train import _load_policy, parse_args
+    from ecredit_trl.policy.run_inputs import load_policy
+    from ecredit_trl.train import parse_args
 
     cfg, margs = parse_args(["--arm", "M", "--model", str(model), "--chat_template", "qwen2_5",
                              "--runtime", "local", "--lora_r", "4"])
     assert check_template(cfg, str(model), str(model)) == "qwen2_5"
-    tokenizer, lm, peft_config = _load_policy(cfg, margs, str(model))
+    tokenizer, lm, peft_config = load_policy(cfg, margs, str(model))
     assert tokenizer.chat_template == trl_template("qwen2_5")
     assert lm.config.model_type == "qwen2" and peft_config.r == 4
     with pytest.raises(ValueError, match="chat_template: expected one of glm4moe, "):

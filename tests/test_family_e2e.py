@@ -53,9 +53,9 @@ def e2e_tasks(tmp_path_factory):
 
 def _capture_credit(monkeypatch) -> list[dict]:
     """Record every call of the trainer's per-token advantage seam (inputs and outputs)."""
-    import ecredit_trl.trainer as trainer_mod
+    import ecredit_trl.credit.injection as injection_mod
 
-    real = trainer_mod.per_token_advantages
+    real = injection_mod.per_token_advantages
     seen: list[dict] = []
 
     def spy(arm, **kw):
@@ -64,7 +64,7 @@ def _capture_credit(monkeypatch) -> list[dict]:
                      "C": out[1].detach().clone(), "turns": out[2].detach().clone()})
         return out
 
-    monkeypatch.setattr(trainer_mod, "per_token_advantages", spy)
+    monkeypatch.setattr(injection_mod, "per_token_advantages", spy)
     return seen
 
 

@@ -97,9 +97,9 @@ def _scripted_generation(monkeypatch, tok, eos: int) -> dict[str, list[list[int]
 
 def _spy_credit(monkeypatch) -> list[dict]:
     """Record the inputs and outputs of the trainer's credit injection (the real function)."""
-    import ecredit_trl.trainer as trainer_mod
+    import ecredit_trl.credit.injection as injection_mod
 
-    real = trainer_mod.per_token_advantages
+    real = injection_mod.per_token_advantages
     seen: list[dict] = []
 
     def spy(arm, **kw):
@@ -107,7 +107,7 @@ def _spy_credit(monkeypatch) -> list[dict]:
         seen.append({"arm": arm, **kw, "per_token": adv, "C": C, "turns": turns})
         return adv, C, turns
 
-    monkeypatch.setattr(trainer_mod, "per_token_advantages", spy)
+    monkeypatch.setattr(injection_mod, "per_token_advantages", spy)
     return seen
 
 

@@ -378,3 +378,31 @@ def test_budget_grid_splits_the_spread_and_reproduces_the_design_that_ran():
     assert variance_parts({"t0": 1.0}, {"t0": 0.0}, 4, 4) is None
     with pytest.raises(ValueError, match="k_a"):
         variance_parts(a, b, 0, 4)
+
+
+def test_base_text_reads_the_exact_bytes_at_the_base_commit(tmp_path):
+    """The positive control's ``base_texts`` (what the report rebuilds a final diff from):
+    the file at the task's base commit, byte for byte (trailing newline kept), not the
+    working tree's later text."""
+    from ecredit_trl.study.positive_control import base_text
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "m.py").write_text(BASE + "\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    base = git("rev-parse", "HEAD")
+    (repo / "pkg" / "m.py").write_text("changed\n")
+    git("commit", "-qam", "later")
+    assert base_text(repo, base, "pkg/m.py") == BASE + "\n"
+    with pytest.raises(KeyError):
+        base_text(repo, base, "pkg/missing.py")

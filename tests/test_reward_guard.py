@@ -23,14 +23,14 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch, warm_policy):
-    import ecredit_trl.trainer as trainer_mod
+    import ecredit_trl.agent.episode_record as record_mod  # builds the records
     import sandbox.workspace.rollout as env_mod  # the workspace opens the rollout's session
     from ecredit_trl.train import main
     from sandbox.images import build_offline
     from sandbox.snapshots.snapshot import SnapshotError
 
     build_offline(log=lambda *_: None)
-    real_open, real_plan = env_mod.open_session, trainer_mod.plan_query
+    real_open, real_plan = env_mod.open_session, record_mod.plan_query
     opened = []
 
     def open_session(*a, **kw):  # the first rollout's container cannot start
@@ -56,7 +56,7 @@ def test_broken_rollout_records_exclude_that_rollout_only(tmp_path, monkeypatch,
         return real_plan(repo, snapshots, **kw)
 
     monkeypatch.setattr(env_mod, "open_session", open_session)
-    monkeypatch.setattr(trainer_mod, "plan_query", plan_query)
+    monkeypatch.setattr(record_mod, "plan_query", plan_query)
     runs = tmp_path / "runs"
     rc = main(["--arm", "B", "--max_steps", "1", "--runs_dir", str(runs), "--max_tasks", "2",
                "--save_steps", "100", "--verifier_retries", "0"])

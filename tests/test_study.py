@@ -129,7 +129,7 @@ def test_reuse_verdicts_config_and_command(tmp_path):
 # -- study.json binding and the lock ----------------------------------------------------------
 def test_changed_config_is_refused_naming_keys(tmp_path, capsys):
     from ecredit_trl.study.__main__ import main
-    from ecredit_trl.study.runner import StudyLock, StudyRefused, bind_study
+    from ecredit_trl.study.supervisor import StudyLock, StudyRefused, bind_study
 
     out = tmp_path / "s"
     c1 = _cfg()
@@ -187,8 +187,8 @@ def _fake_eval(ed: Path, split: str, graded: int, run_dir: Path | None) -> None:
 
 def test_status_on_a_partial_folder(tmp_path):
     from ecredit_trl.study.__main__ import main
-    from ecredit_trl.study.runner import bind_study
     from ecredit_trl.study.status import render_status, study_units
+    from ecredit_trl.study.supervisor import bind_study
 
     out = tmp_path / "s"
     c = _cfg(arms=["O", "M", "B"])
@@ -371,7 +371,7 @@ def test_report_subcommand(tmp_path, capsys):
     """`study report --out DIR` rebuilds the report from what the folder holds (here nothing
     ran: every unit Pending); a folder without study.json is refused naming the path."""
     from ecredit_trl.study.__main__ import main
-    from ecredit_trl.study.runner import bind_study
+    from ecredit_trl.study.supervisor import bind_study
 
     out = tmp_path / "s"
     bind_study(_cfg(arms=["O", "M"]), out, allow_changed=False, command=["x"])
@@ -468,7 +468,7 @@ def test_shipped_configs_pass_the_overlap_check():
 
 def test_status_exits_zero_without_a_failed_unit(tmp_path):
     from ecredit_trl.study.__main__ import main
-    from ecredit_trl.study.runner import bind_study
+    from ecredit_trl.study.supervisor import bind_study
 
     out = tmp_path / "s"
     bind_study(_cfg(), out, allow_changed=False, command=["x"])

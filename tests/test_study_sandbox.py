@@ -106,7 +106,7 @@ def test_every_unit_gets_the_backend_as_flags_its_parser_accepts(tmp_path):
 
 
 def test_a_changed_backend_is_recorded_not_refused(tmp_path):
-    from ecredit_trl.study.runner import StudyRefused, bind_study
+    from ecredit_trl.study.supervisor import StudyRefused, bind_study
 
     out = tmp_path / "study"
     out.mkdir()

@@ -54,7 +54,7 @@ def test_policy_token_turns_count_every_generated_token():
 
 def test_ledger_separates_generated_and_credited_tokens_and_lists_exclusions():
     from ecredit_trl.runs.ledger import ledger_row, round_counts
-    from ecredit_trl.trainer import RolloutRecord
+    from ecredit_trl.runs.rollout_record import RolloutRecord
 
     recs = [RolloutRecord(task_id="t", rollout_index=i, format_error=False, num_turns=2,
                           snapshots=[]) for i in range(3)]

@@ -539,7 +539,7 @@ def test_eval_summary_reports_both_verdicts():
 
 def test_ledger_counts_rollouts_that_touched_the_protected_set():
     from ecredit_trl.runs.ledger import ledger_row, round_counts, round_metrics
-    from ecredit_trl.trainer import RolloutRecord
+    from ecredit_trl.runs.rollout_record import RolloutRecord
     from sandbox.trials.trial import TrialResult
     recs = [RolloutRecord(task_id="t", rollout_index=i, format_error=False, num_turns=1,
                           snapshots=[]) for i in range(3)]

@@ -6,6 +6,7 @@
 * :mod:`.prompts` — the one prompt/tool-schema builder shared by warm start, training, eval.
 * :mod:`.generation` — the policy as rollouts see it: settings, seeds, TRL-style rendering,
   sampling and tool-call parsing.
+* :mod:`.episode_record` — an ended training episode → its rollout record and query plan.
 * :mod:`.rollouts` — policy rollouts without updates (``python -m ecredit_trl.agent.rollouts``),
   used by evaluation.
 """

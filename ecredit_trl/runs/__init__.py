@@ -11,4 +11,7 @@
 * :mod:`.faults` — signals, graceful stops, infra stops, termination classes.
 * :mod:`.callbacks` — per-step progress lines.
 * :mod:`.audit` — checkpoint audit (``python -m ecredit_trl.runs.audit``).
+* :mod:`.rollout_record` — the rollout record (one trajectory row's source).
+* :mod:`.round_records` — writing one generation round's records (gathered over ranks).
+* :mod:`.sandbox_health` — the collective sandbox health check of a training round.
 """

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, load_study_config
 from ecredit_trl.study.report import StudyReportError, write_report
-from ecredit_trl.study.runner import StudyRefused, run_study
+from ecredit_trl.study.runner import run_study
+from ecredit_trl.study.supervisor import StudyRefused
 from ecredit_trl.study.status import render_status, study_units
 
 

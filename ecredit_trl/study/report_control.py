@@ -1,7 +1,7 @@
 """The positive control in the study report: harmful-block rate and resolved rate.
 
 A study whose policy was warm-started with harmful demonstrations (``warmstart:
-{harmful_fraction: ...}``, :func:`ecredit_trl.study.runner.control_policy`) has
+{harmful_fraction: ...}``, :func:`ecredit_trl.study.positive_control.control_policy`) has
 ``<out>/harmful.json``: the harmful edit (:class:`eval.tasks.harmful.HarmfulEdit`) of every task whose
 demonstration carried one, and the edited file's base text. On those *harmful tasks* this
 module measures, per policy (the step-0 baseline, each run, each arm pooled over its seeds)

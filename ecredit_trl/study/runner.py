@@ -1,10 +1,12 @@
-"""``study run``: every unit of a study, resumably (issue 14 §1; DESIGN.md §4).
+"""``study run``: every unit of a study, resumably (design page, "Evaluation").
 
 Order: training runs (arms × seeds, ``accelerate launch ecredit_trl/train.py`` each, a
 subprocess so multi-GPU accelerate configs work unchanged), the step-0 baseline's and every
 run's evaluations (``python -m eval.run``, a subprocess), one comparison per split
 (:mod:`eval.compare`, in process), then the report
-(:func:`ecredit_trl.study.report.write_report`).
+(:func:`ecredit_trl.study.report.write_report`). This module holds the plan and the
+commands; the folder's lock, binding and child processes are
+:mod:`ecredit_trl.study.supervisor`, the study's policies :mod:`ecredit_trl.study.positive_control`.
 
 Resume rules (states from :mod:`ecredit_trl.study.status`): done units are skipped; a
 training run that was interrupted resumes through ``--resume-from`` its newest numbered
@@ -17,20 +19,14 @@ independent ones: evaluations of a run that did not finish are skipped (pending)
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from ecredit_trl.study.config import UNHASHED_KEYS, StudyConfig, changed_keys, split_dirname
+from ecredit_trl.study.config import StudyConfig, split_dirname
+from ecredit_trl.study.pool import check_train_pool
+from ecredit_trl.study.positive_control import baseline_model, control_policy, train_flags
+from ecredit_trl.study.report import write_report
 from ecredit_trl.study.status import (
-    LOCK_NAME,
     Unit,
     eval_inputs,
     eval_state,
@@ -41,101 +37,20 @@ from ecredit_trl.study.status import (
     train_state,
     unit_record,
 )
+from ecredit_trl.study.supervisor import (
+    REPO_ROOT,
+    StudyLock,
+    abandon,
+    bind_study,
+    resumable_checkpoint,
+    run_subprocess,
+    wait_sessions,
+    write_record,
+)
+from eval.compare import compare, load_run, render_markdown, write_plots
+from eval.files import atomic_write_text, write_json
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_PY = REPO_ROOT / "ecredit_trl" / "train.py"
-
-
-class StudyRefused(RuntimeError):
-    """The study cannot run on this folder (changed config, another run holds the lock)."""
-
-
-def _write_json(path: Path, obj) -> None:
-    from ecredit_trl.runs.records import write_json
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, obj)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def bind_study(cfg: StudyConfig, out: Path, *, allow_changed: bool, command: list[str]) -> dict:
-    """Write ``study.json`` into a new ``out``, or check it against ``cfg``.
-
-    A changed resolved config is refused unless ``allow_changed``; an accepted change is
-    appended to ``history`` (time, command, old/new sha256, changed keys).
-
-    Raises: StudyRefused naming the changed keys.
-    """
-    path = out / "study.json"
-    new = {**cfg.resolved(), "config_sha256": cfg.sha256(), "config_path": cfg.path,
-           "command": command}
-    if not path.is_file():
-        rec = {**new, "started_at": _now(), "history": []}
-        _write_json(path, rec)
-        return rec
-    old = json.loads(path.read_text(encoding="utf-8"))
-    if old.get("config_sha256") == new["config_sha256"]:
-        if old.get("sandbox") == new.get("sandbox"):
-            return old
-        # an unhashed key changed (where trials run): accepted, recorded in the history
-        rec = {k: v for k, v in old.items() if k != "sandbox"}
-        rec.update({k: new[k] for k in UNHASHED_KEYS if k in new})
-        rec["history"] = list(old.get("history", [])) + [{
-            "at": _now(), "command": command, "changed_keys": [
-                k for k in changed_keys(old, new) if k.startswith("sandbox")]}]
-        _write_json(path, rec)
-        return rec
-    keys = [k for k in changed_keys({k: old.get(k) for k in cfg.resolved()}, cfg.resolved())
-            if k.split(".")[0] not in UNHASHED_KEYS]
-    if not allow_changed:
-        raise StudyRefused(f"{path}: the study config changed ({', '.join(keys) or 'hash'}); "
-                           "rerun with --allow-changed to accept it, or use another --out")
-    hist = list(old.get("history", [])) + [{
-        "at": _now(), "command": command, "was_sha256": old.get("config_sha256"),
-        "now_sha256": new["config_sha256"], "changed_keys": keys}]
-    rec = {**new, "started_at": old.get("started_at"), "history": hist}
-    _write_json(path, rec)
-    return rec
-
-
-class StudyLock:
-    """``flock`` on ``<out>/.study.lock`` (holds our pid) so two runs never share a folder."""
-
-    def __init__(self, out: Path) -> None:
-        self.path = out / LOCK_NAME
-        self.f = None
-
-    def __enter__(self) -> StudyLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.f.seek(0)
-            pid = self.f.read().strip()
-            self.f.close()
-            raise StudyRefused(f"{self.path}: another study run (pid {pid or '?'}) holds this "
-                               "folder") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.f.seek(0)
-        self.f.truncate()
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
-
-
-def _flag_values(key: str, value) -> list[str]:
-    if isinstance(value, list):
-        return [f"--{key}", *map(str, value)]
-    return [f"--{key}", str(value)]
 
 
 def train_command(cfg: StudyConfig, arm: str, seed: int, run_dir: Path,
@@ -158,9 +73,7 @@ def train_command(cfg: StudyConfig, arm: str, seed: int, run_dir: Path,
     cmd += ["--arm", arm, "--seed", str(seed), "--output_dir", str(run_dir)]
     if cfg.model is not None:
         cmd += ["--model", cfg.model]
-    for k, v in cfg.train.items():
-        if v is not None:
-            cmd += _flag_values(k, v)
+    cmd += train_flags(cfg.train)
     if cfg.sandbox["backend"] != "local":  # a local run's command stays as it always was
         cmd += cfg.sandbox_flags("train")
     return cmd
@@ -170,7 +83,7 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
                  verdicts: Path | None = None) -> list[str]:
     """The ``python -m eval.run`` argv of one evaluation with the study's protocol;
     ``--reuse-verdicts verdicts`` (the study's ``<out>/verdicts``) when
-    ``eval.reuse_verdicts`` is true (issue 14 §2, cost)."""
+    ``eval.reuse_verdicts`` is true (a verdict already graded is not paid for twice)."""
     ev = cfg.eval
     cmd = [sys.executable, "-m", "eval.run", "--model", str(model), "--split", split,
            "--n", str(cfg.eval_n(split)), "--out", str(out_dir), "--seed", str(ev["seed"]),
@@ -189,153 +102,6 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
     return cmd
 
 
-def control_policy(cfg: StudyConfig, out: Path, say) -> StudyConfig:
-    """``cfg``, or (``warmstart`` set, ``model: null``) ``cfg`` with ``model`` = the embedded
-    policy warm-started with those recipe overrides (built once, cached; a positive control's
-    harmful blocks are screened with real trials first), so every run and evaluation uses it.
-    Writes ``<out>/harmful.json`` (the policy's key, the harmful edits its demonstrations
-    carry, the screened ids, every task's variant, and ``base_texts``: task id → the edited
-    file's text at base, from which the report rebuilds a trajectory's final diff; temp +
-    rename) for the report's detector.
-    The study's bound config (``study.json``) keeps ``model: null``.
-
-    Raises: what :func:`ecredit_trl.policy.warmstart.ensure_default_policy` raises.
-    """
-    import dataclasses
-
-    if not cfg.warmstart or cfg.model is not None:
-        return cfg
-    from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
-    from ecredit_trl.train import parse_args
-    from eval.files import atomic_write_text
-    from eval.tasks.splits import load_tasks
-
-    argv = ["--arm", cfg.arms[0]]
-    for k, v in cfg.train.items():
-        if v is not None:
-            argv += _flag_values(k, v)
-    tcfg, margs = parse_args(argv)
-    kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
-    tasks = default_policy_tasks(tcfg.tasks, load_tasks(tcfg.tasks, purpose="train"))
-    path = ensure_default_policy(tasks, log=say, **kw, **cfg.warmstart)
-    meta = json.loads((Path(path) / "warmstart.json").read_text(encoding="utf-8"))
-    by_id = {t.instance_id: t for t in tasks}
-    base = {i: subprocess.run(["git", "-C", str(by_id[i].repo_dir), "show",
-                               f"{by_id[i].base_commit}:{e['path']}"], capture_output=True,
-                              check=True).stdout.decode("utf-8")
-            for i, e in (meta.get("harmful") or {}).items()}
-    atomic_write_text(out / "harmful.json", json.dumps(
-        {**{k: meta.get(k) for k in ("key", "harmful", "harmful_screened", "variants")},
-         "base_texts": base}, indent=1, sort_keys=True))
-    say(f"study: policy {Path(path).name[:12]} (warmstart {cfg.warmstart}); "
-        f"{len(meta.get('harmful') or {})} demonstrations carry a harmful block")
-    return dataclasses.replace(cfg, model=str(path))
-
-
-def baseline_model(cfg: StudyConfig) -> str:
-    """The starting policy: ``cfg.model``, or the embedded warm-started default resolved
-    exactly as train.py resolves it for these train fields (built once, cached)."""
-    if cfg.model is not None:
-        return cfg.model
-    from ecredit_trl.train import _tasks_and_policy, parse_args
-
-    argv = ["--arm", cfg.arms[0]]
-    for k, v in cfg.train.items():
-        if v is not None:
-            argv += _flag_values(k, v)
-    tcfg, margs = parse_args(argv)
-    return str(_tasks_and_policy(tcfg, margs)[1])
-
-
-def run_subprocess(out: Path, unit: Unit, cmd: list[str], say) -> int:
-    """Run one unit's command in its own process group, log to ``<out>/logs/<uid>.log``,
-    record ``units/<uid>.json`` with its exit code.
-
-    A SIGTERM/SIGINT to the study is passed on to the unit's whole process group, which stops
-    cleanly (train.py: checkpoint + receipt); then the study exits. The group, not the child
-    alone: the child of a training unit is ``accelerate launch``, whose one-process launcher
-    dies on SIGTERM without passing it to train.py (a plain ``kill <study pid>`` left
-    train.py training to its last step). In its own group, a Ctrl-C or a scheduler's signal
-    to the study's group reaches the unit once, through the study."""
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    rec_path = out / "units" / f"{unit.uid}.json"
-    log_path = logs / f"{unit.uid}.log"
-    # relative to the study folder: a copied or moved folder's records still hold
-    rec = {"uid": unit.uid, "cmd": cmd, "started_at": _now(), "rc": None,
-           "log": study_relpath(log_path, out)}
-    _write_json(rec_path, rec)
-    _write_json(out / "units" / "current.json", {"uid": unit.uid, "pid": os.getpid()})
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-        HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    say(f"study: {unit.kind} {unit.name}: {' '.join(cmd[2:6])} ... (log {rec['log']})")
-    t0 = time.time()
-    stopping: list[int] = []
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-
-        def forward(signum, frame):
-            stopping.append(signum)
-            with contextlib.suppress(ProcessLookupError):  # the group has already exited
-                os.killpg(proc.pid, signum)
-
-        old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            rc = proc.wait()
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-    rec.update(rc=rc, ended_at=_now(), wall_s=round(time.time() - t0, 3))
-    _write_json(rec_path, rec)
-    say(f"study: {unit.kind} {unit.name}: exit {rc} after {rec['wall_s']:.0f} s")
-    if stopping:
-        raise KeyboardInterrupt(signal.Signals(stopping[0]).name)
-    return rc
-
-
-def _abandon(out: Path, path: Path, say) -> None:
-    """Move a partial or stale unit folder to ``<out>/abandoned/`` (kept, never deleted)."""
-    if not path.exists():
-        return
-    dest = out / "abandoned" / f"{path.relative_to(out).as_posix().replace('/', '_')}-{int(time.time())}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(path), str(dest))
-    say(f"study: moved {path} to {dest}")
-
-
-def resumable_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint to resume ``run_dir`` from: the last termination receipt's
-    ``resumable_checkpoint`` when it names one, else the newest ``checkpoint-<step>/`` that
-    has its receipt (None: none; a run killed without receipt may have one)."""
-    from ecredit_trl.runs.receipts import checkpoint_receipt, read_sessions
-
-    sessions = read_sessions(run_dir)
-    named = (sessions[-1].termination or {}).get("resumable_checkpoint") if sessions else None
-    if named and Path(named).is_dir() and checkpoint_receipt(named) is not None:
-        return Path(named)
-
-    cks = sorted((p for p in run_dir.glob("checkpoint-*")
-                  if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()),
-                 key=lambda p: int(p.name.removeprefix("checkpoint-")), reverse=True)
-    return next((p for p in cks if checkpoint_receipt(p) is not None), None)
-
-
-def _wait_sessions(run_dir: Path, say, timeout_s: float = 900.0) -> None:
-    """Wait until no live session works on ``run_dir``: accelerate's launcher may exit on a
-    signal before train.py has written its checkpoint and termination receipt."""
-    from ecredit_trl.runs.receipts import live_sessions
-
-    deadline = time.monotonic() + timeout_s
-    said = False
-    while live_sessions(run_dir) and time.monotonic() < deadline:
-        if not said:
-            say(f"study: waiting for the training process of {run_dir} to stop")
-            said = True
-        time.sleep(1.0)
-
-
 def train_unit(cfg: StudyConfig, out: Path, arm: str, seed: int, *, allow_changed: bool,
                say) -> bool:
     """Bring one training run to done. Returns True when it is done afterwards."""
@@ -352,18 +118,18 @@ def train_unit(cfg: StudyConfig, out: Path, arm: str, seed: int, *, allow_change
         if not allow_changed:
             say(f"study: train {unit.name}: {detail}; not redone without --allow-changed")
             return False
-        _abandon(out, rd, say)
+        abandon(out, rd, say)
         for ev in (out / "evals" / unit.name).glob("*"):
-            _abandon(out, ev, say)
+            abandon(out, ev, say)
     resume = resumable_checkpoint(rd) if (rd / "manifest.json").is_file() else None
     if resume is None and rd.exists():
-        _abandon(out, rd, say)
+        abandon(out, rd, say)
     if resume is not None:
         say(f"study: train {unit.name}: {detail}; resuming from {resume.name}")
     try:
         rc = run_subprocess(out, unit, train_command(cfg, arm, seed, rd, resume, allow_changed), say)
     finally:
-        _wait_sessions(rd, say)
+        wait_sessions(rd, say)
     return rc == 0 and train_state(rd, cfg, arm, seed)[0] == "done"
 
 
@@ -381,11 +147,11 @@ def eval_unit(cfg: StudyConfig, out: Path, policy: str, model: str, split: str, 
         if not allow_changed:
             say(f"study: eval {unit.name}: {detail}; not redone without --allow-changed")
             return False
-        _abandon(out, ed, say)
+        abandon(out, ed, say)
     rc = run_subprocess(out, unit, eval_command(cfg, model, split, ed, out / "verdicts"), say)
     if rd is not None and rc == 0:  # the run this eval is of, relative to the study folder
         rec = unit_record(out, unit.uid) or {}
-        _write_json(out / "units" / f"{unit.uid}.json", {
+        write_record(out / "units" / f"{unit.uid}.json", {
             **rec, "run_dir": study_relpath(rd, out),
             "results_sha256": sha256_of(ed / "results.json")})
     return rc == 0 and eval_state(ed, cfg, split, rd)[0] == "done"
@@ -395,9 +161,6 @@ def compare_split(cfg: StudyConfig, out: Path, split: str) -> dict:
     """``eval.compare`` of every evaluated policy on ``split`` (``baseline`` labelled as its
     own arm) into ``<out>/compare/<split>/`` with ``inputs.json`` (sha256 of each input).
     Missing evaluations are left out (the report shows them Pending)."""
-    from eval.compare import compare, load_run, render_markdown, write_plots
-    from eval.files import atomic_write_text, write_json
-
     sd = split_dirname(split)
     args = []
     base = out / "evals" / "baseline" / sd
@@ -420,19 +183,8 @@ def compare_split(cfg: StudyConfig, out: Path, split: str) -> dict:
     return cmp
 
 
-def _report_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ecredit_trl.study.report") is not None
-
-
 def write_study_report(out: Path, say) -> bool:
-    """The report through :func:`ecredit_trl.study.report.write_report` when it exists."""
-    try:
-        from ecredit_trl.study.report import write_report
-    except ImportError:
-        say("report: pending (ecredit_trl.study.report not available)")
-        return False
+    """The report (:func:`ecredit_trl.study.report.write_report`) into ``<out>/report.md``."""
     write_report(out)
     say(f"study: report {out / 'report.md'}")
     return True
@@ -441,10 +193,9 @@ def write_study_report(out: Path, say) -> bool:
 def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
               command: list[str] | None = None, say=None, load_tasks=None) -> int:
     """Run or resume the whole study in ``out`` (``load_tasks``: source → tasks for the
-    overlap check, default :func:`eval.tasks.splits.load_tasks`). Returns 0 when every unit is done (the
-    report only when :mod:`ecredit_trl.study.report` exists; otherwise "report: pending" is
-    printed), 1 when some unit failed or is not done (the independent ones still ran),
-    143/130 when stopped by a signal.
+    overlap check, default :func:`eval.tasks.splits.load_tasks`). Returns 0 when every unit
+    is done (the report included), 1 when some unit failed or is not done (the independent
+    ones still ran), 143/130 when stopped by a signal.
 
     Raises: StudyRefused (changed config without ``allow_changed``; folder locked);
         StudyConfigError (one line) when the training pool overlaps an evaluation split
@@ -452,8 +203,6 @@ def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
         (:func:`ecredit_trl.study.pool.check_train_pool`; checked before anything is
         written).
     """
-    from ecredit_trl.study.pool import check_train_pool
-
     say = say or (lambda m: print(m, flush=True))
     out = Path(out)
     check_train_pool(cfg, load=load_tasks)
@@ -468,8 +217,7 @@ def run_study(cfg: StudyConfig, out: str | Path, *, allow_changed: bool = False,
         finally:
             (out / "units" / "current.json").unlink(missing_ok=True)
     units = study_units(cfg, out)
-    left = [u for u in units if u.state != "done"
-            and not (u.kind == "report" and u.state == "pending" and not _report_available())]
+    left = [u for u in units if u.state != "done"]
     if left:
         say("study: not done: " + ", ".join(f"{u.kind} {u.name} ({u.state})" for u in left))
     return 0 if ok and not left else 1
@@ -513,6 +261,5 @@ def _run_units(cfg: StudyConfig, out: Path, *, allow_changed: bool, say) -> bool
     return ok
 
 
-__all__ = ["StudyLock", "StudyRefused", "baseline_model", "bind_study", "compare_split",
-           "control_policy",
-           "eval_command", "resumable_checkpoint", "run_study", "train_command", "train_unit"]
+__all__ = ["TRAIN_PY", "compare_split", "eval_command", "eval_unit", "run_study",
+           "train_command", "train_unit", "write_study_report"]
