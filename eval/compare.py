@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.metrics import paired_bootstrap
+from eval.stats.pairs import STANDARD_PAIRS
 from eval.stats.power import mdd
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
 PENDING = "Pending"
 COST_FIELDS = ("generated_tokens", "trials_factual", "trials_counterfactual", "service_hours",
                "gpu_hours")
-STANDARD_PAIRS = (("M", "B"), ("M", "O"), ("M", "E"))
 
 
 class CompareInputError(ValueError):

@@ -55,7 +55,6 @@ from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
     CREDIT_ARMS,
-    STANDARD_PAIRS,
     arm_costs,
     arm_integrity,
     integrity_counts,
@@ -67,6 +66,7 @@ from ecredit_trl.study.report_tables import (
 from ecredit_trl.study.status import report_inputs, study_units
 from eval.compare import compare, load_run
 from eval.files import read_jsonl
+from eval.stats.pairs import STANDARD_PAIRS
 
 __all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "receipt_summary",
            "study_report", "write_report"]
