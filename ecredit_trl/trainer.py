@@ -53,8 +53,9 @@ from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sa
 from ecredit_trl.agent.failures import apply_episode_failure
 from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
 from ecredit_trl.config import ECreditConfig
+from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.coefficients import credit_stats
-from ecredit_trl.credit.pipeline import COUNTERFACTUAL_ARMS, PendingRollout, TrialPipelineMixin
+from ecredit_trl.credit.pipeline import PendingRollout, TrialPipelineMixin
 from ecredit_trl.credit.planning import (
     generated_by_turn,
     is_truncated,

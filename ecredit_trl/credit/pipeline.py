@@ -42,11 +42,11 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import trial_verdict
 from eval.integrity.attribution import ControlFacts
 
-COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
 
 
@@ -211,4 +211,4 @@ class TrialPipelineMixin:
                 self._take_counterfactual(p.record, p.counterfactual.result())
 
 
-__all__ = ["COUNTERFACTUAL_ARMS", "PIPELINES", "PendingRollout", "TrialPipelineMixin"]
+__all__ = ["PIPELINES", "PendingRollout", "TrialPipelineMixin"]

@@ -62,7 +62,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ARMS = ("O", "B", "M", "E")
+from ecredit_trl.credit.arms import ARMS
+
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
             "accelerate_config", "pooled_seeds", "sandbox", "warmstart")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
@@ -488,6 +489,6 @@ def split_dirname(split: str) -> str:
     return split.replace(":", "-")
 
 
-__all__ = ["ARMS", "OMIT_AT_DEFAULT", "POOLED_SEEDS", "SANDBOX_DEFAULTS", "StudyConfig", "StudyConfigError",
+__all__ = ["OMIT_AT_DEFAULT", "POOLED_SEEDS", "SANDBOX_DEFAULTS", "StudyConfig", "StudyConfigError",
            "changed_keys", "config_from_dict", "config_from_study_json", "load_study_config",
            "split_dirname", "validate_train"]

@@ -47,6 +47,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ecredit_trl.credit.arms import CREDIT_ARMS
 from ecredit_trl.runs.receipts import process_alive, read_sessions
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, split_dirname
 from ecredit_trl.study.report_control import ControlError, control_section
@@ -54,7 +55,6 @@ from ecredit_trl.study.report_model import model_parameters
 from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
-    CREDIT_ARMS,
     arm_costs,
     arm_integrity,
     integrity_counts,
