@@ -43,6 +43,31 @@ def write_json(path: str | os.PathLike, obj) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError,
+                     what: str = "") -> dict:
+    """The JSON object stored in the file ``path``.
+
+    Args:
+        error: the exception class raised (the caller's named error, e.g. a config error).
+        what: what the file is, put before the path in messages (``"run config"``).
+
+    Raises: ``error`` naming ``what`` and the path when the file cannot be read, is not
+        UTF-8, is not valid JSON (with the line) or holds something other than an object.
+    """
+    where = f"{what} {path}" if what else str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise error(f"{where}: cannot read: {exc.strerror or exc}") from exc
+    if not isinstance(data, dict):
+        raise error(f"{where}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     """Append ``rows``, one JSON object a line, each flushed and fsync-ed."""
     path = Path(path)

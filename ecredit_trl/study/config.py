@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecredit_trl.credit.arms import ARMS
+from eval.files import read_json_object
 
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
             "accelerate_config", "pooled_seeds", "sandbox", "warmstart")
@@ -437,12 +438,7 @@ def config_from_study_json(path: str | Path) -> StudyConfig:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--out: {p} missing (not a study folder?)")
-    try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyConfigError(f"{p}: not valid JSON ({exc.msg})") from None
-    if not isinstance(rec, dict):
-        raise StudyConfigError(f"{p}: expected a JSON object")
+    rec = read_json_object(p, StudyConfigError)
     raw = {k: rec[k] for k in TOP_KEYS if k in rec}
     return config_from_dict(raw, where=str(p), default_name=rec.get("name") or "study")
 

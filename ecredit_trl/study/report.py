@@ -65,7 +65,7 @@ from ecredit_trl.study.report_tables import (
 )
 from ecredit_trl.study.status import report_inputs, study_units
 from eval.compare import compare, load_run
-from eval.files import read_jsonl
+from eval.files import read_json_object, read_jsonl
 from eval.stats.pairs import STANDARD_PAIRS
 
 __all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "receipt_summary",
@@ -92,12 +92,7 @@ def load_study(out_dir: str | Path) -> dict:
     p = Path(out_dir) / "study.json"
     if not p.is_file():
         raise StudyReportError(f"{p}: no study.json (not a study folder?)")
-    try:
-        study = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyReportError(f"{p}: not valid JSON ({exc.msg})") from None
-    if not isinstance(study, dict):
-        raise StudyReportError(f"{p}: expected a JSON object")
+    study = read_json_object(p, StudyReportError)
     arms, seeds = study.get("arms"), study.get("seeds")
     if not isinstance(arms, list) or not arms or not all(isinstance(a, str) for a in arms):
         raise StudyReportError(f"{p}: field 'arms' must be a non-empty list of arm names")
@@ -157,11 +152,8 @@ def _jsonl(path: Path) -> list[dict]:
 def _json(path: Path, field: str | None = None) -> dict | None:
     if not path.is_file():
         return None
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyReportError(f"{path}: not valid JSON ({exc.msg})") from None
-    if field and not isinstance((obj or {}).get(field), dict):
+    obj = read_json_object(path, StudyReportError)
+    if field and not isinstance(obj.get(field), dict):
         raise StudyReportError(f"{path}: field '{field}' missing")
     return obj
 
