@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from eval.files import write_jsonl
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE, Snapshotter
 
 __all__ = [
@@ -319,13 +320,8 @@ def load_trajectories(path: str | os.PathLike) -> list[Trajectory]:
 
 
 def dump_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike) -> None:
-    """Write trajectories as JSONL atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t in trajs:
-            fh.write(json.dumps(t.to_json(), sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """Write trajectories as JSONL atomically (:func:`eval.files.write_jsonl`)."""
+    write_jsonl(path, (t.to_json() for t in trajs))
 
 
 # ----------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from ecredit_trl.policy.sft import (
     save_model,
     torch_threads,
     train_child,
-    write_json,
 )
+from eval.files import write_json
 
 __all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
            "ensure_family_policy", "family_recipe", "train_family_dir"]

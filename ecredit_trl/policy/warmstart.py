@@ -49,8 +49,8 @@ from ecredit_trl.policy.sft import (
     save_model,
     torch_threads,
     train_child,
-    write_json,
 )
+from eval.files import write_json
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
 #: v2: demonstration variants (extra D = 0 block, reverted exploratory edit; issue 14 §2).
