@@ -161,23 +161,6 @@ def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
     return moved
 
 
-def last_resumable(run_dir: Path) -> str | None:
-    """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
-    from ecredit_trl.runs.receipts import read_sessions
-
-    best = None
-    try:
-        for s in read_sessions(run_dir):
-            for rec in s.checkpoints:
-                present = rec.get("state_present", {})
-                if present.get("optimizer") and Path(rec.get("path", "")).is_dir():
-                    if best is None or rec.get("step", 0) >= best.get("step", 0):
-                        best = rec
-    except ValueError:
-        return None
-    return best["path"] if best else None
-
-
 def checkpoint_steps(checkpoint: Path) -> tuple[int, int]:
     """``(global_step, max_steps)`` from a checkpoint's ``trainer_state.json``.
 

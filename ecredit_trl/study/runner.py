@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from ecredit_trl.runs.resume import resume_checkpoint
 from ecredit_trl.study.config import UNHASHED_KEYS, StudyConfig, changed_keys, split_dirname
 from ecredit_trl.study.status import (
     LOCK_NAME,
@@ -305,23 +306,6 @@ def _abandon(out: Path, path: Path, say) -> None:
     say(f"study: moved {path} to {dest}")
 
 
-def resumable_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint to resume ``run_dir`` from: the last termination receipt's
-    ``resumable_checkpoint`` when it names one, else the newest ``checkpoint-<step>/`` that
-    has its receipt (None: none; a run killed without receipt may have one)."""
-    from ecredit_trl.runs.receipts import checkpoint_receipt, read_sessions
-
-    sessions = read_sessions(run_dir)
-    named = (sessions[-1].termination or {}).get("resumable_checkpoint") if sessions else None
-    if named and Path(named).is_dir() and checkpoint_receipt(named) is not None:
-        return Path(named)
-
-    cks = sorted((p for p in run_dir.glob("checkpoint-*")
-                  if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()),
-                 key=lambda p: int(p.name.removeprefix("checkpoint-")), reverse=True)
-    return next((p for p in cks if checkpoint_receipt(p) is not None), None)
-
-
 def _wait_sessions(run_dir: Path, say, timeout_s: float = 900.0) -> None:
     """Wait until no live session works on ``run_dir``: accelerate's launcher may exit on a
     signal before train.py has written its checkpoint and termination receipt."""
@@ -355,7 +339,7 @@ def train_unit(cfg: StudyConfig, out: Path, arm: str, seed: int, *, allow_change
         _abandon(out, rd, say)
         for ev in (out / "evals" / unit.name).glob("*"):
             _abandon(out, ev, say)
-    resume = resumable_checkpoint(rd) if (rd / "manifest.json").is_file() else None
+    resume = resume_checkpoint(rd) if (rd / "manifest.json").is_file() else None
     if resume is None and rd.exists():
         _abandon(out, rd, say)
     if resume is not None:
@@ -515,4 +499,4 @@ def _run_units(cfg: StudyConfig, out: Path, *, allow_changed: bool, say) -> bool
 
 __all__ = ["StudyLock", "StudyRefused", "baseline_model", "bind_study", "compare_split",
            "control_policy",
-           "eval_command", "resumable_checkpoint", "run_study", "train_command", "train_unit"]
+           "eval_command", "run_study", "train_command", "train_unit"]
