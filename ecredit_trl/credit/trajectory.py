@@ -61,7 +61,7 @@ __all__ = [
     "parse_trajectory",
     "remove_workdir",
     "replay",
-    "token_turns",
+    "generated_token_turns",
 ]
 
 _RECORD_KEYS = ("task_id", "rollout_index", "format_error", "turns")
@@ -156,9 +156,11 @@ class Trajectory:
                 "format_error": self.format_error, "turns": [t.to_json() for t in self.turns]}
 
 
-def token_turns(traj: Trajectory):
-    """``token_turn`` of the rollout for :mod:`ecredit_trl.credit.coefficients`: a ``(L,)``
-    int64 tensor holding the 1-based turn of every generated token, in order."""
+def generated_token_turns(traj: Trajectory):
+    """``token_turn`` of a recorded rollout for :mod:`ecredit_trl.credit.coefficients`: a
+    ``(L,)`` int64 tensor holding the 1-based turn of every *generated* token, in order (no
+    tool-result or padding positions; the trainer's padded ``(B, T)`` map with -1 is
+    :func:`ecredit_trl.credit.planning.token_turns`)."""
     import torch
 
     counts = torch.tensor([t.generated_tokens for t in traj.turns], dtype=torch.long)
