@@ -58,6 +58,7 @@ from ecredit_trl.runs.binding import (  # noqa: E402 - after the sys.path fix ab
     check_binding,
     supersede_records,
 )
+from eval.console import quiet_upstream_warnings  # noqa: E402 - after the sys.path fix above
 
 __all__ = ["RunRefused", "check_binding", "supersede_records", "main", "cli"]
 
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     config. After the start receipt every way out writes a termination receipt;
     exceptions other than SandboxUnavailable / KeyboardInterrupt are re-raised.
     """
+    quiet_upstream_warnings()
     from ecredit_trl.runs.binding import resume_point, schedule_change, schedule_warning
     from ecredit_trl.runs.faults import GracefulStop, follow_launcher_signals
     from ecredit_trl.runs.receipts import RunReceipts

@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from eval.console import quiet_upstream_warnings
 from eval.evaluation.generation import (
     RolloutTail,
     rollout_origin,
@@ -449,6 +450,7 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, run_subpr
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point. Exit 0 when done, 1 when the rollout subprocess failed (the report is
     still written), 2 on bad input (the message names the flag, field or path)."""
+    quiet_upstream_warnings()
     from sandbox.backend import add_runtime_args, runtime_from_args
     ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="model dir or training run dir (runs/<name>)")

@@ -21,6 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.console import quiet_upstream_warnings
+
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ecredit_trl.study",
@@ -53,6 +55,7 @@ def _status_config(args):
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring for the exit statuses)."""
+    quiet_upstream_warnings()
     from ecredit_trl.study.config import StudyConfigError
 
     args = _parser().parse_args(argv)
