@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from ecredit_trl.runs.portable import portable_argv
 from ecredit_trl.runs.resume import resume_checkpoint
 from ecredit_trl.study.config import UNHASHED_KEYS, StudyConfig, changed_keys, split_dirname
 from ecredit_trl.study.status import (
@@ -71,6 +72,7 @@ def bind_study(cfg: StudyConfig, out: Path, *, allow_changed: bool, command: lis
     Raises: StudyRefused naming the changed keys.
     """
     path = out / "study.json"
+    command = portable_argv(command, out)  # no machine paths in the record
     new = {**cfg.resolved(), "config_sha256": cfg.sha256(), "config_path": cfg.path,
            "command": command}
     if not path.is_file():
