@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from eval.files import read_json_object
+
 
 class RunRefused(ValueError):
     """The run was refused before it started; the message says why and what to do."""
@@ -59,12 +61,9 @@ def resume_point(resume_from: str | None) -> ResumePoint | None:
 
 
 def read_manifest(run_dir: Path) -> dict:
-    """``run_dir/manifest.json`` as a dict; RunRefused when it cannot be read or parsed."""
-    path = run_dir / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunRefused(f"{path}: unreadable manifest ({exc})") from exc
+    """``run_dir/manifest.json`` as a dict; RunRefused naming it when it cannot be read,
+    parsed or is not an object (:func:`eval.files.read_json_object`)."""
+    return read_json_object(run_dir / "manifest.json", RunRefused, what="run manifest")
 
 
 def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, *,

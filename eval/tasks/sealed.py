@@ -25,7 +25,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from eval.files import datasets_dir, write_json
+from eval.files import datasets_dir, read_json_object, write_json
 
 SCHEMA = 1
 METHOD = "first n of pool ids sorted by sha256(f'{seed}:{id}')"
@@ -125,11 +125,8 @@ def read_manifest(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"sealed manifest not found: {path} (write one with "
                                 "`python -m eval.holdout seal --pool P --n N --seed S --out PATH`)")
-    try:
-        man = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg})") from None
-    if not isinstance(man, dict) or man.get("sealed") is not True:
+    man = read_json_object(path)
+    if man.get("sealed") is not True:
         raise ValueError(f"{path}: not a sealed manifest (no \"sealed\": true)")
     for key in ("ids", "sha256", "pool", "seed", "n"):
         if key not in man:
