@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ecredit_trl.credit.arms import ARMS
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import DEFAULTS as SANDBOX
 from sandbox.backend import SandboxOptions
@@ -18,7 +19,6 @@ from sandbox.cluster.dispatch import RayOptions
 from sandbox.runtimes.podman_runtime import endpoints_retired, is_local_endpoint
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
-ARMS = ("O", "B", "M", "E")
 TRAIN_BUNDLED_TIMEOUT_S = 120.0
 """Trial timeout (s) of bundled tasks in training when ``trial_timeout_s`` is not given."""
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]

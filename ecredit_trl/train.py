@@ -96,6 +96,7 @@ from ecredit_trl.runs.session import (  # noqa: E402
     write_rank_summary,
 )
 from ecredit_trl.trainer import ECreditGRPOTrainer  # noqa: E402
+from eval.console import quiet_upstream_warnings  # noqa: E402 - after the sys.path fix above
 from eval.evaluation.templatecheck import TemplateRefused  # noqa: E402
 from sandbox.backend import make_runtime  # noqa: E402
 from sandbox.cluster.dispatch import RayUnavailable, cluster_image_ids, connect  # noqa: E402
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     config. After the start receipt every way out writes a termination receipt;
     exceptions other than SandboxUnavailable / KeyboardInterrupt are re-raised.
     """
+    quiet_upstream_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args, run_argv = split_run_arguments(argv)
     resume = resume_point(run_args.resume_from)

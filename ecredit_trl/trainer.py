@@ -45,7 +45,10 @@ from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_to
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.dispatch import RoundDispatchMixin
 from ecredit_trl.credit.injection import inject_credit, rollout_credit
-from ecredit_trl.credit.planning import is_truncated, policy_token_turns
+from ecredit_trl.credit.planning import (
+    is_truncated,
+    policy_token_turns,
+)
 from ecredit_trl.runs.checkpoint_state import (
     ExactResumeMixin,
     TrainerHooks,

@@ -2,7 +2,9 @@
 and where the project's ``datasets/`` folder is.
 
 Text and JSON go to a temporary file in the target's folder, are fsync-ed, then
-renamed over the target; JSONL is appended a line at a time with flush + fsync,
+renamed over the target (the folder is fsync-ed too, so the rename survives a power loss).
+This is the project's one atomic writer: run records (:mod:`ecredit_trl.runs.records`) and
+the warm starts wrap it. JSONL is appended a line at a time with flush + fsync,
 and a reader ignores a truncated last line. Files are created 0644 (``mkstemp``
 alone would make them 0600, unreadable to the other users of a shared machine).
 """
@@ -25,22 +27,63 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.fchmod(fd, 0o644)
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fd = None  # the file object owns (and closes) it now
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
+        if fd is not None:
+            os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
     return path
 
 
-def write_json(path: str | os.PathLike, obj) -> Path:
-    """``obj`` as indented, key-sorted JSON, atomically (see :func:`atomic_write_text`)."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> Path:
+    """``obj`` as key-sorted JSON (``indent`` spaces, None: one line), atomically (see
+    :func:`atomic_write_text`); values JSON cannot hold are written as ``str(value)``."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, default=str)
+                             + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict], *,
+                ensure_ascii: bool = True) -> Path:
+    """Replace ``path`` by ``rows``, one key-sorted JSON object a line, atomically (see
+    :func:`atomic_write_text`; a whole file rewritten, not appended). ``ensure_ascii=False``
+    keeps non-ASCII text as UTF-8 instead of ``\\u`` escapes."""
+    return atomic_write_text(path, "".join(
+        json.dumps(r, sort_keys=True, default=str, ensure_ascii=ensure_ascii) + "\n"
+        for r in rows))
+
+
+def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError,
+                     what: str = "") -> dict:
+    """The JSON object stored in the file ``path``.
+
+    Args:
+        error: the exception class raised (the caller's named error, e.g. a config error).
+        what: what the file is, put before the path in messages (``"run config"``).
+
+    Raises: ``error`` naming ``what`` and the path when the file cannot be read, is not
+        UTF-8, is not valid JSON (with the line) or holds something other than an object.
+    """
+    where = f"{what} {path}" if what else str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise error(f"{where}: cannot read: {exc.strerror or exc}") from exc
+    if not isinstance(data, dict):
+        raise error(f"{where}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
@@ -92,6 +135,20 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename in it survives a power loss (best effort)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def datasets_dir() -> Path:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from eval.files import read_json_object
 from eval.grading.grader import grade, parser_for_repo, resolve_parser
 from sandbox.trials.trial import EXIT_CLASSES
 
@@ -69,12 +70,7 @@ def load_instance(path: str) -> tuple[list[str], list[str], str]:
     Raises:
         InputError: naming the path or field.
     """
-    try:
-        row = json.loads(_read_text(path, "instance"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"instance {path}: not valid JSON: {exc}") from exc
-    if not isinstance(row, dict):
-        raise InputError(f"instance {path}: expected a JSON object")
+    row = read_json_object(path, InputError, what="instance")
     f2p = _test_list(row, "FAIL_TO_PASS", path)
     p2p = _test_list(row, "PASS_TO_PASS", path)
     try:

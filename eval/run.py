@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from eval.console import quiet_upstream_warnings
 from eval.controls import check_admission
 from eval.evaluation.binding import bind_out, resume_state, run_binding, split_denominator
 from eval.evaluation.generation import (
@@ -281,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point. Exit 0 when done, 1 when the rollout subprocess failed (the report is
     still written), 2 on bad input (the message names the flag, field or path)."""
+    quiet_upstream_warnings()
     args = _parser().parse_args(argv)
     try:
         # the backend first: an unreachable cluster is the one error line, whatever else

@@ -36,6 +36,28 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# A default accelerate config, from accelerate's own `accelerate config default` (only when none
+# exists; it goes to $HF_HOME/accelerate/default_config.yaml), so a bare `accelerate launch`
+# prints no "values were not passed" banner. On a machine without a GPU, `config default` writes
+# use_cpu: true, which makes the launcher set OMP_NUM_THREADS to the core count (and announce
+# it); it is set back to false, which still runs on the CPU, exactly as a launch without any
+# config does, so the tests' own launches (`--num_processes 1`) behave as before.
+acc_cfg=$(.venv/bin/python -c "from accelerate.commands.config import default_config_file as f; print(f)")
+if [ ! -f "$acc_cfg" ]; then
+  echo "[setup] accelerate default config: $acc_cfg"
+  .venv/bin/accelerate config default >/dev/null
+  .venv/bin/python - "$acc_cfg" <<'EOF'
+import sys
+
+from accelerate.commands.config import load_config_from_file
+
+cfg = load_config_from_file(sys.argv[1])
+if cfg.use_cpu:
+    cfg.use_cpu = False
+    cfg.to_yaml_file(sys.argv[1])
+EOF
+fi
+
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/sandbox/containers.conf}
 echo "[setup] sandbox image"
 .venv/bin/python -m sandbox.images build-offline

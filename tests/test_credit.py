@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ecredit_trl.credit.arms import ARMS
 from ecredit_trl.credit.coefficients import (
-    ARMS,
     CreditStats,
     credit_coefficients,
     credit_coefficients_batch,

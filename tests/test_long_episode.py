@@ -359,7 +359,7 @@ def test_forty_turn_episode_in_the_evaluation_loop_and_offline_credit(which, tmp
     (``credit.trajectory`` -> ``credit.planning`` / ``blocks`` -> ``credit.coefficients``) finds
     every block's eligibility and puts C on the selected turn's tokens exactly."""
     from ecredit_trl.credit.coefficients import credit_coefficients
-    from ecredit_trl.credit.trajectory import token_turns
+    from ecredit_trl.credit.trajectory import generated_token_turns
     from ecredit_trl.policy.families import ensure_family_model
 
     model_dir = warm_policy if which == "embedded" else ensure_family_model(which)
@@ -390,7 +390,7 @@ def test_forty_turn_episode_in_the_evaluation_loop_and_offline_credit(which, tmp
         assert got == expected_blocks(last)
         assert plan.selection.eligible_turns == [chosen] == [plan.selection.selected_turn]
         assert plan.exclusion is None and plan.ablated_artifact is not None
-        turns = token_turns(traj)  # (L,) turn of every generated token
+        turns = generated_token_turns(traj)  # (L,) turn of every generated token
         lengths = [t.generated_tokens for t in traj.turns]
         assert turns.tolist() == [k + 1 for k, n in enumerate(lengths) for _ in range(n)]
         L, m = sum(lengths), lengths[chosen - 1]

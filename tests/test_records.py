@@ -2,10 +2,13 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
+from ecredit_trl.runs import records
 from ecredit_trl.runs.records import RecordWriteError, append_jsonl, read_jsonl, write_json
+from eval import files
 
 
 def test_write_json_is_atomic_and_keeps_old_content_on_failure(tmp_path, monkeypatch):
@@ -79,3 +82,16 @@ def test_disk_full_names_the_path_and_keeps_earlier_records(small_disk):
                              note="z" * 100_000)
     assert sorted(p.name for p in (run / "receipts").iterdir()) == ["s00-start.json"]
     assert sorted(p.name for p in run.iterdir()) == ["ledger.jsonl", "manifest.json", "receipts"]
+
+
+def test_records_write_with_the_one_atomic_writer(tmp_path, monkeypatch):
+    obj = {"b": [1, 2], "a": {"x": None}}
+    assert records.write_json(tmp_path / "r.json", obj).read_text() == \
+        files.write_json(tmp_path / "e.json", obj).read_text()
+    assert records.write_json(tmp_path / "i.json", obj, indent=None).read_text() == \
+        '{"a": {"x": null}, "b": [1, 2]}\n'
+    calls = []
+    monkeypatch.setattr(files, "atomic_write_text", lambda p, t: calls.append(p) or p)
+    records.write_json(tmp_path / "m.json", obj)
+    records.write_jsonl_atomic(tmp_path / "l.jsonl", [obj])
+    assert [Path(p).name for p in calls] == ["m.json", "l.jsonl"]

@@ -33,6 +33,7 @@ from ecredit_trl.runs.receipts import (
     verify_checkpoint,
 )
 from ecredit_trl.runs.records import write_json
+from ecredit_trl.runs.resume import resume_checkpoint
 
 
 def _manifest(**over):
@@ -280,3 +281,27 @@ def test_changes_accepted_by_an_earlier_resume_stay_accepted():
                             "model": {"lora_r": 0, "path": "/p"}})
     ok = check_binding(old, new, [], None, allowed_before=["learning_rate"])
     assert ok["allowed_before"] == ["learning_rate"] and ok["allowed"] == []
+
+
+def test_one_resume_rule_for_sessions_and_studies(tmp_path):
+    run = tmp_path / "run"
+    assert resume_checkpoint(run) is None
+    ck2 = _fake_checkpoint(run, step=2)
+    ck4 = run / "checkpoint-4"
+    ck4.mkdir()
+    for f in ck2.iterdir():
+        (ck4 / f.name).write_bytes(f.read_bytes())
+    RunReceipts(run, 0).checkpoint(ck4, step=4, reason="save_steps")
+    weights_only = run / "checkpoint-final"
+    weights_only.mkdir()
+    (weights_only / "model.safetensors").write_bytes(b"W")
+    RunReceipts(run, 0).checkpoint(weights_only, step=6, reason="final")
+    # no termination yet (a session asking at its own end): newest with optimizer state
+    assert resume_checkpoint(run) == ck4.resolve()
+    # a termination receipt that names a checkpoint wins
+    RunReceipts(run, 0).termination("sigterm", step=4, resumable_checkpoint=str(ck2.resolve()))
+    assert resume_checkpoint(run) == ck2.resolve()
+    # ... unless it is gone; and a moved run directory is found by the relative path
+    moved = tmp_path / "moved"
+    run.rename(moved)
+    assert resume_checkpoint(moved) == moved / "checkpoint-4"

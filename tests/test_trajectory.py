@@ -17,10 +17,10 @@ from ecredit_trl.credit.trajectory import (
     TrajectoryFormatError,
     Turn,
     dump_trajectories,
+    generated_token_turns,
     load_trajectories,
     parse_trajectory,
     replay,
-    token_turns,
 )
 
 BIN = bytes(range(256)) + b"\0\0"
@@ -79,8 +79,8 @@ def test_load_roundtrip_and_extras(tmp_path):
     out = tmp_path / "out.jsonl"
     dump_trajectories(trajs, out)
     assert load_trajectories(out) == trajs
-    assert token_turns(t).tolist() == [1] * 5
-    assert token_turns(trajs[1]).tolist() == []
+    assert generated_token_turns(t).tolist() == [1] * 5
+    assert generated_token_turns(trajs[1]).tolist() == []
 
 
 @pytest.mark.parametrize("bad,field", [

@@ -37,15 +37,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ecredit_trl.credit.arms import ARMS
+
 __all__ = [
-    "ARMS",
     "CreditStats",
     "credit_coefficients",
     "credit_coefficients_batch",
     "credit_stats",
 ]
-
-ARMS: tuple[str, ...] = ("O", "B", "M", "E")
 
 # Sentinel for "no selected turn" in the batched kernel. Valid token_turn values
 # are >= -1, so -2 never matches any token.

@@ -69,9 +69,9 @@ from ecredit_trl.credit.taskbase import s0_source
 from ecredit_trl.credit.trajectory import (
     ReplayError,
     Trajectory,
+    generated_token_turns,
     load_trajectories,
     replay,
-    token_turns,
 )
 from eval.files import atomic_write_text
 from eval.tasks.splits import load_tasks
@@ -230,7 +230,7 @@ def _check_inputs(tasks: Sequence, trajectories: Sequence[Trajectory], *, concur
     ValueError."""
     if concurrency < 1:
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
-    credit_stats("M", contrast=None, token_turn=token_turns(Trajectory("x", 0, False, ())),
+    credit_stats("M", contrast=None, token_turn=generated_token_turns(Trajectory("x", 0, False, ())),
                  selected_turn=None, credit_lambda=credit_lambda, credit_cap=credit_cap)
     by_id = {t.instance_id: t for t in tasks}
     unknown = sorted({tr.task_id for tr in trajectories} - set(by_id))
@@ -274,7 +274,7 @@ def _plan_one(tr: Trajectory, task, source: tuple[str, str] | None, work: Path, 
     no eligible block)
     or its selection, snapshots, both artifacts (``_factual_artifact``,
     ``_ablated_artifact``, dropped before the records are written) and m / L."""
-    tt = token_turns(tr)
+    tt = generated_token_turns(tr)
     rec: dict = {"task_id": tr.task_id, "rollout_index": tr.rollout_index,
                  "K": tr.K, "L": tr.L, "exclusion": None, "exclusion_detail": None,
                  "trajectory_extra": tr.extra, "selection": None, "ablation": None}
@@ -335,7 +335,7 @@ def _contrasts(records: list[dict], trajectories: Sequence[Trajectory], *,
             continue
         d = contrast(r.get("U_P"), r.get("U_Pb"))
         r["D"] = d
-        tt = token_turns(traj_by_key[(r["task_id"], r["rollout_index"])])
+        tt = generated_token_turns(traj_by_key[(r["task_id"], r["rollout_index"])])
         cs = credit_stats("M", contrast=d, token_turn=tt, selected_turn=r["selected_turn"],
                           credit_lambda=credit_lambda, credit_cap=credit_cap)
         r["s"], r["cap_active"], r["m"], r["L"] = cs.s, cs.cap_active, cs.m, cs.L

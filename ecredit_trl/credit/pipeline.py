@@ -43,12 +43,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
+from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import control_facts, trial_verdict
 from eval.grading.grader import grade
 from eval.tasks.trialspec import task_trial_spec
 
-COUNTERFACTUAL_ARMS = ("B", "M")
 PIPELINES = ("sequential", "overlapped")
 
 
@@ -209,4 +209,4 @@ class TrialPipelineMixin:
                 self._take_counterfactual(p.record, p.counterfactual.result())
 
 
-__all__ = ["COUNTERFACTUAL_ARMS", "PIPELINES", "PendingRollout", "TrialPipelineMixin"]
+__all__ = ["PIPELINES", "PendingRollout", "TrialPipelineMixin"]

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from eval.files import write_jsonl
 from sandbox.snapshots.snapshot import (
     DEFAULT_SNAPSHOT_IGNORE,
     Snapshotter,
@@ -65,7 +66,7 @@ __all__ = [
     "parse_trajectory",
     "remove_workdir",
     "replay",
-    "token_turns",
+    "generated_token_turns",
 ]
 
 _RECORD_KEYS = ("task_id", "rollout_index", "format_error", "turns")
@@ -160,9 +161,11 @@ class Trajectory:
                 "format_error": self.format_error, "turns": [t.to_json() for t in self.turns]}
 
 
-def token_turns(traj: Trajectory):
-    """``token_turn`` of the rollout for :mod:`ecredit_trl.credit.coefficients`: a ``(L,)``
-    int64 tensor holding the 1-based turn of every generated token, in order."""
+def generated_token_turns(traj: Trajectory):
+    """``token_turn`` of a recorded rollout for :mod:`ecredit_trl.credit.coefficients`: a
+    ``(L,)`` int64 tensor holding the 1-based turn of every *generated* token, in order (no
+    tool-result or padding positions; the trainer's padded ``(B, T)`` map with -1 is
+    :func:`ecredit_trl.credit.planning.token_turns`)."""
     import torch
 
     counts = torch.tensor([t.generated_tokens for t in traj.turns], dtype=torch.long)
@@ -324,13 +327,8 @@ def load_trajectories(path: str | os.PathLike) -> list[Trajectory]:
 
 
 def dump_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike) -> None:
-    """Write trajectories as JSONL atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t in trajs:
-            fh.write(json.dumps(t.to_json(), sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """Write trajectories as JSONL atomically (:func:`eval.files.write_jsonl`)."""
+    write_jsonl(path, (t.to_json() for t in trajs))
 
 
 # ----------------------------------------------------------------------------

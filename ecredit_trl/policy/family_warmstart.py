@@ -43,10 +43,10 @@ from ecredit_trl.policy.sft import (
     progress_callback,
     save_model,
     train_child,
-    write_json,
 )
 from ecredit_trl.policy.warmstart import cache_root
 from eval.evaluation.templatecheck import trl_template
+from eval.files import write_json
 from eval.tasks.schema import save_tasks
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import load_tasks

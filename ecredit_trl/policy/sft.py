@@ -1,6 +1,6 @@
 """Helpers shared by the warm starts (:mod:`.warmstart`, the embedded default policy, and
 :mod:`.family_warmstart`, a tiny model of each chat-template family): the isolated training
-child, atomic JSON writes, progress lines and saving (the CPU thread count is
+child, progress lines and saving (the CPU thread count is
 :func:`ecredit_trl.agent.generation.torch_threads`).
 """
 
@@ -17,20 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["no_checkpointing", "progress_callback", "save_model", "train_child", "write_json"]
+from eval.files import write_json
+
+__all__ = ["no_checkpointing", "progress_callback", "save_model", "train_child"]
 
 #: Removed from a training child's environment: it must never join a launcher's group.
 _DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "ACCELERATE_USE_CPU",
              "ACCELERATE_MIXED_PRECISION", "ACCELERATE_CONFIG_DS_FIELDS",
              "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
-
-
-def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
 
 
 def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy") -> str:

@@ -50,9 +50,9 @@ from ecredit_trl.policy.sft import (
     progress_callback,
     save_model,
     train_child,
-    write_json,
 )
 from ecredit_trl.policy.tiny_model import MODEL_SHAPE, build_model, build_tokenizer, chat_template
+from eval.files import write_json
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import load_tasks
 

@@ -20,6 +20,7 @@ from ecredit_trl.runs.manifest import (
 )
 from ecredit_trl.runs.receipts import read_sessions
 from ecredit_trl.runs.records import RecordWriteError, write_text_atomic
+from eval.files import read_json_object
 
 
 class RunRefused(ValueError):
@@ -65,12 +66,9 @@ def resume_point(resume_from: str | None) -> ResumePoint | None:
 
 
 def read_manifest(run_dir: Path) -> dict:
-    """``run_dir/manifest.json`` as a dict; RunRefused when it cannot be read or parsed."""
-    path = run_dir / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunRefused(f"{path}: unreadable manifest ({exc})") from exc
+    """``run_dir/manifest.json`` as a dict; RunRefused naming it when it cannot be read,
+    parsed or is not an object (:func:`eval.files.read_json_object`)."""
+    return read_json_object(run_dir / "manifest.json", RunRefused, what="run manifest")
 
 
 def check_binding(old: dict, new: dict, allowed: list[str], reason: str | None, *,
@@ -158,21 +156,6 @@ def supersede_records(run_dir: Path, state: dict, session: int) -> dict:
         write_text_atomic(path, b"".join(x + b"\n" for x in lines[:keep]).decode("utf-8"))
         moved[name] = len(extra)
     return moved
-
-
-def last_resumable(run_dir: Path) -> str | None:
-    """The newest checkpoint of the run whose receipt says it can be resumed, or None."""
-    best = None
-    try:
-        for s in read_sessions(run_dir):
-            for rec in s.checkpoints:
-                present = rec.get("state_present", {})
-                if present.get("optimizer") and Path(rec.get("path", "")).is_dir():
-                    if best is None or rec.get("step", 0) >= best.get("step", 0):
-                        best = rec
-    except ValueError:
-        return None
-    return best["path"] if best else None
 
 
 def checkpoint_steps(checkpoint: Path) -> tuple[int, int]:

@@ -1,65 +1,52 @@
 """Run records written so that a crash never leaves a half-written file.
 
-JSON files are written to a temporary file in the same directory, fsync-ed,
-then renamed over the target; JSONL files are appended one line at a time
-with flush + fsync, so the last good line survives a crash. A line that
+JSON files are written by the project's one atomic writer (:mod:`eval.files`: a temporary
+file in the same directory, fsync-ed, then renamed over the target), its errors named here
+as :class:`RecordWriteError`; JSONL files are appended one line at a time with flush + fsync,
+so the last good line survives a crash. A line that
 cannot be written completely (disk full) is cut off again, so the file ends
 with the last complete line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from eval.files import read_jsonl as _read
+from eval import files
 
 
 class RecordWriteError(OSError):
     """A record could not be written; the message names the path (``errno`` is kept)."""
 
 
-def _dumps(obj, indent: int | None = None) -> str:
-    return json.dumps(obj, indent=indent, sort_keys=True, default=str)
+def _dumps(obj) -> str:
+    """One JSONL line's text (key-sorted, as :func:`eval.files.write_json` writes)."""
+    return json.dumps(obj, sort_keys=True, default=str)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Atomically replace ``path`` by ``text`` (UTF-8; temp file + fsync + rename).
+    """Atomically replace ``path`` by ``text`` (:func:`eval.files.atomic_write_text`: temp
+    file + fsync + rename).
 
     Raises: RecordWriteError naming the path (disk full, permissions...); the
     previous content of ``path``, if any, is left intact and no temp file stays.
     """
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; records are meant to be read by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise RecordWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-    return path
+    with _named(path):
+        return files.atomic_write_text(path, text)
 
 
-def write_json(path: str | os.PathLike, obj, *, indent: int = 2) -> Path:
-    """Atomically write ``obj`` as JSON to ``path`` (temp file + fsync + rename).
+def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> Path:
+    """Atomically write ``obj`` as key-sorted JSON to ``path`` (:func:`eval.files.write_json`).
 
     Raises: RecordWriteError naming the path (disk full, permissions...); the
     previous content of ``path``, if any, is left intact.
     """
-    return write_text_atomic(path, _dumps(obj, indent) + "\n")
+    with _named(path):
+        return files.write_json(path, obj, indent=indent)
 
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
@@ -67,7 +54,17 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
 
     Raises: RecordWriteError naming the path; the old file stays intact.
     """
-    return write_text_atomic(path, "".join(_dumps(r) + "\n" for r in rows))
+    with _named(path):
+        return files.write_jsonl(path, rows)
+
+
+@contextlib.contextmanager
+def _named(path: str | os.PathLike):
+    """Re-raise an OSError of the block as RecordWriteError naming ``path`` (errno kept)."""
+    try:
+        yield
+    except OSError as exc:
+        raise RecordWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
@@ -120,18 +117,5 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    return _read(path)
+    return files.read_jsonl(path)
 
-
-def _fsync_dir(directory: Path) -> None:
-    """fsync a directory so a rename in it survives a power loss (best effort)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

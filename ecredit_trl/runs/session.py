@@ -20,7 +20,6 @@ from ecredit_trl.runs.binding import (
     ResumePoint,
     RunRefused,
     check_binding,
-    last_resumable,
     supersede_records,
 )
 from ecredit_trl.runs.faults import SandboxUnavailable
@@ -34,6 +33,7 @@ from ecredit_trl.runs.receipts import (
     verify_checkpoint,
 )
 from ecredit_trl.runs.records import write_json, write_jsonl_atomic
+from ecredit_trl.runs.resume import resume_checkpoint
 from sandbox.runtimes.podman_runtime import gc
 
 # -- rank agreement ------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def resumable_checkpoint(exc, cls: str, stop, trainer, run_dir: Path) -> str | N
 
     A lost sandbox service gets an emergency checkpoint now; a signal keeps the last one
     saved; any other ending that is not ``completed`` falls back to the newest checkpoint
-    whose receipt says it is resumable.
+    whose receipt says it is resumable (:func:`ecredit_trl.runs.resume.resume_checkpoint`).
     """
     resumable = None
     if isinstance(exc, SandboxUnavailable) and trainer is not None:
@@ -295,7 +295,8 @@ def resumable_checkpoint(exc, cls: str, stop, trainer, run_dir: Path) -> str | N
     elif cls in ("sigterm", "sigint") and trainer is not None and trainer.checkpoints:
         resumable = trainer.checkpoints[-1]
     if resumable is None and cls != "completed":
-        resumable = last_resumable(run_dir)
+        fallback = resume_checkpoint(run_dir)
+        resumable = None if fallback is None else str(fallback)
     return resumable
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, load_study_config
 from ecredit_trl.study.report import StudyReportError, write_report
 from ecredit_trl.study.runner import run_study
-from ecredit_trl.study.supervisor import StudyRefused
 from ecredit_trl.study.status import render_status, study_units
+from ecredit_trl.study.supervisor import StudyRefused
+from eval.console import quiet_upstream_warnings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,6 +58,7 @@ def _status_config(args):
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring for the exit statuses)."""
+    quiet_upstream_warnings()
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "report":

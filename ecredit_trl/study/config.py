@@ -63,8 +63,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ecredit_trl.credit.arms import ARMS
 from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
 from ecredit_trl.train import embedded_defaults
+from eval.files import read_json_object
 from sandbox.backend import (
     CONFIG_FIELDS,
     DEFAULTS,
@@ -75,7 +77,6 @@ from sandbox.backend import (
 )
 from sandbox.runtimes.podman_runtime import endpoints_retired
 
-ARMS = ("O", "B", "M", "E")
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
             "accelerate_config", "pooled_seeds", "sandbox", "warmstart")
 EVAL_DEFAULTS = {"splits": None, "n": None, "n_by_split": None, "temperature": None, "batch_size": 8,
@@ -427,12 +428,7 @@ def config_from_study_json(path: str | Path) -> StudyConfig:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--out: {p} missing (not a study folder?)")
-    try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyConfigError(f"{p}: not valid JSON ({exc.msg})") from None
-    if not isinstance(rec, dict):
-        raise StudyConfigError(f"{p}: expected a JSON object")
+    rec = read_json_object(p, StudyConfigError)
     raw = {k: rec[k] for k in TOP_KEYS if k in rec}
     return config_from_dict(raw, where=str(p), default_name=rec.get("name") or "study")
 
@@ -479,6 +475,6 @@ def split_dirname(split: str) -> str:
     return split.replace(":", "-")
 
 
-__all__ = ["ARMS", "OMIT_AT_DEFAULT", "POOLED_SEEDS", "SANDBOX_DEFAULTS", "StudyConfig", "StudyConfigError",
+__all__ = ["OMIT_AT_DEFAULT", "POOLED_SEEDS", "SANDBOX_DEFAULTS", "StudyConfig", "StudyConfigError",
            "changed_keys", "config_from_dict", "config_from_study_json", "load_study_config",
            "split_dirname", "validate_train"]

@@ -47,6 +47,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ecredit_trl.credit.arms import CREDIT_ARMS
 from ecredit_trl.runs.receipts import process_alive, read_sessions
 from ecredit_trl.study.config import StudyConfigError, config_from_study_json, split_dirname
 from ecredit_trl.study.plots import write_plots
@@ -56,8 +57,6 @@ from ecredit_trl.study.report_pairs import per_seed_rows, pooled_rows
 from ecredit_trl.study.report_render import render_markdown
 from ecredit_trl.study.report_tables import (
     COST_KEYS,
-    CREDIT_ARMS,
-    STANDARD_PAIRS,
     arm_costs,
     arm_integrity,
     integrity_counts,
@@ -68,7 +67,8 @@ from ecredit_trl.study.report_tables import (
 )
 from ecredit_trl.study.status import report_inputs, study_units
 from eval.compare import compare, load_run
-from eval.files import read_jsonl
+from eval.files import read_json_object, read_jsonl
+from eval.stats.pairs import STANDARD_PAIRS
 
 __all__ = ["REPORT_FILES", "SCHEMA", "StudyReportError", "load_study", "receipt_summary",
            "study_report", "write_report"]
@@ -94,12 +94,7 @@ def load_study(out_dir: str | Path) -> dict:
     p = Path(out_dir) / "study.json"
     if not p.is_file():
         raise StudyReportError(f"{p}: no study.json (not a study folder?)")
-    try:
-        study = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyReportError(f"{p}: not valid JSON ({exc.msg})") from None
-    if not isinstance(study, dict):
-        raise StudyReportError(f"{p}: expected a JSON object")
+    study = read_json_object(p, StudyReportError)
     arms, seeds = study.get("arms"), study.get("seeds")
     if not isinstance(arms, list) or not arms or not all(isinstance(a, str) for a in arms):
         raise StudyReportError(f"{p}: field 'arms' must be a non-empty list of arm names")
@@ -159,11 +154,8 @@ def _jsonl(path: Path) -> list[dict]:
 def _json(path: Path, field: str | None = None) -> dict | None:
     if not path.is_file():
         return None
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise StudyReportError(f"{path}: not valid JSON ({exc.msg})") from None
-    if field and not isinstance((obj or {}).get(field), dict):
+    obj = read_json_object(path, StudyReportError)
+    if field and not isinstance(obj.get(field), dict):
         raise StudyReportError(f"{path}: field '{field}' missing")
     return obj
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ecredit_trl.study.report_tables import STANDARD_PAIRS, pair_row
+from ecredit_trl.study.report_tables import pair_row
 from eval.compare import arm_task_success
+from eval.stats.pairs import STANDARD_PAIRS
 
 __all__ = ["BASELINE", "per_seed_rows", "pooled_rows", "pair_seeds"]
 

@@ -20,13 +20,9 @@ from ecredit_trl.credit.pilot_report import pilot_table
 from eval.compare import bootstrap_ci, ledger_costs, paired_difference
 from eval.stats.power import DEFAULT_POWER, mdd
 
-__all__ = ["COST_KEYS", "CREDIT_ARMS", "STANDARD_PAIRS", "arm_costs", "learning_curve", "mean_band",
+__all__ = ["COST_KEYS", "arm_costs", "learning_curve", "mean_band",
            "pair_row", "run_costs", "signal_table", "verdict"]
 
-CREDIT_ARMS = ("B", "M", "E")
-"""Arms whose training trajectories get a signal table (arm O applies no credit)."""
-STANDARD_PAIRS = (("M", "B"), ("M", "O"), ("M", "E"))
-"""The differences the study answers, primary first (design page, "Evaluation")."""
 COST_KEYS = ("trials_factual", "trials_counterfactual", "trials_control", "generated_tokens",
              "credited_tokens", "queue_wait_s", "round_wall_s", "gpu_hours", "service_hours",
              "steps", "train_wall_s", "cpu_hours", "eval_wall_s", "eval_trials")

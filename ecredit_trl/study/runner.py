@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ecredit_trl.runs.resume import resume_checkpoint
 from ecredit_trl.study.config import StudyConfig, split_dirname
 from ecredit_trl.study.pool import check_train_pool
 from ecredit_trl.study.positive_control import baseline_model, control_policy, train_flags
@@ -42,7 +43,6 @@ from ecredit_trl.study.supervisor import (
     StudyLock,
     abandon,
     bind_study,
-    resumable_checkpoint,
     run_subprocess,
     wait_sessions,
     write_record,
@@ -121,7 +121,7 @@ def train_unit(cfg: StudyConfig, out: Path, arm: str, seed: int, *, allow_change
         abandon(out, rd, say)
         for ev in (out / "evals" / unit.name).glob("*"):
             abandon(out, ev, say)
-    resume = resumable_checkpoint(rd) if (rd / "manifest.json").is_file() else None
+    resume = resume_checkpoint(rd) if (rd / "manifest.json").is_file() else None
     if resume is None and rd.exists():
         abandon(out, rd, say)
     if resume is not None:

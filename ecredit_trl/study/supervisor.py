@@ -5,7 +5,7 @@ of its units, and the resume of an interrupted training run.
 * :func:`bind_study` — ``study.json``: a rerun with another config is refused unless allowed.
 * :func:`run_subprocess` — one unit's command in its own process group, logged and recorded,
   with SIGTERM/SIGINT passed on to the whole group.
-* :func:`resumable_checkpoint`, :func:`wait_sessions`, :func:`abandon` — resuming a training
+* :func:`wait_sessions`, :func:`abandon` — resuming a training
   run from its newest checkpoint with a receipt, or moving a partial folder aside.
 """
 
@@ -21,7 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ecredit_trl.runs.receipts import checkpoint_receipt, live_sessions, read_sessions
+from ecredit_trl.runs.portable import portable_argv
+from ecredit_trl.runs.receipts import live_sessions
 from ecredit_trl.runs.records import write_json
 from ecredit_trl.study.config import UNHASHED_KEYS, StudyConfig, changed_keys
 from ecredit_trl.study.status import LOCK_NAME, Unit, study_relpath
@@ -53,6 +54,7 @@ def bind_study(cfg: StudyConfig, out: Path, *, allow_changed: bool, command: lis
     Raises: StudyRefused naming the changed keys.
     """
     path = out / "study.json"
+    command = portable_argv(command, out)  # no machine paths in the record
     new = {**cfg.resolved(), "config_sha256": cfg.sha256(), "config_path": cfg.path,
            "command": command}
     if not path.is_file():
@@ -179,21 +181,6 @@ def abandon(out: Path, path: Path, say) -> None:
     say(f"study: moved {path} to {dest}")
 
 
-def resumable_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint to resume ``run_dir`` from: the last termination receipt's
-    ``resumable_checkpoint`` when it names one, else the newest ``checkpoint-<step>/`` that
-    has its receipt (None: none; a run killed without receipt may have one)."""
-    sessions = read_sessions(run_dir)
-    named = (sessions[-1].termination or {}).get("resumable_checkpoint") if sessions else None
-    if named and Path(named).is_dir() and checkpoint_receipt(named) is not None:
-        return Path(named)
-
-    cks = sorted((p for p in run_dir.glob("checkpoint-*")
-                  if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()),
-                 key=lambda p: int(p.name.removeprefix("checkpoint-")), reverse=True)
-    return next((p for p in cks if checkpoint_receipt(p) is not None), None)
-
-
 def wait_sessions(run_dir: Path, say, timeout_s: float = 900.0) -> None:
     """Wait until no live session works on ``run_dir``: accelerate's launcher may exit on a
     signal before train.py has written its checkpoint and termination receipt."""
@@ -207,4 +194,4 @@ def wait_sessions(run_dir: Path, say, timeout_s: float = 900.0) -> None:
 
 
 __all__ = ["REPO_ROOT", "StudyLock", "StudyRefused", "abandon", "bind_study", "now",
-           "resumable_checkpoint", "run_subprocess", "wait_sessions", "write_record"]
+           "run_subprocess", "wait_sessions", "write_record"]

@@ -16,11 +16,12 @@ Accepted paths:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from eval.files import read_json_object
 
 __all__ = ["ModelRef", "dir_fingerprint", "hub_cache_dir", "hub_snapshot", "looks_like_hub_id",
            "resolve_model"]
@@ -155,16 +156,6 @@ def hub_snapshot(repo_id: str, revision: str = "main") -> Path:
     return snap
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {path}: expected a JSON object")
-    return data
-
-
 def resolve_model(path: str | Path) -> ModelRef:
     """Resolve ``path`` (model dir or run dir, see the module doc, or a hub id whose snapshot
     is in the local hub cache: :func:`hub_snapshot`) and fingerprint it.
@@ -186,8 +177,8 @@ def resolve_model(path: str | Path) -> ModelRef:
     if (p / "checkpoint-final").is_dir():
         run_dir, model_dir = p, p / "checkpoint-final"
     elif p.name == "checkpoint-final" and (p.parent / "config.json").is_file() and (
-            (p.parent / "ledger.jsonl").exists() or "ecredit" in _read_json(
-                p.parent / "config.json", "run config")):
+            (p.parent / "ledger.jsonl").exists() or "ecredit" in read_json_object(p.parent / "config.json",
+                                                                   what="run config")):
         run_dir, model_dir = p.parent, p
     elif (p / "ledger.jsonl").exists() or (p / "receipts").is_dir():
         raise FileNotFoundError(f"model: {p} looks like a run directory but has no "
@@ -195,11 +186,11 @@ def resolve_model(path: str | Path) -> ModelRef:
     else:
         model_dir = p
     if run_dir is not None and (run_dir / "config.json").is_file():
-        run_config = _read_json(run_dir / "config.json", "run config")
+        run_config = read_json_object(run_dir / "config.json", what="run config")
     adapter = (model_dir / "adapter_config.json").is_file()
     base = None
     if adapter:
-        acfg = _read_json(model_dir / "adapter_config.json", "adapter config")
+        acfg = read_json_object(model_dir / "adapter_config.json", what="adapter config")
         base = acfg.get("base_model_name_or_path")
         if not base and run_config:
             base = ((run_config.get("model") or {}).get("path"))

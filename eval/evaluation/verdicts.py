@@ -25,7 +25,7 @@ from pathlib import Path
 
 from eval.evaluation.slots import text_sha256
 from eval.evaluation.verification import control_key
-from eval.files import write_json
+from eval.files import read_json_object, write_json
 from eval.tasks.protection import protected_set
 from eval.tasks.trialspec import trial_limits
 
@@ -90,11 +90,9 @@ class VerdictStore:
         if not path.is_file():
             return None
         try:
-            e = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            e = read_json_object(path)
+        except ValueError as exc:
             return self._reject(path, f"unreadable ({exc})")
-        if not isinstance(e, dict):
-            return self._reject(path, "not a JSON object")
         want = {"schema": SCHEMA, "key": key, "task_id": task_id,
                 "artifact_sha256": artifact_sha256, "exit_class": "ok"}
         bad = [k for k, v in want.items() if e.get(k) != v]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from eval.metrics import paired_bootstrap
+from eval.stats.pairs import STANDARD_PAIRS
 from eval.stats.power import mdd
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
 #: (:func:`eval.stats.inputs.ledger_costs`); None = pending.
 COST_FIELDS = ("generated_tokens", "trials_factual", "trials_counterfactual", "service_hours",
                "gpu_hours")
-STANDARD_PAIRS = (("M", "B"), ("M", "O"), ("M", "E"))
 
 
 class CompareInputError(ValueError):

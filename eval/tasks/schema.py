@@ -26,12 +26,12 @@ this project writes no eval script of its own for SWE-bench rows.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from eval.files import write_jsonl
 from eval.tasks.protection import check_protected_paths
 from sandbox.images import swebench_image
 
@@ -412,10 +412,6 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
 
 
 def save_tasks(tasks: list[Task], path: str | Path) -> None:
-    """Write tasks as jsonl (one :meth:`Task.to_dict` per line), via temp file + rename."""
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t in tasks:
-            fh.write(json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """Write tasks as jsonl (one :meth:`Task.to_dict` per line, UTF-8), atomically
+    (:func:`eval.files.write_jsonl`)."""
+    write_jsonl(path, (t.to_dict() for t in tasks), ensure_ascii=False)

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from eval.files import datasets_dir
+from eval.files import datasets_dir, read_json_object, write_json
 
 SCHEMA = 1
 METHOD = "first n of pool ids sorted by sha256(f'{seed}:{id}')"
@@ -112,11 +111,7 @@ def write_manifest(manifest: dict, out: str | Path, *, force: bool = False) -> P
                 return out
         raise FileExistsError(f"{out}: a different sealed manifest exists; pass --force to "
                               "replace it (this changes a binding holdout)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    return write_json(out, manifest)
 
 
 def read_manifest(path: str | Path) -> dict:
@@ -130,11 +125,8 @@ def read_manifest(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"sealed manifest not found: {path} (write one with "
                                 "`python -m eval.holdout seal --pool P --n N --seed S --out PATH`)")
-    try:
-        man = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg})") from None
-    if not isinstance(man, dict) or man.get("sealed") is not True:
+    man = read_json_object(path)
+    if man.get("sealed") is not True:
         raise ValueError(f"{path}: not a sealed manifest (no \"sealed\": true)")
     for key in ("ids", "sha256", "pool", "seed", "n"):
         if key not in man:
