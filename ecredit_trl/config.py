@@ -19,8 +19,6 @@ from sandbox.cluster.dispatch import RayOptions
 from sandbox.runtimes.podman_runtime import endpoints_retired, is_local_endpoint
 from sandbox.snapshots.snapshot import DEFAULT_SNAPSHOT_IGNORE
 
-TRAIN_BUNDLED_TIMEOUT_S = 120.0
-"""Trial timeout (s) of bundled tasks in training when ``trial_timeout_s`` is not given."""
 DEFAULT_TEST_PATTERNS = ["tests/", "test_*.py", "*_test.py", "testing/", "conftest.py"]
 
 

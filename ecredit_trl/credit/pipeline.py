@@ -42,12 +42,14 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ecredit_trl.config import TRAIN_BUNDLED_TIMEOUT_S
 from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import control_facts, trial_verdict
 from eval.grading.grader import grade
 from eval.tasks.trialspec import task_trial_spec
+
+TRAIN_BUNDLED_TIMEOUT_S = 120.0
+"""Trial timeout (s) of bundled tasks in training when ``trial_timeout_s`` is not given."""
 
 PIPELINES = ("sequential", "overlapped")
 
