@@ -2,7 +2,7 @@
 
 The set itself (defaults, matching, the in-sandbox restore) lives in :mod:`sandbox.trials.protect`
 and :mod:`sandbox.trials.script`; here a task row's ``protected_paths`` is checked and turned
-into the patterns a :class:`sandbox.TrialSpec` carries.
+into the patterns a :class:`sandbox.trials.trial.TrialSpec` carries.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def verdict_fields(task, res, rep) -> dict:
 
     Args:
         task: the task (FAIL_TO_PASS, PASS_TO_PASS, log_parser).
-        res: a :class:`sandbox.TrialResult` (objects without ``protected_touched`` /
+        res: a :class:`sandbox.trials.trial.TrialResult` (objects without ``protected_touched`` /
             ``log_swebench`` count as touching nothing).
         rep: the :class:`eval.grading.grader.GradeReport` of ``res.log`` (the protected run).
 

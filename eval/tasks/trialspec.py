@@ -42,7 +42,7 @@ class TrialLimits:
     source: str
 
     def sandbox_limits(self):
-        """The :class:`sandbox.Limits` of these limits."""
+        """The :class:`sandbox.trials.trial.Limits` of these limits."""
         return Limits(memory=self.memory, pids=self.pids, cpus=self.cpus)
 
     def to_json(self) -> dict:
@@ -68,7 +68,7 @@ def trial_limits(task: Task, *, timeout_s: float | None = None, memory: str | No
     3. the split: a task whose image holds the repository (``repo_dir`` None: official500,
        holdout100, SWE-Gym, SWE-smith rows) gets :data:`HARNESS_LIMITS` (source: swebench
        harness ``run_evaluation`` timeout 1800 s; it sets no memory cap, so none below 8 GB);
-       a bundled task (``repo_dir`` set) keeps today's :class:`sandbox.Limits` defaults
+       a bundled task (``repo_dir`` set) keeps today's :class:`sandbox.trials.trial.Limits` defaults
        (2 GB, 1024 pids, 1 CPU) and ``bundled_timeout_s``.
 
     Raises: ValueError naming ``trial_defaults`` (a bad key or type) or the flag (timeout
@@ -132,7 +132,7 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
                     limits=None, labels: dict[str, str] | None = None,
                     swebench_pass: bool | None = None, memory: str | None = None,
                     cpus: float | None = None, bundled_timeout_s: float = BUNDLED_TIMEOUT_S):
-    """The :class:`sandbox.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
+    """The :class:`sandbox.trials.trial.TrialSpec` that verifies ``artifact`` (a ``git diff`` from base,
     may be empty) on ``task``.
 
     ``repo_archive`` is the agent's starting tree of ``task.repo_dir`` at ``base_commit``
@@ -142,7 +142,7 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
     Args:
         timeout_s, memory, cpus: explicit limits (user flags); None: from the task
             (:func:`trial_limits`, which also takes ``bundled_timeout_s``).
-        limits: a whole :class:`sandbox.Limits` instead (wins over the rule's memory /
+        limits: a whole :class:`sandbox.trials.trial.Limits` instead (wins over the rule's memory /
             pids / CPUs).
         swebench_pass: also run the eval script without protection when the artifact touched
             a protected path (for ``resolved_swebench``); default: for tasks whose image
@@ -151,7 +151,7 @@ def task_trial_spec(task: Task, artifact: str, trial_id: str, *, timeout_s: floa
     A task with ``checkout_base`` (SWE-smith: its base is the instance branch
     ``base_commit`` of the image's repository) gets ``checkout=base_commit``: the trial checks
     that branch out in ``workdir`` before applying the artifact, and an image without it
-    ends the trial as ``infra_error`` with a ``checkout:`` error (:class:`sandbox.TrialSpec`).
+    ends the trial as ``infra_error`` with a ``checkout:`` error (:class:`sandbox.trials.trial.TrialSpec`).
 
     Raises:
         ValueError: the task has no eval script, has ``checkout_base`` together with a

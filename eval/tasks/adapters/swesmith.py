@@ -18,7 +18,7 @@ SWE-smith package itself (``swesmith`` 0.0.9 on PyPI, read 2026-11-30: ``profile
   the bug and the removal of the FAIL_TO_PASS test files ("Key assumption ... each branch has
   two commits", ``harness/utils.py``); the agent starts from the tip. Both the agent's reset
   (``sandbox.workspace.imagetree.checkout_branch``, S_0 cached per image and branch) and the verifier
-  (``sandbox.TrialSpec.checkout``, set by ``eval.tasks.trialspec.task_trial_spec``) run ``git
+  (``sandbox.trials.trial.TrialSpec.checkout``, set by ``eval.tasks.trialspec.task_trial_spec``) run ``git
   checkout <instance_id>`` in ``/testbed`` of a container of the image first. The published
   images do not hold the instance branches: SWE-smith runs ``git fetch`` in the container
   first, which a network-less sandbox cannot do, so the branches must be fetched into a

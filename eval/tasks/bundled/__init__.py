@@ -18,7 +18,7 @@ Pipeline:
    with ``random.Random(f"{seed}:{project}")``, interleaved by kind, one per source line,
    and checked to parse and to change the AST. Each screened candidate becomes a commit
    whose parent is the pristine commit (again with fixed metadata).
-3. **Screening** (Podman, :class:`sandbox.VerifierPool`): the pristine tree runs all the
+3. **Screening** (Podman, :class:`sandbox.trials.pool.VerifierPool`): the pristine tree runs all the
    recipe's test files twice (a test whose status differs between the two runs is flaky and
    never listed); a candidate runs the test files of its module. FAIL_TO_PASS =
    listed tests PASSED on pristine and FAILED/ERROR on the mutant; PASS_TO_PASS = PASSED on
