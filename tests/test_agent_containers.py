@@ -263,7 +263,12 @@ def test_container_that_cannot_start_ends_the_episode_as_infra(task, tmp_path, m
         raise RuntimeError("OCI runtime error: cannot start")
 
     monkeypatch.setattr(env_mod, "open_session", no_container)
-    env, ctx = _env(task, tmp_path, object())
+
+    class HereRuntime:  # a local runtime: it opens the workspace on this machine
+        def open_workspace(self, task, site):
+            return site.open_here(task)
+
+    env, ctx = _env(task, tmp_path, HereRuntime())
     try:
         assert env.failure == ("sandbox_setup", "RuntimeError: OCI runtime error: cannot start")
         assert env.view("calc.py").startswith("ERROR: The episode has ended (sandbox_setup")
