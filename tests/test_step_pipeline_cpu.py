@@ -86,8 +86,18 @@ def test_train_sets_a_passive_openmp_wait_policy_before_torch(given, expected):
     if given is not None:
         env["OMP_WAIT_POLICY"] = given
     env["PYTHONPATH"] = str(ROOT)
-    code = ("import os, sys; import ecredit_trl.train; "
-            "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)")
+    # what libgomp reads is the value at the moment torch is first imported: record it there
+    # (a meta-path hook that sees the first `import torch`), not after train.py has loaded
+    code = ("import os, sys\n"
+            "seen = []\n"
+            "class Hook:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' and not seen:\n"
+            "            seen.append(os.environ.get('OMP_WAIT_POLICY', '<unset>'))\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Hook())\n"
+            "import ecredit_trl.train\n"
+            "print(seen[0] if seen else '<torch not imported>', os.environ['OMP_WAIT_POLICY'])\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.split()
-    assert out == [expected, "False"]
+    assert out == [expected, expected]
