@@ -24,8 +24,11 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
 
    * pids: ``pids.current`` within :data:`PIDS_SLACK` of ``pids.max`` and the
      ``pids.events`` "max" counter above zero (a fork was refused at the limit);
-   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` > 0) **and** its
-     peak usage reached its limit (within :data:`MEMORY_SLACK_BYTES`). The peak rules out a
+   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` grew) **and** its
+     usage reached its own limit (:func:`memory_limit_reached`: the peak or the usage
+     within :data:`MEMORY_SLACK_BYTES` of it, or the cgroup's own counters of hitting it
+     grew: v2 ``memory.events`` ``max`` / ``oom``, v1 ``memory.failcnt``; the counters hold
+     where ``memory.peak`` does not exist, cgroup v2 before kernel 5.19). That rules out a
      host-wide OOM kill (which also counts in ``oom_kill``) of a container below its
      limit. The counters die with the cgroup, so a container that the OOM killer stopped
      is judged on the last sample taken after a call
@@ -84,16 +87,37 @@ def pids_exhausted(c: dict | None) -> bool:
             and (c.get("pids_max_events") or 0) > 0)
 
 
+def _grew(c: dict, before: dict | None, key: str) -> bool:
+    now = c.get(key)
+    return now is not None and now > ((before or {}).get(key) or 0)
+
+
+def memory_limit_reached(c: dict | None, before: dict | None = None) -> bool:
+    """The container's memory usage reached its own limit (rule 3, memory): the peak (v2
+    ``memory.peak``, kernel >= 5.19; v1 ``memory.max_usage_in_bytes``) or the usage now
+    within :data:`MEMORY_SLACK_BYTES` of the limit, or, since ``before`` (None: since the
+    start), the cgroup's count of hitting the limit grew (v2 ``memory.events`` ``max``, v1
+    ``memory.failcnt``: ``memory_max_events``) or it went OOM at a limit of its own (v2
+    ``oom``: ``memory_oom_events``). Sources: Documentation/admin-guide/cgroup-v2.rst
+    ("memory.events"), Documentation/admin-guide/cgroup-v1/memory.rst; the fields are
+    :func:`sandbox.workspace.health.read_cgroup`'s."""
+    if not c or c.get("memory_limit_bytes") is None:
+        return False
+    near = c["memory_limit_bytes"] - MEMORY_SLACK_BYTES
+    return ((c.get("memory_peak_bytes") or 0) >= near
+            or (c.get("memory_current_bytes") or 0) >= near
+            or _grew(c, before, "memory_max_events") or _grew(c, before, "memory_oom_events"))
+
+
 def memory_exhausted(c: dict | None, before: dict | None = None) -> bool:
     """The OOM killer acted in the container's cgroup at its own limit (rule 3, memory):
     ``oom_kill`` grew since ``before`` (an earlier sample; None: since the start, when the
-    fresh cgroup's counter was 0) and the peak usage reached the limit."""
+    fresh cgroup's counter was 0) and :func:`memory_limit_reached`."""
     if not c or not c.get("oom_kill") or c.get("memory_limit_bytes") is None:
         return False
-    if c["oom_kill"] <= ((before or {}).get("oom_kill") or 0):
+    if not _grew(c, before, "oom_kill"):
         return False  # an old OOM kill the agent recovered from says nothing of this failure
-    peak = c.get("memory_peak_bytes") or 0
-    return peak >= c["memory_limit_bytes"] - MEMORY_SLACK_BYTES
+    return memory_limit_reached(c, before)
 
 
 def classify_exec_failure(evidence: dict) -> str | None:
@@ -173,4 +197,5 @@ def agent_failure_slot(task, failure_class: str, evidence: dict | None) -> dict:
 __all__ = ["AGENT_DISK_BUDGET", "AGENT_EXEC_CLASSES", "AGENT_FAILURE_CLASSES",
            "MEMORY_SLACK_BYTES", "PIDS_SLACK",
            "AgentFailureVerdict", "agent_failure_slot", "agent_failure_verdict",
-           "classify_exec_failure", "memory_exhausted", "pids_exhausted"]
+           "classify_exec_failure", "memory_exhausted", "memory_limit_reached",
+           "pids_exhausted"]

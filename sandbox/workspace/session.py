@@ -35,7 +35,7 @@ from pathlib import Path
 from sandbox.runtimes.local_runtime import LocalRuntime
 from sandbox.runtimes.podman_runtime import ROLE_LABEL, RUN_LABEL, PodmanRuntime
 from sandbox.trials.trial import Limits
-from sandbox.workspace.health import KEEPER_USER, memcg_oom_logged, read_cgroup
+from sandbox.workspace.health import KEEPER_USER, memcg_oom_record, read_cgroup
 from sandbox.workspace.imagetree import TREE_ROLE, open_tree
 
 TIMEOUT_EXIT = 124  # coreutils timeout's exit status
@@ -204,7 +204,8 @@ class PodmanSession:
 
         Returns: ``{"service_ok", "container": state or "missing", "exit_code", "cgroup"
         (counters now), "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"},
-        "endpoint"}`` and, for a stopped container, ``"memcg_oom"``: facts only, judged by
+        "endpoint"}`` and, for a stopped container, ``"memcg_oom"`` (and ``"kmsg_unreadable"``,
+        why the kernel log could not be read, when it could not): facts only, judged by
         :func:`eval.integrity.agent.classify_exec_failure`. Never raises: what it could not
         read is None / False.
         """
@@ -228,7 +229,9 @@ class PodmanSession:
         if ev["container"] == "running":
             ev["cgroup"] = read_cgroup(self.cgroup_path)
         elif ev["container"] not in (None, "missing"):  # stopped: the kernel's OOM record
-            ev["memcg_oom"] = memcg_oom_logged(self.cgroup_path)
+            ev["memcg_oom"], unreadable = memcg_oom_record(self.cgroup_path)
+            if unreadable:  # a fact of its own: "no record" would be a silent miss
+                ev["kmsg_unreadable"] = unreadable
         return ev
 
     def close(self) -> None:
