@@ -24,17 +24,24 @@ formats come from:
   mm/oom_kill.c ``dump_oom_summary``: ``oom-kill:constraint=...,oom_memcg=<path>,...``,
   the path printed from the hierarchy's root by ``pr_cont_cgroup_path``, so a node that is
   itself an LXC container prints ``/lxc.payload.<name>/...`` before the path its Podman
-  sees; kernels before 4.19: ``Task in <cgroup> killed as a result of limit of <cgroup>``).
+  sees; kernels before 4.19: ``Task in <cgroup> killed as a result of limit of <cgroup>``);
+* overlay opacity: Documentation/filesystems/overlayfs.rst ("Whiteouts and opaque
+  directories": ``trusted.overlay.opaque``, or ``user.overlay.opaque`` on a ``userxattr``
+  mount) and fuse-overlayfs (fuse-overlayfs.h: it also reads ``user.overlay.opaque`` and
+  ``user.fuseoverlayfs.opaque``), both mounted for real here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from eval.integrity.agent import classify_exec_failure, memory_exhausted, pids_exhausted
 from sandbox.workspace.health import memcg_oom_logged, memcg_oom_record, read_cgroup
+from sandbox.workspace.imagegit import opacity_leak, plan_upper, write_upper
 
 CID = "3f1c9a7e5b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
 MIB = 2**20
@@ -263,3 +270,78 @@ def test_unreadable_kernel_log_is_a_fact_not_a_miss(tmp_path):
     rec, unreadable = memcg_oom_record(SCOPE, str(denied))
     assert rec is None and "IsADirectoryError" in unreadable
     assert memcg_oom_record(None, str(denied)) == (None, None)
+
+
+# -- overlay opacity, read on the merged view after the remount -------------------------------
+def _overlay(tmp_path: Path, kind: str):
+    """A lower layer holding an image repository's history (``packed-refs``, a tag, a pack,
+    a nested clone's ``.git``), an empty upper layer, and mount / unmount functions for
+    ``kind``: ``overlay`` (the kernel's, as Podman's native driver mounts it) or
+    ``fuse-overlayfs`` (Podman's ``mount_program``; rootless and nested nodes)."""
+    low, up, work, merged = (tmp_path / n for n in ("lower", "upper", "work", "merged"))
+    for d in (up, work, merged):
+        d.mkdir()
+    repo = low / "testbed"
+    for rel, text in {".git/HEAD": "ref: refs/heads/main\n", ".git/packed-refs": "abc fix\n",
+                      ".git/refs/tags/fixed": "abc\n", ".git/objects/pack/p.pack": "PACK",
+                      ".git/refs/heads/main": "abc\n", "sub/.git/HEAD": "x\n",
+                      "calc.py": "def add(a, b):\n    return a - b\n"}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    opts = f"lowerdir={low},upperdir={up},workdir={work}"
+    cmd = (["mount", "-t", "overlay", "overlay", "-o", opts, str(merged)] if kind == "overlay"
+           else ["fuse-overlayfs", "-o", opts, str(merged)])
+
+    def mount():
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    def umount():
+        subprocess.run(["umount", str(merged)], check=True, capture_output=True)
+    return up, merged, mount, umount
+
+
+def _agent_git(git: Path, owner) -> None:
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "refs" / "heads" / "main").write_text("s0\n")
+
+
+@pytest.mark.parametrize("kind", ["overlay", "fuse-overlayfs"])
+def test_opaque_git_hides_the_images_history_on_the_merged_view(tmp_path, kind):
+    """The rollout's upper layer is edited unmounted (an opaque ``.git``, a whiteout for the
+    nested clone), mounted again, and the merged view shows only what was written."""
+    up, merged, mount, umount = _overlay(tmp_path, kind)
+    mount()
+    try:
+        plan = plan_upper(merged, "/testbed", ["sub/.git"])
+        assert plan.fstype == ("overlay" if kind == "overlay" else "fuse.fuse-overlayfs")
+        assert opacity_leak(merged / "testbed", up / "testbed", ["sub/.git"]) == "sub/.git"
+    finally:
+        umount()
+    write_upper(up, "/testbed", plan, ["sub/.git"], _agent_git)
+    mount()
+    try:
+        assert opacity_leak(merged / "testbed", up / "testbed", ["sub/.git"]) is None
+        assert sorted(p.name for p in (merged / "testbed" / ".git").rglob("*")) == \
+            ["HEAD", "heads", "main", "refs"]
+    finally:
+        umount()
+
+
+def test_an_opaque_mark_the_kernel_ignores_is_caught_on_the_merged_view(tmp_path):
+    """The kernel's overlay reads one xattr namespace: a ``user.`` mark on a mount without
+    ``userxattr`` hides nothing, and the check on the merged view says where it shows."""
+    up, merged, mount, umount = _overlay(tmp_path, "overlay")
+    mount()
+    try:
+        plan = plan_upper(merged, "/testbed", [])
+    finally:
+        umount()
+    wrong = dataclasses.replace(plan, xattr="user", fstype="overlay")
+    write_upper(up, "/testbed", wrong, [], _agent_git)
+    mount()
+    try:
+        assert opacity_leak(merged / "testbed", up / "testbed") in (
+            ".git/packed-refs", ".git/objects", ".git/refs/tags")
+    finally:
+        umount()

@@ -167,20 +167,42 @@ class UpperPlan:
         git_owner: (uid, gid) of the image's ``.git``.
         xattr: the overlay's xattr namespace (``trusted``, or ``user`` on a ``userxattr``
             mount).
+        fstype: the merged view's file system type (``overlay``, ``fuse.fuse-overlayfs``;
+            ``""`` when not found in the mount table).
     """
 
     dirs: tuple[tuple[str, os.stat_result], ...]
     git_owner: tuple[int, int]
     xattr: str
+    fstype: str = ""
+
+    def opaque_xattrs(self) -> tuple[str, ...]:
+        """The xattrs that make an upper-layer directory opaque for this mount: the kernel's
+        overlay reads ``<ns>.overlay.opaque`` of its one namespace (``trusted.``, or
+        ``user.`` with ``userxattr``; Documentation/filesystems/overlayfs.rst, "Whiteouts
+        and opaque directories", "User xattr"); fuse-overlayfs reads ``trusted.`` as root
+        and ``user.overlay.opaque`` / ``user.fuseoverlayfs.opaque`` otherwise
+        (fuse-overlayfs.h), so it gets ``user.overlay.opaque`` too."""
+        names = [f"{self.xattr}.overlay.opaque"]
+        if self.fstype.startswith("fuse") and self.xattr != "user":
+            names.append("user.overlay.opaque")
+        return tuple(names)
+
+
+def mount_of(mountpoint: Path) -> tuple[str, list[str]]:
+    """``(fstype, super-block options)`` of the mount at ``mountpoint``
+    (``/proc/self/mountinfo``, proc(5)); ``("", [])`` when nothing is mounted there."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == str(mountpoint) and " - " in line:
+            after = line.split(" - ", 1)[1].split()
+            return (after[0] if after else ""), (after[-1].split(",") if len(after) > 2 else [])
+    return "", []
 
 
 def _mount_options(mountpoint: Path) -> list[str]:
     """Super-block options of the mount at ``mountpoint`` (``/proc/self/mountinfo``)."""
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 4 and fields[4] == str(mountpoint):
-            return fields[-1].split(",")
-    return []
+    return mount_of(mountpoint)[1]
 
 
 def is_mounted(mountpoint: Path) -> bool:
@@ -198,8 +220,9 @@ def plan_upper(mountpoint: Path, workdir: str, nested: Iterable[str]) -> UpperPl
     rels = sorted({str(p) for p in wanted if str(p) != "."}, key=lambda r: (r.count("/"), r))
     dirs = tuple((r, os.lstat(mountpoint / r)) for r in rels)
     st = os.lstat(mountpoint / rel_work / ".git")
-    xattr = "user" if "userxattr" in _mount_options(mountpoint) else "trusted"
-    return UpperPlan(dirs, (st.st_uid, st.st_gid), xattr)
+    fstype, options = mount_of(mountpoint)
+    xattr = "user" if "userxattr" in options else "trusted"
+    return UpperPlan(dirs, (st.st_uid, st.st_gid), xattr, fstype)
 
 
 def _ensure_dir(path: Path, st: os.stat_result) -> None:
@@ -246,9 +269,45 @@ def write_upper(upper: Path, workdir: str, plan: UpperPlan, nested: Iterable[str
     git = top / ".git"
     remove_entry(git)
     git.mkdir()
-    os.setxattr(git, f"{plan.xattr}.overlay.opaque", b"y", follow_symlinks=False)
+    for name in plan.opaque_xattrs():
+        os.setxattr(git, name, b"y", follow_symlinks=False)
     write_git(git, plan.git_owner)
 
 
-__all__ = ["ImageGit", "UpperPlan", "is_mounted", "plan_upper", "remove_entry", "survey",
-           "write_upper"]
+def opacity_leak(merged: Path, upper: Path, nested: Iterable[str] = ()) -> str | None:
+    """What of the image's git data the *mounted* tree still shows after :func:`write_upper`
+    (read on the merged view, after the remount), or None when it shows none.
+
+    ``merged`` / ``upper``: the workdir in the merged view and in the upper layer. An opaque
+    directory shows exactly the upper layer's entries (overlayfs(5)), so every path below
+    the merged ``.git`` must exist in the upper ``.git`` (names only: a file present in
+    both is always the upper one), and each ``nested`` entry (tree-relative) must be gone.
+
+    Returns: the first tree-relative path that shows through, or None. Cost: a walk of the
+    agent's small ``.git`` (its objects are borrowed through alternates). Never raises
+    on a missing path (a missing merged ``.git`` is reported as ``.git``).
+    """
+    for n in nested:
+        if os.path.lexists(merged / n):
+            return n
+    top = merged / ".git"
+    if not top.is_dir() or top.is_symlink():
+        return ".git"
+    stack = [PurePosixPath(".git")]
+    while stack:
+        rel = stack.pop()
+        try:
+            entries = list(os.scandir(merged / rel))
+        except OSError:
+            return str(rel)
+        for e in entries:
+            sub = rel / e.name
+            if not os.path.lexists(upper / sub):
+                return str(sub)
+            if e.is_dir(follow_symlinks=False):
+                stack.append(sub)
+    return None
+
+
+__all__ = ["ImageGit", "UpperPlan", "is_mounted", "mount_of", "opacity_leak", "plan_upper",
+           "remove_entry", "survey", "write_upper"]

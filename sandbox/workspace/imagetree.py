@@ -61,7 +61,14 @@ from sandbox.snapshots.gitsafe import (
 from sandbox.snapshots.snapshot import Snapshotter
 from sandbox.trials.trial import CHECKOUT_HELP, check_branch
 from sandbox.workspace.agent_repo import BASE_IDENTITY, CONTAINER_OBJECTS, write_git_dir
-from sandbox.workspace.imagegit import is_mounted, plan_upper, remove_entry, survey, write_upper
+from sandbox.workspace.imagegit import (
+    is_mounted,
+    opacity_leak,
+    plan_upper,
+    remove_entry,
+    survey,
+    write_upper,
+)
 
 TREE_ROLE = "tree"
 """``ecredit.role`` label value of tree containers (never started)."""
@@ -294,11 +301,12 @@ def _opaque(directory: Path) -> bool:
     """Whether an upper-layer directory does not simply merge with the lower one at the
     same path: it hides the lower content (``overlay.opaque``) or takes it from another
     path (``overlay.redirect``, a renamed directory); overlayfs(5), ``trusted.`` or, on
-    userxattr mounts, ``user.`` xattrs. Such a directory counts as changed as a whole."""
-    for ns in ("trusted", "user"):
+    userxattr mounts, ``user.`` xattrs; fuse-overlayfs also ``user.fuseoverlayfs.opaque``).
+    Such a directory counts as changed as a whole."""
+    for ns in ("trusted.overlay", "user.overlay", "user.fuseoverlayfs"):
         for name, want in (("opaque", b"y"), ("redirect", None)):
             try:
-                value = os.getxattr(directory, f"{ns}.overlay.{name}", follow_symlinks=False)
+                value = os.getxattr(directory, f"{ns}.{name}", follow_symlinks=False)
             except OSError:
                 continue
             if want is None or value == want:
@@ -393,7 +401,9 @@ class ImageTree:
         over each of ``base.outside_git`` (a bind mount: a tmpfs would get the image's
         content copied up into it, podman's ``tmpcopyup`` default).
         Raises: ImageTreeError when the tree stays mounted elsewhere (an offline edit would
-        be unsafe) or podman / the file system fails.
+        be unsafe), when the merged view read after the remount still shows any of the
+        image's ``.git`` or nested git entries (:func:`sandbox.workspace.imagegit.opacity_leak`:
+        the file system did not honour the opaque mark), or podman / the file system fails.
         """
         workdir = base.workdir
 
@@ -416,6 +426,13 @@ class ImageTree:
                 write_upper(self.upper, workdir, plan, base.nested_git, write_git)
                 self.mountpoint = Path(_podman(["mount", self.name], what))
                 self.path = _in_root(self.mountpoint, workdir)
+                # the merged view, read after the remount, decides: not the xattr we wrote
+                leak = opacity_leak(self.path, _in_root(self.upper, workdir), base.nested_git)
+                if leak is not None:
+                    raise ImageTreeError(
+                        f"{what}: the image's git data shows through the overlay at {leak} "
+                        f"after the remount ({plan.fstype or 'unknown file system'}, "
+                        f"{', '.join(plan.opaque_xattrs())}); not handing the tree to an agent")
         except OSError as exc:
             raise ImageTreeError(f"{what}: {exc}") from None
         empty = base.store.parent / "empty"
