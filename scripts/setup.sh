@@ -11,7 +11,9 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
 need_apt=()
 # docker-registry: a local registry for the real podman-py pull test (tests/test_images_pull.py)
-for tool in podman runc debootstrap git patch docker-registry; do
+# crun, fuse-overlayfs: the host variants the live integrity suites also run under
+# (tests/test_runtime_variants.py); Podman here keeps runc and native overlay by default
+for tool in podman runc debootstrap git patch docker-registry crun fuse-overlayfs; do
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -19,7 +21,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then echo "[setup] need root to install ${need_apt[*]}" >&2; exit 1; fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq podman runc debootstrap git patch uidmap docker-registry >/dev/null
+  apt-get install -y -qq podman runc debootstrap git patch uidmap docker-registry crun \
+    fuse-overlayfs >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

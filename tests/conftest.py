@@ -1,12 +1,15 @@
-"""Shared fixtures: a Podman runtime for the suite, tiny git repositories."""
+"""Shared fixtures: a Podman runtime for the suite (and its host variants), tiny git repositories."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +54,119 @@ def podman_runtime():
     rt.close()
     leftovers = gc(rt.run_id)
     assert leftovers == [], f"containers left after the suite: {leftovers}"
+
+
+PODMAN_VARIANTS = ("crun", "fuse-overlayfs")
+"""Host variants the live integrity suites also run under (tests/test_runtime_variants.py):
+the OCI runtime crun in place of runc, and fuse-overlayfs storage (Podman's
+``mount_program``, the default of rootless and nested nodes) in place of native overlay."""
+
+
+def _hold_v2_controllers_in_v1():
+    """crun refuses a hybrid cgroup host whose v2 hierarchy has any controller ("cgroups in
+    hybrid mode not supported, drop all controllers from cgroupv2"); on this kind of host
+    that is only ``hugetlb``, which no v1 hierarchy binds. A controller bound to a mounted
+    v1 hierarchy leaves v2, so one is mounted in a private mount namespace held by a
+    sleeping process (nothing outside sees the mount): killing that process unmounts it
+    and the controller returns to v2. Returns the process, or None when nothing is needed
+    (a pure v1 or v2 host)."""
+    unified = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+    ctrls = unified.read_text().split() if unified.exists() else []
+    if not ctrls:
+        return None
+    d = tempfile.mkdtemp(prefix="ecredit-cgv1-")
+    script = " && ".join(f"mkdir -p {d}/{c} && mount -t cgroup -o {c} none {d}/{c}"
+                         for c in ctrls) + " && echo ready && exec sleep infinity"
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.stdout.readline().strip() != b"ready":
+        proc.kill()
+        raise RuntimeError(f"cannot bind {ctrls} to cgroup v1 for crun: "
+                           f"{proc.stderr.read().decode(errors='replace')[-500:]}")
+    return proc
+
+
+@contextmanager
+def shared_store():
+    """Podman calls inside go to the shared store (a variant's ``CONTAINERS_STORAGE_CONF``
+    is lifted meanwhile): images built once there serve every variant."""
+    saved = os.environ.pop("CONTAINERS_STORAGE_CONF", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["CONTAINERS_STORAGE_CONF"] = saved
+
+
+def copy_from_shared_store(image: str, work: Path) -> None:
+    """Copy ``image`` from the shared store into the current one (``podman save`` /
+    ``load`` through a file in ``work``); nothing when they are the same store."""
+    from sandbox.runtimes.podman_store import podman_env
+
+    if not os.environ.get("CONTAINERS_STORAGE_CONF"):
+        return
+    archive = work / f"image-{os.getpid()}.tar"
+    with shared_store():
+        subprocess.run(["podman", "save", "-q", "-o", str(archive), image], check=True,
+                       capture_output=True, env=podman_env())
+    try:
+        subprocess.run(["podman", "load", "-q", "-i", str(archive)], check=True,
+                       capture_output=True, env=podman_env())
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+@contextmanager
+def podman_variant(kind: str, work: Path):
+    """Point Podman (CLI calls and services started inside) at ``kind``'s settings:
+    ``crun``: sandbox/containers.conf with ``runtime = "crun"``, the shared store;
+    ``fuse-overlayfs``: a store of its own under ``work`` (graphroot / runroot, overlay
+    with ``mount_program = fuse-overlayfs``), the sandbox image copied in from the shared
+    store (``podman save`` / ``load``) and everything in it removed afterwards."""
+    from sandbox.images import default_image
+    from sandbox.runtimes.podman_store import CONTAINERS_CONF, podman_env
+
+    conf = Path(CONTAINERS_CONF).read_text()
+    env, holder, store = {}, None, None
+    if kind == "crun":
+        if shutil.which("crun") is None:
+            raise RuntimeError("crun is not installed (scripts/setup.sh: apt-get install crun)")
+        conf = conf.replace('runtime = "runc"', 'runtime = "crun"')
+        holder = _hold_v2_controllers_in_v1()
+    elif kind == "fuse-overlayfs":
+        if shutil.which("fuse-overlayfs") is None:
+            raise RuntimeError("fuse-overlayfs is not installed (scripts/setup.sh)")
+        store = work / "store"
+        store.mkdir(parents=True)
+        (store / "storage.conf").write_text(
+            f'[storage]\ndriver = "overlay"\ngraphroot = "{store}/graph"\n'
+            f'runroot = "{store}/run"\n[storage.options.overlay]\n'
+            f'mount_program = "{shutil.which("fuse-overlayfs")}"\n')
+        env["CONTAINERS_STORAGE_CONF"] = str(store / "storage.conf")
+    else:
+        raise ValueError(f"kind: expected one of {PODMAN_VARIANTS}, got {kind!r}")
+    (work / "containers.conf").write_text(conf)
+    env["CONTAINERS_CONF"] = str(work / "containers.conf")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        if store is not None:
+            copy_from_shared_store(default_image(), work)
+        yield kind
+    finally:
+        if store is not None:  # the variant's own store only
+            for args in (["rm", "--all", "--force"], ["image", "rm", "--all", "--force"]):
+                subprocess.run(["podman", *args], capture_output=True, env=podman_env())
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
+        if holder is not None:
+            holder.kill()
+            holder.wait()
 
 
 @dataclass
