@@ -92,7 +92,9 @@ def _qwen(template: str, arch: str, vision: bool = False, **kw) -> Family:
 _QWEN3_5 = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
                 linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"])
 _NEMOTRON = dict(mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=1,
-                 hybrid_override_pattern="M*", layers_block_type=["mamba", "attention"])
+                 hybrid_override_pattern="M*",
+                 # today's names; "mamba" / "attention" are remapped only from transformers 5.2x
+                 layers_block_type=["linear_attention", "full_attention"])
 _LFM2 = dict(layer_types=["conv", "full_attention"])
 _GEMMA4 = dict(sliding_window=64, vocab_size_per_layer_input=None,
                hidden_size_per_layer_input=16, layer_types=["sliding_attention",

@@ -5,7 +5,7 @@ A byte-level BPE trained with ``tokenizers`` on the demonstration corpus, wrappe
 copy in ``ecredit_trl/templates/``: TRL's ``add_response_schema`` and
 ``get_training_chat_template`` recognise only their exact templates, and both SFT with
 ``assistant_only_loss=True`` and GRPO with tools switch to ``qwen3_training.jinja`` from it),
-and a tiny Llama (hidden 192, 4 layers, 4 heads, FFN 512, tied embeddings, fp32): 2.2M
+and a tiny Llama (hidden 192, 4 layers, 3 heads of 64, FFN 512, tied embeddings, fp32): 2.2M
 parameters with a 2.4k vocabulary, 2.54M with the warm start's 4k one.
 
 Source of the shape: a CPU probe made while developing it (an embedded demo policy that
@@ -34,8 +34,10 @@ PAD_TOKEN = "<|endoftext|>"
 USE_REGEX = False
 
 #: Model shape (from that CPU probe). ``num_key_value_heads = num_attention_heads`` (plain MHA).
-MODEL_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=4, intermediate_size=512, max_position_embeddings=4096)
+#: 3 heads of 64 rather than 4 of 48 (same parameters): vLLM's CPU attention kernels take head
+#: sizes 32, 64, 80, 96, ... only, and 48 fails at the first forward.
+MODEL_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
+                   num_key_value_heads=3, intermediate_size=512, max_position_embeddings=4096)
 
 
 def chat_template() -> str:
@@ -110,7 +112,7 @@ def build_tokenizer(corpus: list[str], vocab_size: int = 2400):
 def build_model(tokenizer, seed: int = 0):
     """A freshly initialised tiny Llama for ``tokenizer`` (fp32, on CPU).
 
-    Shape: :data:`MODEL_SHAPE` (hidden 192, 4 layers, 4 attention / 4 KV heads, FFN 512,
+    Shape: :data:`MODEL_SHAPE` (hidden 192, 4 layers, 3 attention / 3 KV heads of 64, FFN 512,
     RoPE, up to 4096 positions), ``vocab_size = len(tokenizer)``, tied input/output
     embeddings; about 2.2M parameters for a 2.4k vocabulary. ``eos_token_id`` /
     ``pad_token_id`` come from the tokenizer (also set on ``generation_config``).
