@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sandbox.cluster.node import gc_here, image_ids_here
+from sandbox.cluster.node import doctor_here, gc_here, image_ids_here
 from sandbox.cluster.reaper import REAP_GRACE_S, RunReaper
 from sandbox.images.pull import canonical
 
@@ -353,3 +353,16 @@ def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[
         if own:
             ray.shutdown()
 
+
+
+def doctor_cluster(address: str, extra: list[str] = (), timeout_s: float = 900.0) -> dict:
+    """A fresh doctor report of every live sandbox node of the cluster at ``address``
+    (:func:`sandbox.cluster.node.doctor_here` pinned to each node; a full run refreshes the
+    node's cached report). Returns ``{node id: report}``. Raises: RayUnavailable."""
+    ray = _import_ray()
+    own = connect(address)
+    try:
+        return dict(on_each_node(doctor_here, list(extra), timeout_s=timeout_s))
+    finally:
+        if own:
+            ray.shutdown()
