@@ -72,12 +72,15 @@ class RayOptions:
             per Ray worker.
         registry: where a node pulls a missing image from (:func:`sandbox.images.pull.source_ref`);
             None = the image name's own registry.
+        allow_unheld: a node whose doctor report has a rule not held serves anyway (its
+            trials carry ``node_unheld``); False: it is refused (:mod:`sandbox.doctor.gate`).
     """
 
     address: str = DEFAULT_ADDRESS
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     podman_url: str = ""
     registry: str | None = None
+    allow_unheld: bool = False
 
 
 def dispatcher_name(run_id: str) -> str:

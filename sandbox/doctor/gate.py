@@ -3,7 +3,7 @@ facts, and the decision drawn from it (design page, "Threat model").
 
 A node *serves* when every probe of ``python -m sandbox doctor`` held on its host. The
 report is kept under ``$ECREDIT_CACHE/doctor/<facts key>.json`` (``ECREDIT_CACHE`` defaults to
-``~/.cache/ecredit-trl``; the key is :func:`sandbox.doctor.facts.facts_key`), so a node whose
+``~/.cache/ecredit-trl``; ``ECREDIT_DOCTOR_CACHE`` names the folder itself; the key is :func:`sandbox.doctor.facts.facts_key`), so a node whose
 kernel, cgroups, runtime, storage and kernel-log access are what they were when it was
 probed reuses that report; any change of those facts probes it afresh. A node where a rule
 did not hold is *refused*; with ``allow_unheld`` (``--sandbox-allow-unheld``) it serves,
@@ -37,7 +37,10 @@ def doctor_command(head: list[str] = (), extra: list[str] = ()) -> list[str]:
 
 
 def cache_dir() -> Path:
-    """``$ECREDIT_CACHE/doctor`` (``~/.cache/ecredit-trl/doctor`` when unset)."""
+    """``$ECREDIT_DOCTOR_CACHE`` when set, else ``$ECREDIT_CACHE/doctor``
+    (``~/.cache/ecredit-trl/doctor`` when neither is set)."""
+    if os.environ.get("ECREDIT_DOCTOR_CACHE"):
+        return Path(os.environ["ECREDIT_DOCTOR_CACHE"]).expanduser()
     env = os.environ.get("ECREDIT_CACHE")
     root = Path(env).expanduser() if env else Path.home() / ".cache" / "ecredit-trl"
     return root / "doctor"
