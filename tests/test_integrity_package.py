@@ -305,6 +305,7 @@ def test_one_adapter_each_and_the_sandbox_decides_nothing():
     eval_users = {path for path, tree in _modules("eval") if not path.startswith(
         "eval/integrity/") and any(m.startswith("eval.integrity") for m in _imported(tree))}
     # evaluation's adapter; the grader applies the missing-observation rule; the controls
-    # and task-building CLIs hand their pools the retry policy
+    # and task-building CLIs hand their pools the retry policy; the doctor's adapter
     assert eval_users <= {"eval/evaluation/verification.py", "eval/grading/grader.py",
-                          "eval/controls.py", "eval/tasks/bundled/build.py"}, eval_users
+                          "eval/controls.py", "eval/tasks/bundled/build.py",
+                          "eval/doctor/verdicts.py"}, eval_users

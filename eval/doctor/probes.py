@@ -6,7 +6,7 @@ Each probe opens a workspace the way training does
 and disk budget), runs the attack through :meth:`~sandbox.workspace.rollout.RolloutWorkspace.run`,
 and on the exec failure that follows gathers the session's evidence
 (:meth:`~sandbox.workspace.rollout.RolloutWorkspace.diagnose`) and applies
-:func:`eval.integrity.agent.classify_exec_failure`. A probe *holds* when the class is the one
+:func:`eval.integrity.agent.classify_exec_failure` (through :mod:`eval.doctor.verdicts`). A probe *holds* when the class is the one
 the rule promises (the policy's own failure, never excluded as infrastructure):
 
 * ``pids``: a fork flood fills the pids limit of a running container → ``agent_pids``;
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from eval.integrity.agent import AGENT_DISK_BUDGET, classify_exec_failure
+from eval.doctor.verdicts import disk_class, exec_class
 from sandbox.doctor.facts import processes_cgroup
 from sandbox.images import default_image
 from sandbox.runtimes.podman_store import podman_env
@@ -116,7 +116,7 @@ def _break_and_judge(site, task, attack: str) -> tuple[dict | None, str | None, 
             ws.run("echo alive", timeout_s=30, max_output_chars=200)
         except SandboxExecError as exc:
             ev = ws.diagnose() or {}
-            cls = classify_exec_failure(ev)
+            cls = exec_class(ev)
             path = ws.session.cgroup_path
             ev = {**ev, "error": str(exc)[:300], "cgroup_path": path}
             if "memcg_oom" not in ev:
@@ -145,7 +145,7 @@ def probe_pids(site, task) -> ProbeResult:
             ev = ws.diagnose() or {}
     finally:
         ws.release()
-    cls = classify_exec_failure(ev)
+    cls = exec_class(ev)
     detail = {"class": cls, "evidence": ev, "processes_cgroup": where}
     if cls != "agent_pids":
         return ProbeResult("pids", False, f"classified {cls or 'infrastructure'} (pids "
@@ -182,7 +182,7 @@ def probe_memory_running(site, task, attempts: int = 3) -> list[ProbeResult]:
     record = ev.get("memcg_oom")
     alone = {**ev, "container": "exited", "cgroup": None, "cgroup_last": None,
              "cgroup_prev": None}
-    alone_cls = classify_exec_failure(alone)
+    alone_cls = exec_class(alone)
     rdetail = {"record": record, "class_on_record_alone": alone_cls,
                "cgroup_path": ev.get("cgroup_path")}
     if not record:
@@ -244,7 +244,7 @@ def probe_disk(site, task) -> ProbeResult:
         return ProbeResult("disk", False, "a tree grown by twice its budget was not over "
                            "budget", {"snapshot_error": after.snapshot_error})
     detail, ev = after.over_budget
-    ev = {**ev, "failure_class": AGENT_DISK_BUDGET}
+    ev = {**ev, "failure_class": disk_class()}
     if ev["grown_bytes"] < 2 * site.tree_budget_bytes or Path(workdir).exists():
         return ProbeResult("disk", False, f"measured {ev['grown_bytes']} bytes or the files "
                            "were kept", {"evidence": ev})

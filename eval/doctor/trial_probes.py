@@ -6,7 +6,7 @@ The trials go through a :class:`sandbox.trials.pool.VerifierPool` with the train
 policy (:class:`eval.integrity.retry.RetryPolicy`: one failure retry), beside the task's
 empty-patch control under the same limits; each failure is then judged by
 :func:`eval.integrity.attribution.attribute_failure` with the control's facts
-(:func:`eval.integrity.controls.control_facts`). A probe *holds* when the trial ended in the
+(:func:`eval.integrity.controls.control_facts`), through :mod:`eval.doctor.verdicts`. A probe *holds* when the trial ended in the
 limit's own exit class (:mod:`sandbox.trials.trial`), that class is one the artifact rule may
 charge (:func:`eval.integrity.exits.exit_rule`), and the rule charged it to the artifact
 (``artifact_<class>``): a policy cannot escape its reward by breaking its own trial.
@@ -18,10 +18,7 @@ import io
 import tarfile
 
 from eval.doctor.probes import ProbeResult
-from eval.integrity.attribution import attribute_failure
-from eval.integrity.controls import control_facts
-from eval.integrity.exits import ATTRIBUTABLE, exit_rule
-from eval.integrity.retry import RetryPolicy
+from eval.doctor.verdicts import ATTRIBUTABLE, trial_class, trial_retry
 from sandbox.images import default_image
 from sandbox.trials.pool import VerifierPool
 from sandbox.trials.trial import OOM, OUTPUT_LIMIT, TIMEOUT, TRUNCATED_LOG, Limits, TrialSpec
@@ -75,26 +72,24 @@ def trial_probes(runtime, concurrency: int = 3) -> list[ProbeResult]:
     specs = [_spec("doctor-control", "", archive)]
     specs += [_spec(f"doctor-{cls.replace('_', '-')}", artifact(line), archive)
               for cls, line in ARTIFACTS.items()]
-    with VerifierPool(runtime, max_concurrency=concurrency, retry=RetryPolicy()) as pool:
+    with VerifierPool(runtime, max_concurrency=concurrency, retry=trial_retry()) as pool:
         control, *results = pool.map(specs)
-    facts = control_facts(control)
     out = []
     for (cls, _), res in zip(ARTIFACTS.items(), results, strict=True):
         name = PROBE_NAMES[cls]
-        verdict = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
-                                    limits=res.limits, test_s=res.test_s, controls=[facts])
+        cls_charged, unattributed, decision = trial_class(res, control)
         detail = {"exit_class": res.exit_class, "error": res.error,
-                  "failed_attempts": res.failed_attempts, "class": verdict.failure_class,
-                  "unattributed": verdict.unattributed, "control": control.exit_class}
+                  "failed_attempts": res.failed_attempts, "class": cls_charged,
+                  "unattributed": unattributed, "control": control.exit_class}
         if control.exit_class != "ok":
             out.append(ProbeResult(name, False, f"the control ended {control.exit_class}: "
                                    f"{(control.error or '')[:200]}", detail))
         elif res.exit_class != cls:
             out.append(ProbeResult(name, False, f"the trial ended {res.exit_class}, not {cls}"
                                    f"{': ' + res.error[:200] if res.error else ''}", detail))
-        elif exit_rule(cls) != ATTRIBUTABLE or verdict.failure_class != f"artifact_{cls}":
+        elif decision != ATTRIBUTABLE or cls_charged != f"artifact_{cls}":
             out.append(ProbeResult(name, False, f"not charged to the artifact "
-                                   f"({verdict.unattributed or exit_rule(cls)})", detail))
+                                   f"({unattributed or decision})", detail))
         else:
             out.append(ProbeResult(name, True, detail=detail))
     return out
