@@ -124,3 +124,47 @@ def test_a_report_is_reused_by_the_hosts_facts_key(tmp_path, monkeypatch):
     v = node_verdict()
     assert (v.serve, v.unheld, v.cached, v.facts_key) == (False, ["oom_record"], True, key)
     assert node_verdict(allow_unheld=True).serve is True
+
+
+LIM = {"timeout_s": 4.0, "memory": "64m", "pids": 256, "cpus": 1.0, "output_bytes": 65536}
+
+
+def _timeout_trial(node_unheld):
+    from sandbox.trials.trial import TrialResult
+
+    return TrialResult(trial_id="t", exit_class="timeout", limits=LIM, test_s=4.0,
+                       failed_attempts=[{"exit_class": "timeout", "test_s": 4.0}],
+                       node_unheld=list(node_unheld))
+
+
+def test_a_failure_on_a_node_serving_with_rules_not_held_is_never_charged():
+    """The node rule, through training's and evaluation's adapters: a hang that recurs
+    beside a healthy control is ``artifact_timeout`` on a node where every rule held, and
+    unavailable (``node_rule_unheld``, counted in the ledger's reasons) on one that serves
+    with ``oom_record`` not held; an agent's OOM there is infrastructure."""
+    from types import SimpleNamespace
+
+    from ecredit_trl.runs.outcomes import UNATTRIBUTED_REASONS, exec_failure_class, trial_verdict
+    from eval.evaluation.verification import grade_trial
+    from eval.integrity.controls import ControlFacts
+
+    task = SimpleNamespace(FAIL_TO_PASS=["t.py::a"], PASS_TO_PASS=["t.py::b"],
+                           log_parser="parse_log_pytest")
+    controls = [ControlFacts("ok", 0.1, LIM)]
+    assert trial_verdict(task, _timeout_trial([]), None, controls).failure_class == \
+        "artifact_timeout"
+    v = trial_verdict(task, _timeout_trial(["oom_record"]), None, controls)
+    assert (v.utility, v.outcome, v.failure_class) == (None, "timeout", None)
+    assert v.failure_evidence["unattributed"] == NODE_UNHELD
+    assert v.failure_evidence["node_unheld"] == ["oom_record"]
+    assert NODE_UNHELD in UNATTRIBUTED_REASONS
+    control = {"exit_class": "ok", "trial": {"limits": LIM, "test_s": 0.1}}
+    assert grade_trial(task, _timeout_trial([]), None, control)["failure_class"] == \
+        "artifact_timeout"
+    row = grade_trial(task, _timeout_trial(["oom_record"]), None, control)
+    assert row["failure_class"] is None and row["unknown_reason"] == "trial_unattributed"
+    assert row["failure_evidence"]["unattributed"] == NODE_UNHELD
+    oom = {"service_ok": True, "container": "exited", "cgroup_last": None, "cgroup_prev": None,
+           "memcg_oom": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/x"}
+    assert exec_failure_class(oom) == "agent_oom"
+    assert exec_failure_class({**oom, "node_unheld": ["oom_record"]}) is None

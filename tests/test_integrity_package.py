@@ -46,6 +46,7 @@ RULES = {  # module -> the names that make its rule
     "missing": ("missing_observations", "has_utility", "READINGS"),
     "retry": ("RetryPolicy", "decide_retry", "NOT_TRANSIENT"),
     "controls": ("ControlFacts", "control_facts"),
+    "nodes": ("NODE_UNHELD", "on_unheld_node", "exec_on_unheld_node"),
 }
 
 
