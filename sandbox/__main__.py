@@ -72,15 +72,17 @@ def _doctor(args) -> int:
     if not args.ray_address:
         return subprocess.call(doctor_command(["--json"] if args.json else [], extra))
     reports = doctor_cluster(args.ray_address, extra)
+    held = bool(reports) and all(r.get("held") for r in reports.values())
     if args.json:
         print(json.dumps(reports, sort_keys=True, default=str))
+        return 0 if held else 1
     for node, rep in sorted(reports.items()):
         for p in rep.get("probes", []):
             print(f"node {node[:12]}: {p['name']}: "
                   + ("held" if p["held"] else f"FAILED {p['reason']}"))
         if rep.get("error"):
             print(f"node {node[:12]}: FAILED {rep['error']}")
-    return 0 if reports and all(r.get("held") for r in reports.values()) else 1
+    return 0 if held else 1
 
 
 if __name__ == "__main__":

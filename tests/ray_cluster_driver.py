@@ -488,7 +488,8 @@ def gate(cluster, address: str, image: str, root: Path) -> dict:
     not held: it is refused (no trial lands there, even one whose image only E is listed
     as holding), while the other nodes serve; with ``allow_unheld`` E serves and its trial
     carries the rules it lacks, counted under ``node_rule_unheld``; with every node
-    refused the backend does not start."""
+    refused the backend does not start; ``python -m sandbox doctor
+    --ray-address`` then reports E's probes afresh."""
     cache = root / "doctor-e"
     cache.mkdir()
     failing = gate_report(held=False)
@@ -519,6 +520,13 @@ def gate(cluster, address: str, image: str, root: Path) -> dict:
         out["none_serve"] = "started"
     except RayUnavailable as exc:
         out["none_serve"] = str(exc)
+    # `python -m sandbox doctor --ray-address`: a fresh report of every node (E alone now)
+    proc = subprocess.run([sys.executable, "-m", "sandbox", "doctor", "--ray-address", address,
+                           "--only", "agent", "--json"], capture_output=True, text=True,
+                          timeout=600)
+    out["cli"] = {"rc": proc.returncode, "tail": proc.stderr[-2000:],
+                  "reports": json.loads(proc.stdout.strip().splitlines()[-1])
+                  if proc.stdout.strip() else None}
     return out
 
 

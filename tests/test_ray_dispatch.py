@@ -330,7 +330,8 @@ def test_a_node_where_a_rule_did_not_hold_is_refused_or_serves_marked(cluster_re
     not held. By default E is refused: not among the serving nodes, and a trial whose image
     only E is listed as holding lands on a serving node instead. With ``allow_unheld`` E
     serves, and its trial carries the rule it lacks, counted under ``node_rule_unheld``.
-    With E the only sandbox node left the backend does not start, naming E's reason."""
+    With E the only sandbox node left the backend does not start, naming E's reason, and
+    ``python -m sandbox doctor --ray-address`` reports E's probes (run on E)."""
     r = cluster_report["gate"]
     e, refused, allowed = r["e"], r["allow_False"], r["allow_True"]
     why = ("refused: rules not held here: oom_record: the kernel log (/dev/kmsg) holds no "
@@ -345,6 +346,13 @@ def test_a_node_where_a_rule_did_not_hold_is_refused_or_serves_marked(cluster_re
     assert allowed["node_unheld"] == ["oom_record"] and allowed["counted"] == 1
     assert r["none_serve"].startswith("every sandbox node was refused by its gate (node "
                                       f"{e[:12]}: {why})")
+    # `python -m sandbox doctor --ray-address`: E's agent probes run on E, all held
+    cli = r["cli"]
+    assert cli["rc"] == 0, cli["tail"]
+    assert list(cli["reports"]) == [e] and cli["reports"][e]["held"] is True
+    assert [p["name"] for p in cli["reports"][e]["probes"]] == [
+        "pids", "memory_running", "oom_record", "memory_stopped", "disk", "history",
+        "overlay_opacity"]
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -14,8 +14,8 @@ the rule promises (the policy's own failure, never excluded as infrastructure):
   next exec is OOM-killed while the container runs → ``agent_oom``; ``oom_record``: the
   kernel log holds the ``CONSTRAINT_MEMCG`` record of that container's cgroup, and it alone
   decides ``agent_oom``;
-* ``memory_stopped``: ``/tmp`` filled past the limit, the OOM killer stops the container →
-  ``agent_oom``;
+* ``memory_stopped``: ``/tmp`` filled past the limit between two calls, the OOM killer
+  stops the container → ``agent_oom``;
 * ``disk``: the tree grows past the rollout's disk budget → over budget, files removed
   (``agent_disk_budget``);
 * ``history``: an image whose git history holds a marker: nothing the agent runs in its
@@ -197,24 +197,38 @@ def probe_memory_running(site, task, attempts: int = 3) -> list[ProbeResult]:
     return [first, second]
 
 
-def probe_memory_stopped(site, task, attempts: int = 6) -> ProbeResult:
-    """/tmp filled past the limit by a dozen writers at once: the OOM killer kills them and,
-    when the demand outlasts them, the container's own processes, which stops it; the
-    failed exec that follows is judged on the last call's sample (and the kernel's record,
-    when it holds one). Which process the OOM killer picks is its own choice (more often
-    than not the container stops here): a container still running is tried afresh, up to
-    ``attempts`` times."""
-    part = _limit_bytes(site.limits.memory) // 10
-    attack = (f"for i in $(seq 12); do head -c {part} /dev/zero > /tmp/fill$i & done; wait; "
-              "echo filled")
+def probe_memory_stopped(site, task, attempts: int = 3, wait_s: float = 20.0) -> ProbeResult:
+    """/tmp filled past the limit by three background ``yes`` writers that start once the
+    call has returned: the OOM killer then picks the largest process of the container, its
+    own ``sleep`` (coreutils ``yes`` maps fewer pages), which stops it. The next exec fails
+    and is judged as a stopped container is: on the last call's sample, else the kernel's
+    ``CONSTRAINT_MEMCG`` record of its cgroup. A container the OOM killer left running is
+    tried afresh, up to ``attempts`` times."""
+    attack = ("for i in 1 2 3; do setsid bash -c 'sleep 2; exec yes' > /tmp/fill$i "
+              "2>/dev/null & done; echo started")
     ev = cls = None
-    out, tries = "", 0
+    tries = 0
     while tries < attempts:
         tries += 1
-        ev, cls, out = _break_and_judge(site, task, attack)
+        ws = site.open_here(task)
+        try:
+            if ws.setup_error:
+                return ProbeResult("memory_stopped", False,
+                                   f"the workspace did not open: {ws.setup_error}")
+            ws.run(attack, timeout_s=60, max_output_chars=200)
+            _wait_stopped(ws.session.container, wait_s)
+            try:
+                ws.run("echo alive", timeout_s=30, max_output_chars=200)
+                ev = None
+            except SandboxExecError as exc:
+                ev = {**(ws.diagnose() or {}), "error": str(exc)[:300],
+                      "cgroup_path": ws.session.cgroup_path}
+                cls = exec_class(ev)
+        finally:
+            ws.release()
         if ev is not None and ev.get("container") not in ("running", None, "missing"):
             break
-    detail = {"class": cls, "evidence": ev, "attack_output": out[-200:], "attempts": tries}
+    detail = {"class": cls, "evidence": ev, "attempts": tries}
     if ev is None:
         return ProbeResult("memory_stopped", False, "the next exec started after /tmp "
                            "outgrew the memory limit", detail)
@@ -223,8 +237,22 @@ def probe_memory_stopped(site, task, attempts: int = 6) -> ProbeResult:
                            f"not stopped by the OOM killer, in {tries} attempts", detail)
     if cls != "agent_oom":
         return ProbeResult("memory_stopped", False, f"classified {cls or 'infrastructure'} "
-                           f"(last sample {ev.get('cgroup_last')})", detail)
+                           f"(last sample {ev.get('cgroup_last')}, kernel record "
+                           f"{ev.get('memcg_oom')!r})", detail)
     return ProbeResult("memory_stopped", True, detail=detail)
+
+
+def _wait_stopped(container, wait_s: float) -> None:
+    """Wait up to ``wait_s`` seconds for ``container`` (podman-py) to leave ``running``."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+            if container.status != "running":
+                return
+        except Exception:  # noqa: BLE001 - gone: the next exec says so
+            return
+        time.sleep(0.2)
 
 
 def probe_disk(site, task) -> ProbeResult:
