@@ -130,14 +130,14 @@ def test_a_report_is_reused_by_the_hosts_facts_key(tmp_path, monkeypatch):
     assert node_verdict(allow_unheld=True).serve is True
 
 
-LIM = {"timeout_s": 4.0, "memory": "64m", "pids": 256, "cpus": 1.0, "output_bytes": 65536}
+LIM = {"timeout_s": 3.0, "memory": "64m", "pids": 256, "cpus": 1.0, "output_bytes": 65536}
 
 
 def _timeout_trial(node_unheld):
     from sandbox.trials.trial import TrialResult
 
-    return TrialResult(trial_id="t", exit_class="timeout", limits=LIM, test_s=4.0,
-                       failed_attempts=[{"exit_class": "timeout", "test_s": 4.0}],
+    return TrialResult(trial_id="t", exit_class="timeout", limits=LIM, test_s=3.0,
+                       failed_attempts=[{"exit_class": "timeout", "test_s": 3.0}],
                        node_unheld=list(node_unheld))
 
 

@@ -25,7 +25,7 @@ from sandbox.trials.trial import OOM, OUTPUT_LIMIT, TIMEOUT, TRUNCATED_LOG, Limi
 
 TRIAL_LIMITS = Limits(memory="64m", pids=256, cpus=1.0)
 """Limits of the probe trials (and their control)."""
-TRIAL_TIMEOUT_S = 4.0
+TRIAL_TIMEOUT_S = 3.0
 """Wall clock of a probe trial (seconds): the control takes well under one."""
 TRIAL_OUTPUT_BYTES = 64 * 2**10
 """Output limit of a probe trial (bytes); the flood prints 32 times as much."""
