@@ -86,6 +86,10 @@ class ECreditConfig(GRPOConfig):
         "help": "sandbox_backend=ray: where a node pulls an image it lacks (a mirror host or "
                 "docker-archive:DIR, as `python -m sandbox.images pull --registry`); "
                 "default: the image's own registry"})
+    sandbox_allow_unheld: bool = field(default=SANDBOX.allow_unheld, metadata={
+        "help": "sandbox_backend=ray: let a sandbox node where a reward-integrity rule did not "
+                "hold (python -m sandbox doctor) serve anyway, its trials marked with the "
+                "rules it lacks (node_rule_unheld); default: such a node is refused"})
     verifier_concurrency: int = field(default=2, metadata={"help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"help": "retries after an infra error"})
     trial_timeout_s: float | None = field(default=None, metadata={

@@ -42,7 +42,8 @@ __all__ = ["BACKENDS", "CONFIG_FIELDS", "KINDS", "Runtime", "SandboxOptions",
 CONFIG_FIELDS = {"kind": "runtime", "backend": "sandbox_backend", "ray_address": "ray_address",
                  "max_in_flight": "sandbox_max_in_flight", "podman_url": "ray_podman_url",
                  "image_registry": "ray_image_registry", "agent_endpoints": "agent_endpoints",
-                 "verifier_endpoints": "verifier_endpoints", "run_id": "sandbox_run_id"}
+                 "verifier_endpoints": "verifier_endpoints", "run_id": "sandbox_run_id",
+                 "allow_unheld": "sandbox_allow_unheld"}
 """:class:`SandboxOptions` field → the trainer's config field of the same meaning (the names
 errors use by default; a CLI flag is the same name with dashes, :data:`FLAGS`)."""
 STUDY_KEYS = ("backend", "ray_address", "max_in_flight", "podman_url", "image_registry")
@@ -84,6 +85,9 @@ class SandboxOptions:
             (:func:`sandbox.runtimes.podman_runtime.endpoints_retired`).
         run_id: ray: the run whose dispatcher to join (a child process of that run, flag
             ``--sandbox-run-id``); None = a run of one's own.
+        allow_unheld: ray: let a sandbox node whose doctor report has a rule not held serve
+            anyway, its trials marked with the rules it lacks (default: such a node is
+            refused; :mod:`sandbox.doctor.gate`).
 
     Frozen (usable as a default argument); :meth:`validate` checks it.
     """
@@ -97,6 +101,7 @@ class SandboxOptions:
     agent_endpoints: tuple[str, ...] = ()
     verifier_endpoints: tuple[str, ...] = ()
     run_id: str | None = None
+    allow_unheld: bool = False
 
     # -- checks ---------------------------------------------------------------
     def validate(self, names: Mapping[str, str] | None = None) -> SandboxOptions:
@@ -148,7 +153,8 @@ class SandboxOptions:
     def ray_options(self) -> RayOptions:
         """The Ray part (:class:`sandbox.cluster.dispatch.RayOptions`)."""
         return RayOptions(address=self.ray_address, max_in_flight=self.max_in_flight,
-                          podman_url=self.podman_url, registry=self.image_registry)
+                          podman_url=self.podman_url, registry=self.image_registry,
+                          allow_unheld=self.allow_unheld)
 
     # -- the three faces ------------------------------------------------------
     def study_section(self) -> dict:
@@ -162,7 +168,8 @@ class SandboxOptions:
         process's sockets and stay out."""
         return runtime_flags(self.kind, self.backend, ray_address=self.ray_address,
                              max_in_flight=self.max_in_flight, podman_url=self.podman_url,
-                             image_registry=self.image_registry, run_id=self.run_id)
+                             image_registry=self.image_registry, run_id=self.run_id,
+                             allow_unheld=self.allow_unheld)
 
     @staticmethod
     def add_args(ap: argparse.ArgumentParser) -> None:
@@ -184,6 +191,10 @@ class SandboxOptions:
         ap.add_argument(FLAGS["image_registry"], default=d.image_registry,
                         help="ray: where a node pulls an image it lacks (mirror or "
                              "docker-archive:DIR)")
+        ap.add_argument(FLAGS["allow_unheld"], action="store_true",
+                        help="ray: let a sandbox node where a reward-integrity rule did not "
+                             "hold (python -m sandbox doctor) serve anyway, its trials marked; "
+                             "default: such a node is refused")
         # internal: eval.run's rollout subprocess joins the evaluation's dispatcher (its cap
         # and its cleanup) instead of making a new one
         ap.add_argument(FLAGS["run_id"], default=d.run_id, help=argparse.SUPPRESS)
@@ -194,7 +205,8 @@ class SandboxOptions:
         return cls(kind=args.runtime, backend=args.sandbox_backend,
                    ray_address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
                    podman_url=args.ray_podman_url, image_registry=args.ray_image_registry,
-                   run_id=getattr(args, "sandbox_run_id", None))
+                   run_id=getattr(args, "sandbox_run_id", None),
+                   allow_unheld=bool(getattr(args, "sandbox_allow_unheld", False)))
 
     @classmethod
     def from_config(cls, cfg) -> SandboxOptions:

@@ -34,6 +34,8 @@ from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
 from eval.integrity.retry import RetryPolicy  # noqa: E402
 from sandbox.cluster.dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
 from sandbox.cluster.trials import RayTrials  # noqa: E402
+from sandbox.doctor.facts import facts_key, host_facts  # noqa: E402
+from sandbox.doctor.gate import NODE_UNHELD, save_report  # noqa: E402
 from sandbox.images import default_image  # noqa: E402
 from sandbox.runtimes.podman_runtime import RUN_LABEL, podman_env  # noqa: E402
 from sandbox.trials.pool import VerifierPool  # noqa: E402
@@ -470,6 +472,64 @@ def ws_kill(cluster, address: str, root: Path, a) -> dict:
     return out
 
 
+def gate_report(held: bool) -> dict:
+    """A doctor report of this host as the doctor writes it (``oom_record`` not held when
+    ``held`` is False); what a node's gate reads from its cache (the doctor's own run is
+    tests/test_doctor.py)."""
+    probes = [{"name": "pids", "held": True, "reason": "", "detail": {}},
+              {"name": "oom_record", "held": held, "detail": {},
+               "reason": "" if held else "the kernel log (/dev/kmsg) holds no CONSTRAINT_MEMCG "
+                                         "record naming the container's cgroup"}]
+    return {"facts_key": facts_key(host_facts()), "probes": probes, "held": held}
+
+
+def gate(cluster, address: str, image: str, root: Path) -> dict:
+    """Node E joins with its own doctor cache, whose report of this host has ``oom_record``
+    not held: it is refused (no trial lands there, even one whose image only E is listed
+    as holding), while the other nodes serve; with ``allow_unheld`` E serves and its trial
+    carries the rules it lacks, counted under ``node_rule_unheld``; with every node
+    refused the backend does not start; ``python -m sandbox doctor
+    --ray-address`` then reports E's probes afresh."""
+    cache = root / "doctor-e"
+    cache.mkdir()
+    failing = gate_report(held=False)
+    (cache / f"{failing['facts_key']}.json").write_text(json.dumps(failing))
+    e = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_e": 1},
+                         env_vars={"ECREDIT_DOCTOR_CACHE": str(cache)})
+    cluster.wait_for_nodes()
+    out: dict = {"e": e.node_id}
+    for allow in (False, True):
+        rt = RayTrials(f"rt-gate-{int(allow)}-{os.getpid()}", RayOptions(
+            address=address, max_in_flight=4, allow_unheld=allow))
+        try:
+            alive = rt.alive_nodes()
+            rt._index = {e.node_id: [image]}  # only E listed as holding the image
+            res = rt.run_trial(spec(f"gate{int(allow)}", image))
+            out[f"allow_{allow}"] = {
+                "alive": alive, "refused": dict(rt.stats["refused"]),
+                "unheld": dict(rt.stats["unheld"]), "counted": rt.stats[NODE_UNHELD],
+                "class": res.exit_class, "node": res.node, "node_unheld": res.node_unheld}
+        finally:
+            rt.close()
+    for n in cluster.list_all_nodes():  # E alone is left
+        if n is not cluster.head_node and n is not e:
+            cluster.remove_node(n, allow_graceful=False)
+    cluster.wait_for_nodes()
+    try:
+        RayTrials(f"rt-gate-none-{os.getpid()}", RayOptions(address=address, max_in_flight=4))
+        out["none_serve"] = "started"
+    except RayUnavailable as exc:
+        out["none_serve"] = str(exc)
+    # `python -m sandbox doctor --ray-address`: a fresh report of every node (E alone now)
+    proc = subprocess.run([sys.executable, "-m", "sandbox", "doctor", "--ray-address", address,
+                           "--only", "agent", "--json"], capture_output=True, text=True,
+                          timeout=600)
+    out["cli"] = {"rc": proc.returncode, "tail": proc.stderr[-2000:],
+                  "reports": json.loads(proc.stdout.strip().splitlines()[-1])
+                  if proc.stdout.strip() else None}
+    return out
+
+
 def storage_for_c(root: Path) -> Path:
     root.mkdir(parents=True)
     (root / "storage.conf").write_text(
@@ -509,7 +569,8 @@ def main(out_path: str) -> None:
                          ("kill", lambda: kill(cluster, cluster.address, image, a, b)),
                          ("ws_kill", lambda: ws_kill(cluster, cluster.address, tmp, a)),
                          ("locality", lambda: locality(cluster, cluster.address, image, a,
-                                                       store, tmp / "mirror"))):
+                                                       store, tmp / "mirror")),
+                         ("gate", lambda: gate(cluster, cluster.address, image, tmp))):
             if only and name not in only:  # a developer's subset; the test runs them all
                 continue
             t = time.monotonic()
@@ -761,7 +822,17 @@ def tools(out_path: str, work: str) -> None:
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
+def seed_gate() -> None:
+    """Every sandbox node's gate reads a held report of this host from one doctor cache
+    (``ECREDIT_DOCTOR_CACHE``, inherited by the cluster's nodes and the driver's children)
+    unless a scenario gives a node its own."""
+    if not os.environ.get("ECREDIT_DOCTOR_CACHE"):
+        os.environ["ECREDIT_DOCTOR_CACHE"] = tempfile.mkdtemp(prefix="ecredit-raytest-doctor-")
+    save_report(gate_report(held=True))
+
+
 if __name__ == "__main__":
+    seed_gate()
     if sys.argv[1] == "rank":
         rank(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1] == "train":

@@ -46,6 +46,7 @@ RULES = {  # module -> the names that make its rule
     "missing": ("missing_observations", "has_utility", "READINGS"),
     "retry": ("RetryPolicy", "decide_retry", "NOT_TRANSIENT"),
     "controls": ("ControlFacts", "control_facts"),
+    "nodes": ("NODE_UNHELD", "on_unheld_node", "exec_on_unheld_node"),
 }
 
 
@@ -305,6 +306,7 @@ def test_one_adapter_each_and_the_sandbox_decides_nothing():
     eval_users = {path for path, tree in _modules("eval") if not path.startswith(
         "eval/integrity/") and any(m.startswith("eval.integrity") for m in _imported(tree))}
     # evaluation's adapter; the grader applies the missing-observation rule; the controls
-    # and task-building CLIs hand their pools the retry policy
+    # and task-building CLIs hand their pools the retry policy; the doctor's adapter
     assert eval_users <= {"eval/evaluation/verification.py", "eval/grading/grader.py",
-                          "eval/controls.py", "eval/tasks/bundled/build.py"}, eval_users
+                          "eval/controls.py", "eval/tasks/bundled/build.py",
+                          "eval/doctor/verdicts.py"}, eval_users

@@ -324,6 +324,37 @@ def test_node_killed_mid_episode_excludes_its_rollout_as_infra_and_the_rest_goes
     assert r["survivor_artifact"].endswith("+x = 1\n+z\n")
 
 
+@pytest.mark.podman
+def test_a_node_where_a_rule_did_not_hold_is_refused_or_serves_marked(cluster_report):
+    """The gate (design page, "Threat model"): node E's doctor report has ``oom_record``
+    not held. By default E is refused: not among the serving nodes, and a trial whose image
+    only E is listed as holding lands on a serving node instead. With ``allow_unheld`` E
+    serves, and its trial carries the rule it lacks, counted under ``node_rule_unheld``.
+    With E the only sandbox node left the backend does not start, naming E's reason, and
+    ``python -m sandbox doctor --ray-address`` reports E's probes (run on E)."""
+    r = cluster_report["gate"]
+    e, refused, allowed = r["e"], r["allow_False"], r["allow_True"]
+    why = ("refused: rules not held here: oom_record: the kernel log (/dev/kmsg) holds no "
+           "CONSTRAINT_MEMCG record naming the container's cgroup")
+    assert e not in refused["alive"] and refused["alive"]
+    assert refused["refused"] == {e: why} and refused["unheld"] == {}
+    assert refused["class"] == "ok" and refused["node"] in refused["alive"]
+    assert refused["node_unheld"] == [] and refused["counted"] == 0
+    assert e in allowed["alive"] and allowed["refused"] == {}
+    assert allowed["unheld"] == {e: ["oom_record"]}
+    assert (allowed["class"], allowed["node"]) == ("ok", e)
+    assert allowed["node_unheld"] == ["oom_record"] and allowed["counted"] == 1
+    assert r["none_serve"].startswith("every sandbox node was refused by its gate (node "
+                                      f"{e[:12]}: {why})")
+    # `python -m sandbox doctor --ray-address`: E's agent probes run on E, all held
+    cli = r["cli"]
+    assert cli["rc"] == 0, cli["tail"]
+    assert list(cli["reports"]) == [e] and cli["reports"][e]["held"] is True
+    assert [p["name"] for p in cli["reports"][e]["probes"]] == [
+        "pids", "memory_running", "oom_record", "memory_stopped", "disk", "history",
+        "overlay_opacity"]
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

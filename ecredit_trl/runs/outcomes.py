@@ -18,12 +18,17 @@ from eval.integrity.agent import (
     agent_failure_verdict,
     classify_exec_failure,
 )
-from eval.integrity.attribution import FAILURE_CLASSES, UNATTRIBUTED_REASONS, attribute_failure
+from eval.integrity.attribution import FAILURE_CLASSES, attribute_failure
+from eval.integrity.attribution import UNATTRIBUTED_REASONS as ARTIFACT_UNATTRIBUTED
 from eval.integrity.controls import ControlFacts, control_facts
 from eval.integrity.failure_value import failure_utility
+from eval.integrity.nodes import NODE_UNHELD, exec_on_unheld_node, on_unheld_node
 from eval.integrity.retry import RetryPolicy
 from sandbox.trials.trial import EXIT_CLASSES, INFRA_ERROR, OK, TRUNCATED_LOG
 
+UNATTRIBUTED_REASONS = (*ARTIFACT_UNATTRIBUTED, NODE_UNHELD)
+"""Why an attributable failure stayed unavailable: the artifact rule's reasons and the node
+rule's (:mod:`eval.integrity.nodes`)."""
 TRIAL_OUTCOMES = ("graded", "attributed", *FAILURE_CLASSES, "incomplete",
                   *(c for c in EXIT_CLASSES if c != OK))
 """How a verifier trial's result was used. ``graded``/``attributed`` give a utility
@@ -77,6 +82,7 @@ def trial_verdict(task, res, control_log: str | None,
     if res.exit_class != OK:
         att = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
                                 limits=res.limits, test_s=res.test_s, controls=controls or [])
+        att = on_unheld_node(att, getattr(res, "node_unheld", None))
         if att.failure_class is not None:
             return TrialVerdict(failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS), False,
                                 att.failure_class, att.failure_class, att.evidence)
@@ -109,8 +115,9 @@ def trial_retry(max_retries: int) -> RetryPolicy:
 def exec_failure_class(evidence: dict) -> str | None:
     """Who broke an agent exec, from the session's evidence
     (:func:`eval.integrity.agent.classify_exec_failure`): ``agent_pids``, ``agent_oom`` or
-    None (infrastructure)."""
-    return classify_exec_failure(evidence)
+    None (infrastructure); None too on a node whose doctor report had a rule not held
+    (:func:`eval.integrity.nodes.exec_on_unheld_node`)."""
+    return exec_on_unheld_node(classify_exec_failure(evidence), evidence)
 
 
 __all__ = ["AGENT_DISK_BUDGET", "AGENT_FAILURE_CLASSES", "FAILURE_CLASSES", "TRIAL_OUTCOMES",

@@ -34,6 +34,7 @@ from eval.integrity.attribution import attribute_failure
 from eval.integrity.controls import control_facts
 from eval.integrity.exits import ATTRIBUTABLE, EXIT_RULE, INFRASTRUCTURE
 from eval.integrity.failure_value import failure_utility
+from eval.integrity.nodes import on_unheld_node
 from eval.integrity.retry import RetryPolicy
 from eval.tasks.protection import verdict_fields
 from eval.tasks.trialspec import task_trial_spec
@@ -62,6 +63,7 @@ def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
     att = attribute_failure(res.exit_class, failed_attempts=getattr(res, "failed_attempts", []),
                             limits=getattr(res, "limits", None),
                             test_s=getattr(res, "test_s", None), controls=controls)
+    att = on_unheld_node(att, getattr(res, "node_unheld", None))
     if att.failure_class is None:
         return {**unknown_slot("", 0, "trial_unattributed"), **base, "failure_class": None,
                 "failure_evidence": {**att.evidence, "unattributed": att.unattributed}}

@@ -17,6 +17,8 @@ every decision is a pure function here, one module per rule:
 * :mod:`eval.integrity.retry`: the retry policy, which exit classes run again and how often
   (executed by :class:`sandbox.trials.pool.VerifierPool`).
 * :mod:`eval.integrity.controls`: the control facts the artifact rule reads.
+* :mod:`eval.integrity.nodes`: the node rule, no failure is charged on a sandbox node whose
+  doctor report had a rule not held.
 
 Each consumer reaches the rules through one adapter: training through
 :mod:`ecredit_trl.runs.outcomes`, the pilot through :mod:`ecredit_trl.credit.pilot_trials`,

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sandbox.cluster.node import gc_here, image_ids_here
+from sandbox.cluster.node import doctor_here, gc_here, image_ids_here
 from sandbox.cluster.reaper import REAP_GRACE_S, RunReaper
 from sandbox.images.pull import canonical
 
@@ -72,12 +72,15 @@ class RayOptions:
             per Ray worker.
         registry: where a node pulls a missing image from (:func:`sandbox.images.pull.source_ref`);
             None = the image name's own registry.
+        allow_unheld: a node whose doctor report has a rule not held serves anyway (its
+            trials carry ``node_unheld``); False: it is refused (:mod:`sandbox.doctor.gate`).
     """
 
     address: str = DEFAULT_ADDRESS
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     podman_url: str = ""
     registry: str | None = None
+    allow_unheld: bool = False
 
 
 def dispatcher_name(run_id: str) -> str:
@@ -353,3 +356,16 @@ def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[
         if own:
             ray.shutdown()
 
+
+
+def doctor_cluster(address: str, extra: list[str] = (), timeout_s: float = 900.0) -> dict:
+    """A fresh doctor report of every live sandbox node of the cluster at ``address``
+    (:func:`sandbox.cluster.node.doctor_here` pinned to each node; a full run refreshes the
+    node's cached report). Returns ``{node id: report}``. Raises: RayUnavailable."""
+    ray = _import_ray()
+    own = connect(address)
+    try:
+        return dict(on_each_node(doctor_here, list(extra), timeout_s=timeout_s))
+    finally:
+        if own:
+            ray.shutdown()

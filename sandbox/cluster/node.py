@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 
+from sandbox.doctor.gate import NodeVerdict, node_verdict, run_report
 from sandbox.images.pull import ImagePullError, PullOutcome, canonical, pull_one, source_ref
 from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
 from sandbox.trials.trial import TrialResult, TrialSpec
@@ -116,6 +117,23 @@ def image_ids_here(run_id: str, podman_url: str, images: list[str]) -> tuple[str
                for img in client.images.list() for tag in (img.tags or []) if "<none>" not in tag}
     return (ray.get_runtime_context().get_node_id(),
             {i: ids.get(canonical(i)) for i in sorted(set(images))})
+
+
+def gate_here(allow_unheld: bool = False) -> tuple[str, NodeVerdict]:
+    """``(node id, this node's gate)``: :func:`sandbox.doctor.gate.node_verdict` (the report
+    cached for this host's facts, else a doctor run now) — what the backend asks a sandbox
+    node before it first serves."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), node_verdict(allow_unheld)
+
+
+def doctor_here(extra: list[str]) -> tuple[str, dict]:
+    """``(node id, a fresh doctor report of this node)`` (``python -m sandbox doctor
+    --ray-address``)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), run_report(extra=extra)
 
 
 def gc_here(run_id: str | None) -> tuple[str, list[str]]:

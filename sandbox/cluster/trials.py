@@ -28,8 +28,9 @@ from sandbox.cluster.dispatch import (
     on_each_node,
     sandbox_nodes,
 )
-from sandbox.cluster.node import gc_here, list_images, run_trial_here
+from sandbox.cluster.node import gate_here, gc_here, list_images, run_trial_here
 from sandbox.cluster.workspace_proxy import RayWorkspaces
+from sandbox.doctor.gate import DOCTOR_TIMEOUT_S, NODE_UNHELD, NodeVerdict
 from sandbox.images.pull import canonical
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.runtimes.protocol import runtime_flags
@@ -48,10 +49,19 @@ class RayTrials:
 
     Thread-safe: the pool calls :meth:`run_trial` from its worker threads.
     ``stats``: ``dispatched``, ``node_failures`` (Ray-level failures: node or worker death),
-    ``pulls`` (images a node pulled for a trial), ``by_node`` (node id → trials served).
+    ``pulls`` (images a node pulled for a trial), ``by_node`` (node id → trials served),
+    ``refused`` (node id → why its gate refused it), ``unheld`` (node id → the rules that
+    did not hold on a node that serves because ``options.allow_unheld``) and
+    ``node_rule_unheld`` (trials such nodes served).
+
+    **The gate** (design page, "Threat model"): before a sandbox node first serves this
+    rank, :func:`sandbox.cluster.node.gate_here` runs on it (the doctor report cached for
+    its host's facts, else a doctor run there; :mod:`sandbox.doctor.gate`). A refused node
+    gets no trial and no workspace (placement is then pinned to the serving nodes).
 
     Raises:
-        RayUnavailable: Ray missing, no cluster at ``options.address``, or no sandbox node.
+        RayUnavailable: Ray missing, no cluster at ``options.address``, no sandbox node, or
+            every sandbox node refused by its gate (the message names each node's reason).
         ValueError: ``options.max_in_flight`` differs from the cap the run's dispatcher
             already has (another rank started it with another value).
     """
@@ -102,24 +112,52 @@ class RayTrials:
         self._failed: dict[str, set[str]] = {}
         self._turn = 0
         self._closed = False
-        self.stats = {"dispatched": 0, "node_failures": 0, "pulls": 0, "by_node": {}}
+        self.stats = {"dispatched": 0, "node_failures": 0, "pulls": 0, "by_node": {},
+                      "refused": {}, "unheld": {}, NODE_UNHELD: 0}
+        self._verdicts: dict[str, NodeVerdict] = {}
 
         self._task = self.ray.remote(run_trial_here)  # exported once, not per trial
-        self._refresh_index()
+        if not self.alive_nodes():
+            refused = "; ".join(f"node {n[:12]}: {why}"
+                                for n, why in sorted(self.stats["refused"].items()))
+            self.close()
+            raise RayUnavailable(f"every sandbox node was refused by its gate ({refused}); "
+                                 "run `python -m sandbox doctor` on a node to see why, or "
+                                 "pass --sandbox-allow-unheld to let such nodes serve")
 
     # -- placement -------------------------------------------------------------
     def alive_nodes(self) -> list[str]:
-        """Live sandbox nodes, re-read at most every :data:`NODES_TTL_S` seconds."""
+        """Live sandbox nodes that passed their gate (a new node is gated first), re-read
+        at most every :data:`NODES_TTL_S` seconds."""
         with self._lock:
             read_at, nodes = self._nodes
             if time.monotonic() - read_at < NODES_TTL_S:
                 return nodes
         nodes = sandbox_nodes()
+        self._gate([n for n in nodes if n not in self._verdicts])
+        nodes = [n for n in nodes if self._verdicts[n].serve]
         with self._lock:
             self._nodes = (time.monotonic(), nodes)
         if set(nodes) - set(self._index):
             self._refresh_index(nodes)
         return nodes
+
+    def _gate(self, nodes: list[str]) -> None:
+        """Ask each of ``nodes`` for its gate (:func:`sandbox.cluster.node.gate_here`); a node
+        that does not answer is refused."""
+        if not nodes:
+            return
+        got = dict(on_each_node(gate_here, self.options.allow_unheld, nodes=nodes,
+                                timeout_s=DOCTOR_TIMEOUT_S + 60))
+        with self._lock:
+            for node in nodes:
+                v = got.get(node) or NodeVerdict(False, ["gate"], reason="the node's gate "
+                                                 "did not answer")
+                self._verdicts[node] = v
+                if not v.serve:
+                    self.stats["refused"][node] = v.reason
+                elif v.unheld:
+                    self.stats["unheld"][node] = list(v.unheld)
 
     def _refresh_index(self, nodes: list[str] | None = None) -> None:
         """Read the dispatcher's node → images index; list the nodes it lacks (each node's
@@ -142,10 +180,10 @@ class RayTrials:
             avoid = set(self._failed.get(spec.trial_id, ()))
         return choose_node(spec.image, self.alive_nodes(), index, load, avoid, turn)
 
-    def _task_options(self, node: str | None) -> dict:
+    def _task_options(self, node: str | None, hard: bool = False) -> dict:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        strategy = (NodeAffinitySchedulingStrategy(node, soft=True) if node else "SPREAD")
+        strategy = (NodeAffinitySchedulingStrategy(node, soft=not hard) if node else "SPREAD")
         return {"num_cpus": 0, "resources": {SANDBOX_RESOURCE: 1}, "max_retries": 0,
                 "scheduling_strategy": strategy}
 
@@ -164,8 +202,12 @@ class RayTrials:
             load = self.ray.get(self.dispatcher.acquire.remote(holder, self._job))
             slot_wait = time.monotonic() - t0
             node = self.choose(spec, load)
+            hard = bool(self.stats["refused"])  # never spill onto a refused node
+            if node is None and hard:
+                alive = self.alive_nodes()
+                node = min(alive, key=lambda n: load.get(n, 0)) if alive else None
             submitted = time.time()
-            ref = self._task.options(**self._task_options(node)).remote(
+            ref = self._task.options(**self._task_options(node, hard)).remote(
                 spec, self.run_id, self.options.podman_url, self.options.registry,
                 self.dispatcher, holder)
             res, started = self.ray.get(ref)
@@ -201,6 +243,10 @@ class RayTrials:
     def _account(self, spec: TrialSpec, res: TrialResult) -> None:
         with self._lock:
             self.stats["dispatched"] += 1
+            verdict = self._verdicts.get(res.node)
+            if verdict is not None and verdict.unheld:
+                res.node_unheld = list(verdict.unheld)
+                self.stats[NODE_UNHELD] += 1
             if res.node:
                 by_node = self.stats["by_node"]
                 by_node[res.node] = by_node.get(res.node, 0) + 1
@@ -284,7 +330,8 @@ class RayRoutedRuntime(PodmanRuntime):
         o = self.trials.options
         return runtime_flags(self.kind, self.backend, ray_address=o.address,
                              max_in_flight=o.max_in_flight, podman_url=o.podman_url,
-                             image_registry=o.registry, run_id=self.trials.run_id)
+                             image_registry=o.registry, run_id=self.trials.run_id,
+                             allow_unheld=o.allow_unheld)
 
     def image_ids(self, images) -> dict[str, str | None]:
         """image → id in the sandbox nodes' storage (:func:`sandbox.cluster.dispatch.cluster_image_ids`):

@@ -102,13 +102,17 @@ class RemoteWorkspace:
         return self._call("edit", fn, *args, deadline_s=CALL_MARGIN_S * 2)
 
     def diagnose(self) -> dict | None:
-        """The node's diagnosis; for a lost node the evidence names it (infrastructure)."""
+        """The node's diagnosis; for a lost node the evidence names it (infrastructure); on a
+        node serving with doctor probes not held, ``node_unheld`` names them
+        (:mod:`sandbox.doctor.gate`)."""
         if self.lost is not None:
             return {"failure_class": None, "node_lost": self.node, "error": self.lost}
         try:
-            return self._call("diagnose", deadline_s=CALL_MARGIN_S)
+            ev = self._call("diagnose", deadline_s=CALL_MARGIN_S)
         except WorkspaceLost:
             return {"failure_class": None, "node_lost": self.node, "error": self.lost}
+        unheld = self.owner.trials.stats["unheld"].get(self.node)
+        return {**ev, "node_unheld": list(unheld)} if ev is not None and unheld else ev
 
     def after_call(self) -> AfterCall:
         """:meth:`RolloutWorkspace.after_call` on the node; its tree is remembered for the

@@ -25,19 +25,21 @@ BACKENDS = ("local", "ray")
 
 FLAGS = {"kind": "--runtime", "backend": "--sandbox-backend", "ray_address": "--ray-address",
          "max_in_flight": "--sandbox-max-in-flight", "podman_url": "--ray-podman-url",
-         "image_registry": "--ray-image-registry", "run_id": "--sandbox-run-id"}
+         "image_registry": "--ray-image-registry", "run_id": "--sandbox-run-id",
+         "allow_unheld": "--sandbox-allow-unheld"}
 """``sandbox.backend.SandboxOptions`` field → its command-line flag (``eval.run``,
 ``eval.controls``, the pilot, the rollout subprocess)."""
 
 
 def runtime_flags(kind: str, backend: str = "local", *, ray_address: str = "",
                   max_in_flight: int = 0, podman_url: str = "",
-                  image_registry: str | None = None, run_id: str | None = None) -> list[str]:
+                  image_registry: str | None = None, run_id: str | None = None,
+                  allow_unheld: bool = False) -> list[str]:
     """The :data:`FLAGS` that name a runtime: ``--runtime KIND`` alone on the local backend;
     on ``ray`` every Ray field (``--ray-podman-url`` even when empty, so a child never falls
     back to a default its parent did not use), ``--ray-image-registry`` when set, and
     ``--sandbox-run-id`` when given (the child joins that run's dispatcher: one cap, one
-    cleanup)."""
+    cleanup), and ``--sandbox-allow-unheld`` when set."""
     argv = [FLAGS["kind"], kind]
     if backend == "local":
         return argv
@@ -47,6 +49,8 @@ def runtime_flags(kind: str, backend: str = "local", *, ray_address: str = "",
         argv += [FLAGS["image_registry"], image_registry]
     if run_id:
         argv += [FLAGS["run_id"], run_id]
+    if allow_unheld:
+        argv += [FLAGS["allow_unheld"]]
     return argv
 
 

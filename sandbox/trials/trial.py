@@ -237,6 +237,9 @@ class TrialResult:
             sandbox backend (:mod:`sandbox.cluster.dispatch`); "" for local runtimes.
         image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
             ``"present"`` when it held it; "" for local runtimes.
+        node_unheld: the doctor probes that did not hold on the serving node, when it
+            served only because the run allowed it (``sandbox_allow_unheld``); empty
+            otherwise (:mod:`sandbox.doctor.gate`).
     """
 
     trial_id: str
@@ -264,6 +267,7 @@ class TrialResult:
     failed_attempts: list[dict] = field(default_factory=list)
     node: str = ""
     image_pull: str = ""
+    node_unheld: list[str] = field(default_factory=list)
 
     @property
     def service_s(self) -> float:
