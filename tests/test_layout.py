@@ -157,7 +157,8 @@ def test_no_import_cycles_between_subpackages():
 
 #: sandbox/ bottom to top; a module imports only from its own subpackage or a lower rank
 #: (images is used by runtimes' level and up and uses podman_runtime: the same rank).
-SANDBOX_RANKS = {"sandbox.snapshots": 0, "sandbox.trials": 1, "sandbox.runtimes": 2,
+SANDBOX_RANKS = {"sandbox.bounds": 0, "sandbox.snapshots": 0, "sandbox.trials": 1,
+                 "sandbox.runtimes": 2,
                  "sandbox.images": 2, "sandbox.workspace": 3, "sandbox.cluster": 4,
                  "sandbox.backend": 5, "sandbox.__main__": 6}
 #: eval/: the files helpers; tasks, grading, integrity, statistics, metrics; the evaluation
