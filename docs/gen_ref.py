@@ -35,7 +35,8 @@ CLI_DIRS = ("ecredit_trl", "eval", "sandbox", "benchmarks")
 # its CLI is transformers' HfArgumentParser over the config dataclasses (config reference).
 TRAIN = "ecredit_trl/train.py"
 HELP_COLUMNS = "100"
-_CALL = re.compile(r"\bargparse\.ArgumentParser\(")
+# a parser is argparse's or sandbox.bounds' one-line-error subclass (not its class statement)
+_CALL = re.compile(r"^(?!class ).*\b(argparse\.)?ArgumentParser\(", re.MULTILINE)
 # the generator imports the project's packages from this checkout (no install needed)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

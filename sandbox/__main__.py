@@ -9,25 +9,25 @@ gone (:func:`sandbox.runtimes.tempdirs.gc_temp_dirs`); a live run's directories 
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from sandbox.bounds import ArgumentParser, InDir, Text
 from sandbox.cluster.dispatch import gc_cluster
 from sandbox.runtimes.podman_runtime import gc
 from sandbox.runtimes.tempdirs import gc_temp_dirs
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sandbox")
+    ap = ArgumentParser(prog="python -m sandbox")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gc", help="remove containers labelled by ecredit runs and the temp "
                                   "directories of dead ecredit processes")
-    g.add_argument("--run-id", default=None, help="only this run's containers")
-    g.add_argument("--temp-root", default=None,
+    g.add_argument("--run-id", type=Text(), default=None, help="only this run's containers")
+    g.add_argument("--temp-root", type=InDir(), default=None,
                    help="where to look for ecredit-rollouts-* / ecredit-snap-* / "
                         "ecredit-podman-* (default: the system temp directory)")
     g.add_argument("--no-temp", action="store_true", help="leave temp directories alone")
-    g.add_argument("--ray-address", default=None,
+    g.add_argument("--ray-address", type=Text(), default=None,
                    help="also remove the containers on every sandbox node of this running Ray "
                         "cluster (auto, HOST:PORT): one pinned task per node")
     args = ap.parse_args(argv)

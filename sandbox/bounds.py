@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 __all__ = ["ArgumentParser", "Bound", "BoundError", "Choice", "FIELD_BOUNDS", "Float", "InDir",
-           "InFile", "Int", "ModelRef", "OutDir", "OutFile", "Source", "Text", "bound_of",
+           "InFile", "InPath", "Int", "ModelRef", "OutDir", "OutFile", "Source", "Text", "bound_of",
            "check_fields", "check_value", "declared", "flag_bounds", "register",
            "use_bounds"]
 
@@ -51,7 +51,8 @@ class Bound:
     """What one value may be.
 
     Attributes:
-        kind: ``int``, ``float``, ``text`` (``any-text``: "" allowed), ``choice``, ``in-file``, ``in-dir``, ``out-file``,
+        kind: ``int``, ``float``, ``text`` (``any-text``: "" allowed), ``choice``, ``in-file``,
+            ``in-dir``, ``in-path`` (either), ``out-file``,
             ``out-dir``, ``source`` (a name, or a file path in ``fmt``) or ``model`` (a model
             directory or a hub id ``org/name``).
         ge, gt, le, lt: numeric limits (inclusive / exclusive); None = none.
@@ -96,6 +97,8 @@ class Bound:
             text = f"an existing readable {self.fmt + ' ' if self.fmt else ''}file"
         elif self.kind == "in-dir":
             text = "an existing directory"
+        elif self.kind == "in-path":
+            text = "an existing file or directory"
         elif self.kind == "out-file":
             text = "a file path to write (not a directory)"
         elif self.kind == "out-dir":
@@ -141,6 +144,8 @@ class Bound:
             return None
         if not value.strip():
             return "empty"
+        if self.kind == "in-path":
+            return None if Path(value).expanduser().exists() else "no such file or directory"
         if self.kind in ("in-file", "in-dir", "out-file", "out-dir"):
             return _path_problem(self.kind, self.fmt, Path(value))
         if self.kind == "source" and _looks_like_path(value):
@@ -285,6 +290,8 @@ def _path_samples(b: Bound, tmp: Path) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]]
     if b.kind == "in-dir":
         out = [(str(adir), True), (missing, False), (str(good), False)]
+    elif b.kind == "in-path":
+        out = [(str(good), True), (str(adir), True), (missing, False)]
     elif b.kind == "out-file":
         out = [(str(tmp / "new.out"), True), (str(adir), False)]
     elif b.kind == "out-dir":
@@ -337,6 +344,11 @@ def InFile(fmt: str = "", *, nullable=False, why="") -> Bound:  # noqa: N802
 def InDir(*, nullable=False, why="") -> Bound:  # noqa: N802
     """An existing directory."""
     return Bound("in-dir", nullable=nullable, why=why)
+
+
+def InPath(*, nullable=False, why="") -> Bound:  # noqa: N802
+    """An existing file or directory (a results file or the folder holding it)."""
+    return Bound("in-path", nullable=nullable, why=why)
 
 
 def OutFile(*, nullable=False, why="") -> Bound:  # noqa: N802
