@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from sandbox.bounds import Int, Text
 from sandbox.cluster.dispatch import (
     DEFAULT_ADDRESS,
     DEFAULT_MAX_IN_FLIGHT,
@@ -34,7 +35,6 @@ from sandbox.runtimes.podman_runtime import (
     check_agent_endpoints,
     endpoints_retired,
 )
-from sandbox.bounds import Int, Text
 from sandbox.runtimes.protocol import BACKENDS, FLAGS, KINDS, Runtime, runtime_flags
 
 __all__ = ["BACKENDS", "CONFIG_FIELDS", "KINDS", "Runtime", "SandboxOptions",
