@@ -200,6 +200,17 @@ def split_run_arguments(argv: list[str]) -> tuple[RunArguments, list[str]]:
     return RunArguments(ns.resume_from, allowed, ns.reason), rest
 
 
+def build_parser() -> HfArgumentParser:
+    """The parser of the run's fields (ECreditConfig, ModelArguments, RunArguments), each
+    field's declared bounds as its argparse type (:func:`sandbox.bounds.use_bounds`)."""
+    parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments), prog="train.py")
+    # argparse prints the whole usage (hundreds of fields) before an error: keep only the
+    # one line that names the field (`--help` still lists them all)
+    parser.print_usage = lambda file=None: None
+    use_bounds(parser, (ECreditConfig, ModelArguments, RunArguments))
+    return parser
+
+
 def parse_args(argv: list[str] | None = None):
     """Fill (ECreditConfig, ModelArguments) from defaults < YAML < command line.
 
@@ -208,11 +219,7 @@ def parse_args(argv: list[str] | None = None):
     Raises: SystemExit (argparse) for unknown fields; ValueError naming a bad field.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments), prog="train.py")
-    # argparse prints the whole usage (hundreds of fields) before an error: keep only the
-    # one line that names the field (`--help` still lists them all)
-    parser.print_usage = lambda file=None: None
-    use_bounds(parser, (ECreditConfig, ModelArguments, RunArguments))
+    parser = build_parser()
     pre, _ = parser.parse_known_args(argv)
     values = embedded_defaults(torch.cuda.is_available())
     if pre.config:
