@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=Int(ge=1), default=24,
                     help="--service: trials at once per verifier host")
     ap.add_argument("--hosts", type=Int(ge=1), default=1, help="--service: verifier hosts")
-    ap.add_argument("--split", type=Source("jsonl"), action="append", default=[],
+    ap.add_argument("--split", type=Source(), action="append", default=[],
                     help="--service: NAME=TASKSxN evaluated for every policy (repeatable)")
     a = ap.parse_args(argv)
     if a.service:

@@ -227,7 +227,7 @@ def summarize(results: dict[str, list[dict]], turns: int = 3) -> dict:
 
 def main(argv=None) -> int:
     ap = ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", type=Source("jsonl"), default="bundled:train",
+    ap.add_argument("--tasks", type=Source(), default="bundled:train",
                     help="load_tasks source (purpose=train); default bundled:train")
     ap.add_argument("--policy", type=Text(), help="a saved policy dir (skips the warm start)")
     ap.add_argument("--steps", type=Int(ge=1), default=None, help="warm-start SFT steps")

@@ -144,7 +144,7 @@ class ECreditConfig(GRPOConfig):
                 "episode ends as the policy's failure (agent_disk_budget: the failure value, "
                 "not excluded)"})
     tasks: str = field(default="bundled:train", metadata={
-        "bounds": Source("jsonl"),
+        "bounds": Source(),
         "help": "task source (bundled:train, official500, a .jsonl path, ...)"})
     max_tasks: int | None = field(default=None, metadata={"bounds": Int(ge=1, nullable=True),
                                                           "help": "use only the first N tasks"})

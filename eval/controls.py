@@ -469,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI. Exit 0 when every task is admitted, 1 when some are not, 2 on bad input."""
     ap = ArgumentParser(prog="python -m eval.controls", description="Gold and "
                                  "empty-patch controls per task; admission manifest.")
-    ap.add_argument("--split", type=Source("jsonl"), required=True, help="task source (eval.tasks.splits.load_tasks)")
+    ap.add_argument("--split", type=Source(), required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--out", type=OutDir(), required=True, help="output folder")
     SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     ap.add_argument("--concurrency", type=Int(ge=1), default=2)

@@ -39,7 +39,7 @@ from eval.tasks.sealed import (
     write_manifest,
 )
 from eval.tasks.splits import load_tasks
-from sandbox.bounds import ArgumentParser, InFile, Int, OutFile, Text
+from sandbox.bounds import ArgumentParser, InFile, Int, OutFile, Source, Text
 
 #: Names whose size is fixed (eval reports against these denominators; eval.run).
 FIXED_SIZES = {"holdout100": 100}
@@ -206,13 +206,13 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m eval.holdout", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seal", help="seal a user-given list (--from) or n ids of a pool")
-    s.add_argument("--from", type=Text(), dest="from_path", default=None,
+    s.add_argument("--from", type=InFile(), dest="from_path", default=None,
                    help="ids (one a line / JSON list) or rows (.jsonl/.parquet) to seal")
-    s.add_argument("--rows", type=Text(), default="official500",
+    s.add_argument("--rows", type=Source(), default="official500",
                    help="with an id list: the load_tasks source of their rows")
     s.add_argument("--allow-size", action="store_true",
                    help="accept another size than the name's (holdout100: 100)")
-    s.add_argument("--pool", type=Text(), default=None, help="load_tasks source, e.g. official500, bundled")
+    s.add_argument("--pool", type=Source(), default=None, help="load_tasks source, e.g. official500, bundled")
     s.add_argument("--n", type=Int(ge=1), default=None)
     s.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=None)
     s.add_argument("--out", type=OutFile(), default=None, help="manifest path (--from: datasets/<name>.json)")
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     sh = sub.add_parser("show", help="verify a manifest and print its summary")
     sh.add_argument("path", type=InFile("json"))
     c = sub.add_parser("check", help="exit 1 when a source holds sealed ids")
-    c.add_argument("--source", type=Text(), required=True)
+    c.add_argument("--source", type=Source(), required=True)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "seal":

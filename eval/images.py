@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     add_pull_arguments(sub.add_parser("pull", help="pull the task images local storage lacks"))
     ls = sub.add_parser("list", help="print the task images of a split, one a line")
-    ls.add_argument("--split", type=Source("jsonl"), required=True)
+    ls.add_argument("--split", type=Source(), required=True)
     args = ap.parse_args(argv)
     try:
         images = split_images(args.split)

@@ -104,7 +104,7 @@ class Bound:
         elif self.kind == "out-dir":
             text = "a directory path to write (not a file)"
         elif self.kind == "source":
-            text = f"a name, or an existing readable {self.fmt} file"
+            text = f"a name, or an existing readable {self.fmt + ' ' if self.fmt else ''}file"
         else:  # model
             text = "an existing model directory or a hub id org/name"
         return text + (" or None" if self.nullable else "")
@@ -148,8 +148,14 @@ class Bound:
             return None if Path(value).expanduser().exists() else "no such file or directory"
         if self.kind in ("in-file", "in-dir", "out-file", "out-dir"):
             return _path_problem(self.kind, self.fmt, Path(value))
-        if self.kind == "source" and _looks_like_path(value):
-            return _path_problem("in-file", self.fmt, Path(value))
+        if self.kind == "source":
+            # a scheme prefix (swegym:PATH, bundled:train) names the loader; its path is checked
+            if re.match(r"^[\w-]+:", value):  # its loader reads a file or a folder
+                rest = value.split(":", 1)[1]
+                if _looks_like_path(rest) and not Path(rest).expanduser().exists():
+                    return "no such file or directory"
+            elif _looks_like_path(value) or Path(value).is_dir():
+                return _path_problem("in-file", self.fmt, Path(value))
         if self.kind == "model":
             if _looks_like_path(value) or Path(value).exists():
                 return _path_problem("in-dir", "", Path(value))
@@ -361,9 +367,10 @@ def OutDir(*, nullable=False, why="") -> Bound:  # noqa: N802
     return Bound("out-dir", nullable=nullable, why=why)
 
 
-def Source(fmt: str = "jsonl", *, nullable=False, why="") -> Bound:  # noqa: N802
-    """A named source (``bundled:train``, ``official500``) or a path to a ``fmt`` file; a value
-    that looks like a path (``/``, ``./``, a ``.jsonl`` suffix) must be a readable file."""
+def Source(fmt: str = "", *, nullable=False, why="") -> Bound:  # noqa: N802
+    """A named source (``bundled:train``, ``official500``, ``swegym:PATH``) or a path to a
+    file (``fmt``: its format, "" any); a value that looks like a path (``/``, ``./``, a
+    ``.jsonl`` suffix), alone or after a ``scheme:``, must be a readable file."""
     return Bound("source", fmt=fmt, nullable=nullable, why=why)
 
 

@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="Policy rollouts (no updates) in the training "
                                              "agent environment.")
     ap.add_argument("--model", type=ModelRef(), required=True, help="model dir or training run dir")
-    ap.add_argument("--tasks", type=Source("jsonl"), required=True, help="task source (eval.tasks.splits.load_tasks)")
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source (eval.tasks.splits.load_tasks)")
     ap.add_argument("--n", type=Int(ge=1), required=True, help="rollouts per task")
     ap.add_argument("--out", type=OutFile(), required=True, help="output JSONL (appended; resumable)")
     ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0, help="sampling seed (per-rollout derived)")

@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D.")
-    ap.add_argument("--tasks", type=Source("jsonl"), required=True, help="task source for eval.tasks.splits.load_tasks "
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source for eval.tasks.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
     ap.add_argument("--trajectories", type=InFile("jsonl"), required=True, help="trajectory JSONL (replay format)")
     ap.add_argument("--out", type=OutDir(), required=True, help="output folder")

@@ -398,7 +398,7 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 def main(argv: Sequence[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
-    ap.add_argument("--tasks", type=Source("jsonl"), required=True, help="task source for eval.tasks.splits.load_tasks")
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source for eval.tasks.splits.load_tasks")
     ap.add_argument("--out", type=OutFile(), required=True, help="trajectory JSONL to write")
     ap.add_argument("--max-tasks", type=Int(ge=1), default=None)
     ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0)

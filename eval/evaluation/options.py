@@ -77,7 +77,7 @@ class EvalOptions:
     """
 
     model: str | None = _opt(None, "model dir or training run dir (runs/<name>)", bounds=ModelRef(why="or a training run dir"))
-    split: str | None = _opt(None, SPLIT_HELP, bounds=Source("jsonl"))
+    split: str | None = _opt(None, SPLIT_HELP, bounds=Source())
     n: int | None = _opt(None, "rollouts per task", bounds=Int(ge=1))
     out: str | Path | None = _opt(None, "output folder (resumable)", bounds=OutDir())
     concurrency: int = _opt(2, "verifier trials at once", bounds=Int(ge=1))

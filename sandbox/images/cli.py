@@ -13,7 +13,7 @@ from sandbox.images.pull import ImagePullError, pull_images
 
 def add_pull_arguments(p: argparse.ArgumentParser) -> None:
     """The ``pull`` options (shared with ``python -m eval.images pull``)."""
-    p.add_argument("--split", type=Source("jsonl"), required=True,
+    p.add_argument("--split", type=Source(), required=True,
                    help="official500, holdout100, bundled[:...] or a task/name FILE")
     p.add_argument("--registry", type=Text(), default=None,
                    help="mirror: host[:port][/prefix], or oci-archive:DIR / docker-archive:DIR "
