@@ -288,8 +288,7 @@ def config_reference(root: Path = ROOT) -> str:
     """Markdown of the configuration reference (the body of ``docs/reference/config.md``)."""
     from trl import GRPOConfig
 
-    from ecredit_trl.bounds import INHERITED, MIN_TURN_TOKENS, SIZE_FIELDS
-    from ecredit_trl.config import ECreditConfig
+    from ecredit_trl.config import INHERITED, MIN_TURN_TOKENS, SIZE_FIELDS, ECreditConfig
     from ecredit_trl.train import ModelArguments, RunArguments, embedded_defaults
 
     grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
@@ -312,7 +311,7 @@ def config_reference(root: Path = ROOT) -> str:
         rows.append(f"| `{name}` | {_cell(_default(grpo[name]))} | "
                     f"{_bounds_cell(ECreditConfig, name)} |")
     parts.append("## Bounds of the inherited fields {#inherited-bounds}\n\n"
-                 "`ecredit_trl.bounds.INHERITED`: the GRPOConfig / TrainingArguments fields "
+                 "`ecredit_trl.config.INHERITED`: the GRPOConfig / TrainingArguments fields "
                  "a run checks (with the command line's own fields, before the run directory "
                  "is made; [Development](../development.md#declaring-bounds)). `max_steps` "
                  "defaults to 2 here (TRL: -1, 'train epochs instead', refused). The field "

@@ -61,8 +61,7 @@ from transformers import HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
 from ecredit_trl.agent.prompts import task_prompt  # noqa: E402
-from ecredit_trl.bounds import check_resume_sizes  # noqa: E402
-from ecredit_trl.config import ECreditConfig  # noqa: E402
+from ecredit_trl.config import ECreditConfig, check_resume_sizes  # noqa: E402
 from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
 from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
 from ecredit_trl.runs.binding import (  # noqa: E402

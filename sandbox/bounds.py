@@ -35,6 +35,7 @@ __all__ = ["ArgumentParser", "Bound", "BoundError", "Choice", "FIELD_BOUNDS", "F
            "use_bounds"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # gpt2, org/name
 
 
 class BoundError(ValueError):
@@ -106,7 +107,7 @@ class Bound:
         elif self.kind == "source":
             text = f"a name, or an existing readable {self.fmt + ' ' if self.fmt else ''}file"
         else:  # model
-            text = "an existing model directory or a hub id org/name"
+            text = "an existing model directory or a hub id (name or org/name)"
         return text + (" or None" if self.nullable else "")
 
     def describe(self) -> str:
@@ -159,7 +160,7 @@ class Bound:
         if self.kind == "model":
             if _looks_like_path(value) or Path(value).exists():
                 return _path_problem("in-dir", "", Path(value))
-            return None if _HUB_ID.match(value) else "neither a directory nor a hub id"
+            return None if _MODEL_ID.match(value) else "neither a directory nor a hub id"
         return None
 
     def _number_problem(self, value) -> str | None:

@@ -28,8 +28,7 @@ from trl import GRPOConfig
 sys.path.insert(0, str(REPO_ROOT / "docs"))
 import gen_ref  # noqa: E402 - after the docs path entry
 
-from ecredit_trl.bounds import INHERITED, check_resume_sizes  # noqa: E402
-from ecredit_trl.config import ECreditConfig  # noqa: E402
+from ecredit_trl.config import INHERITED, ECreditConfig, check_resume_sizes  # noqa: E402
 from ecredit_trl.train import (  # noqa: E402
     ModelArguments,
     RunArguments,
