@@ -83,18 +83,18 @@ class ECreditConfig(GRPOConfig):
                                                          "help": "podman or local (not isolated)"})
     podman_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"bounds": Text(),
+        metadata={"bounds": Text(empty=True, why="an empty entry is no endpoint"),
                   "help": "deprecated: its unix:// entries set agent_endpoints when that is "
                           "not given; a remote entry is refused (retired: sandbox_backend=ray)"})
     agent_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"bounds": Text(),
+        metadata={"bounds": Text(empty=True, why="an empty entry is no endpoint"),
                   "help": "local Podman API URLs (unix://) for agent sessions; the first one "
                           "also serves the local backend's verifier trials; empty: a private "
                           "local service"})
     verifier_endpoints: list[str] = field(
         default_factory=list,
-        metadata={"bounds": Text(),
+        metadata={"bounds": Text(empty=True, why="an empty entry is no endpoint"),
                   "help": "retired: any value is refused with a migration "
                           "message; trials on other hosts run with sandbox_backend=ray"})
     sandbox_backend: str = field(default=SANDBOX.backend, metadata={"bounds": Choice(*BACKENDS),
