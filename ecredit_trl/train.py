@@ -102,7 +102,6 @@ from sandbox.backend import make_runtime  # noqa: E402
 from sandbox.bounds import (  # noqa: E402
     BoundError,
     Float,
-    InDir,
     InFile,
     Int,
     ModelRef,
@@ -151,7 +150,8 @@ class RunArguments:
     """Session control (never part of the run's config or its hashes)."""
 
     resume_from: str | None = field(default=None, metadata={
-        "bounds": InDir(nullable=True),
+        "bounds": Text(nullable=True, why="a checkpoint inside a run directory: checked first "
+                                          "by the resume, naming the missing manifest"),
         "help": "checkpoint directory (runs/<name>/checkpoint-<step>) to resume exactly"})
     allow_changed: list[str] = field(default_factory=list, metadata={
         "bounds": Text(),
