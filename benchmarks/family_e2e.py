@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out = Path(args.out or tempfile.mkdtemp(prefix="family-e2e-"))
-    cfg, margs = parse_args(train_argv("PATH", "tasks.jsonl", str(out / "runs"), args.runtime,
+    # the flags only: a task source that exists (the real split is written below)
+    cfg, margs = parse_args(train_argv("PATH", "bundled:train", str(out / "runs"), args.runtime,
                                        args.bf16))
     assert cfg.gradient_checkpointing and margs.lora_r == 8 and cfg.bf16 == args.bf16
     print(f"flags ok; families {args.families}; work folder {out}", flush=True)
