@@ -203,3 +203,14 @@ def test_real_command_lines_refuse_before_any_container(argv, flag, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and flag in lines[0], proc.stderr[-2000:]
     assert not out.exists()
+
+
+def test_a_study_train_mapping_is_checked_against_the_bounds():
+    """A study's ``train:`` values meet the same bounds before its folder is made."""
+    from ecredit_trl.study.config import StudyConfigError, validate_train
+
+    with pytest.raises(StudyConfigError) as got:
+        validate_train({"max_steps": -3})
+    assert str(got.value).startswith("config: train.max_steps: -3: not allowed (out of range); "
+                                     "allowed: an integer >= 1")
+    assert validate_train({"max_steps": 3, "top_p": 1.0}) == {"max_steps": 3, "top_p": 1.0}
