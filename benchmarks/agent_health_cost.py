@@ -15,12 +15,12 @@ image), medians over ``--sessions`` sessions of:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 
 from eval.integrity.agent import classify_exec_failure
+from sandbox.bounds import ArgumentParser, Int
 from sandbox.images import build_offline, default_image
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.workspace.health import read_cgroup
@@ -32,8 +32,8 @@ def _ms(xs: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=5)
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=Int(ge=1), default=5)
     args = ap.parse_args(argv)
     build_offline(log=lambda *_: None)
     start, added, call, sample, diag = [], [], [], [], []

@@ -16,7 +16,6 @@ Target: credit path ≤ 1% of the step.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -24,6 +23,7 @@ import torch
 
 from ecredit_trl.credit.planning import per_token_advantages
 from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
+from sandbox.bounds import ArgumentParser, Int
 
 
 def frozen_batch(B: int, T: int, turns: int, vocab: int, seed: int = 0):
@@ -69,11 +69,11 @@ def timed(fn, repeats):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--tokens", type=int, default=640)
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=20)
+    ap = ArgumentParser()
+    ap.add_argument("--batch", type=Int(ge=1), default=8)
+    ap.add_argument("--tokens", type=Int(ge=1), default=640)
+    ap.add_argument("--turns", type=Int(ge=1), default=3)
+    ap.add_argument("--repeats", type=Int(ge=1), default=20)
     args = ap.parse_args()
     torch.manual_seed(0)
     tok = build_tokenizer(["def add(a, b):\n    return a + b\n"] * 4, vocab_size=400)

@@ -25,13 +25,14 @@ in Podman containers, same slots, one at a time vs batched: rollouts per minute 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, Float, Int, OutFile
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -99,17 +100,17 @@ def rollouts_only(model: str, tasks: list, args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", type=int, default=10, help="first K tasks of bundled:train")
-    ap.add_argument("--n", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--agent-concurrency", type=int, default=4)
-    ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--max-new-tokens", type=int, default=640)
-    ap.add_argument("--seed", type=int, default=0)
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=Int(ge=1), default=10, help="first K tasks of bundled:train")
+    ap.add_argument("--n", type=Int(ge=1), default=2)
+    ap.add_argument("--batch-size", type=Int(ge=1), default=8)
+    ap.add_argument("--agent-concurrency", type=Int(ge=1), default=4)
+    ap.add_argument("--concurrency", type=Int(ge=1), default=2, help="verifier trials at once")
+    ap.add_argument("--temperature", type=Float(ge=0, why="0 = greedy decoding"), default=0.0)
+    ap.add_argument("--max-new-tokens", type=Int(ge=1), default=640)
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0)
     ap.add_argument("--rollouts-only", action="store_true", help="only the generation side")
-    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--json", type=OutFile(), default=None, help="write the figures here")
     args = ap.parse_args()
 
     from ecredit_trl.policy.warmstart import ensure_default_policy

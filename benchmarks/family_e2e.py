@@ -16,12 +16,13 @@ did not train, did not produce an adapter, or left every eval slot unknown.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, Choice, OutDir, Text
 
 DEFAULT_FAMILIES = ("llama3_2", "gptoss", "qwen2_5")
 
@@ -73,15 +74,15 @@ def run_family(fam: str, tasks, split: Path, out: Path, args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags, run each family, print its ``FAMILY_E2E`` line; exit status."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES),
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", type=Text(), nargs="+", default=list(DEFAULT_FAMILIES),
                     help="TRL template names (ecredit_trl.policy.families.FAMILIES)")
     ap.add_argument("--bf16", action="store_true", help="train in bf16 (CUDA)")
-    ap.add_argument("--device", default="cpu", help="torch device of eval.run's rollouts")
-    ap.add_argument("--runtime", default="podman", help="podman | local")
-    ap.add_argument("--cache", default=None,
+    ap.add_argument("--device", type=Text(), default="cpu", help="torch device of eval.run's rollouts")
+    ap.add_argument("--runtime", type=Choice("podman", "local"), default="podman", help="podman | local")
+    ap.add_argument("--cache", type=OutDir(), default=None,
                     help="cache root of the warm-started models (a fresh one times the warm start)")
-    ap.add_argument("--out", default=None, help="work folder (default: a temp dir)")
+    ap.add_argument("--out", type=OutDir(), default=None, help="work folder (default: a temp dir)")
     ap.add_argument("--dry-run", action="store_true",
                     help="check the family names and train.py flags only")
     args = ap.parse_args(argv)
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out = Path(args.out or tempfile.mkdtemp(prefix="family-e2e-"))
-    cfg, margs = parse_args(train_argv("PATH", "tasks.jsonl", str(out / "runs"), args.runtime,
+    # the flags only: a task source that exists (the real split is written below)
+    cfg, margs = parse_args(train_argv("PATH", "bundled:train", str(out / "runs"), args.runtime,
                                        args.bf16))
     assert cfg.gradient_checkpointing and margs.lora_r == 8 and cfg.bf16 == args.bf16
     print(f"flags ok; families {args.families}; work folder {out}", flush=True)

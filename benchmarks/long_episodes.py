@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Int, Text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -188,11 +190,11 @@ def _table(rows: dict[tuple[str, int], dict], lengths: list[int], prompt_len: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 16384])
-    ap.add_argument("--threads", type=int, default=1,
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", type=Int(ge=1), nargs="+", default=[4096, 8192, 16384])
+    ap.add_argument("--threads", type=Int(ge=1), default=1,
                     help="torch intra-op threads (1: the machine is shared)")
-    ap.add_argument("--child", nargs=3, metavar=("KIND", "LENGTH", "PROMPT_FILE"),
+    ap.add_argument("--child", type=Text(), nargs=3, metavar=("KIND", "LENGTH", "PROMPT_FILE"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

@@ -17,7 +17,6 @@ bookkeeping).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import random
@@ -25,6 +24,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, Int, OutFile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,12 +50,12 @@ def _median_s(fn, repeats: int) -> float:
 
 def main(argv=None) -> int:
     """Print the timings (seconds) as JSON; ``--json`` also writes them to a file."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", type=int, default=500)
-    ap.add_argument("--n", type=int, default=16)
-    ap.add_argument("--n-boot", type=int, default=10000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json", default=None)
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=Int(ge=1), default=500)
+    ap.add_argument("--n", type=Int(ge=1), default=16)
+    ap.add_argument("--n-boot", type=Int(ge=1), default=10000)
+    ap.add_argument("--repeats", type=Int(ge=1), default=5)
+    ap.add_argument("--json", type=OutFile(), default=None)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from eval.metrics import compute_metric, load_metric

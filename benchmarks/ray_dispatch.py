@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Int
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -174,10 +176,10 @@ def report(args, local, ray_seq, parts, local_burst, one, two) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=10, help="sequential trials per path")
-    ap.add_argument("--burst", type=int, default=8, help="trials in each throughput burst")
-    ap.add_argument("--slots", type=int, default=4, help="sandbox slots per node and the cap")
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=Int(ge=1), default=10, help="sequential trials per path")
+    ap.add_argument("--burst", type=Int(ge=1), default=8, help="trials in each throughput burst")
+    ap.add_argument("--slots", type=Int(ge=1), default=4, help="sandbox slots per node and the cap")
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inside:

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Int
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -153,9 +155,9 @@ def inside(args) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=20, help="calls of each tool per backend")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved episodes per backend")
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=Int(ge=1), default=20, help="calls of each tool per backend")
+    ap.add_argument("--reps", type=Int(ge=1), default=3, help="interleaved episodes per backend")
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inside:

@@ -21,7 +21,6 @@ Targets: setup + first snapshot ≤ 2 s and ≤ 10% of ``cp -a``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import statistics
@@ -30,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Int, OutDir
 from sandbox.runtimes.podman_runtime import podman_env
 
 IMAGE_REPO = "localhost/ecredit-bench-rollout"
@@ -151,11 +151,11 @@ def bench(image: str, rollouts: int, log, cache_dir: str | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--files", type=int, default=50000)
-    ap.add_argument("--mb", type=int, default=1024)
-    ap.add_argument("--rollouts", type=int, default=5)
-    ap.add_argument("--cache-dir", default=None,
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--files", type=Int(ge=1), default=50000)
+    ap.add_argument("--mb", type=Int(ge=1), default=1024)
+    ap.add_argument("--rollouts", type=Int(ge=1), default=5)
+    ap.add_argument("--cache-dir", type=OutDir(), default=None,
                     help="keep the per-image base cache here for the next run (default: a "
                          "temp dir, so the cache is built and timed)")
     ap.add_argument("--keep-image", action="store_true",

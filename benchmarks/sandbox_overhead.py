@@ -16,13 +16,13 @@ total (the wall-clock limit is paid twice by a hang).
 
 from __future__ import annotations
 
-import argparse
 import io
 import statistics
 import tarfile
 import time
 
 from eval.integrity.retry import RetryPolicy
+from sandbox.bounds import ArgumentParser, Float, Int
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.trials.pool import VerifierPool
@@ -77,9 +77,9 @@ def retry_cost(rt, image: str, tar: bytes, hang_timeout_s: float) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=6)
-    ap.add_argument("--hang-timeout", type=float, default=5.0)
+    ap = ArgumentParser()
+    ap.add_argument("--trials", type=Int(ge=1), default=6)
+    ap.add_argument("--hang-timeout", type=Float(gt=0, why="seconds"), default=5.0)
     args = ap.parse_args()
     image = build_offline(log=lambda *_: None)
     tar = repo_tar()

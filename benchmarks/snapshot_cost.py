@@ -12,7 +12,6 @@ Targets: steady state ≤ 25 ms at 5k files and ≤ 80 ms at 20k.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -20,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Int
 from sandbox.snapshots.snapshot import Snapshotter
 
 TARGET_MS = {5000: 25.0, 20000: 80.0}
@@ -73,9 +73,9 @@ def bench(n_files: int, turns: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000])
-    ap.add_argument("--turns", type=int, default=15)
+    ap = ArgumentParser()
+    ap.add_argument("--sizes", type=Int(ge=1), nargs="+", default=[1000, 5000, 20000])
+    ap.add_argument("--turns", type=Int(ge=1), default=15)
     args = ap.parse_args()
     print(f"{'files':>7} {'first ms':>9} {'median ms':>10} {'p90 ms':>8} {'cold-index ms':>14} "
           f"{'target ms':>10} {'ok':>4}")

@@ -31,7 +31,6 @@ that drifts during the benchmark then weighs on both alike); figures are summed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -42,6 +41,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, Choice, Int, OutFile
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = (("generation", "generation_busy_s"), ("tools", "tool_busy_s"),
@@ -385,16 +386,16 @@ def print_cpu(cpu: dict, seq: dict, ov: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rollouts", type=int, default=8, help="rollouts per step")
-    ap.add_argument("--num-generations", type=int, default=4)
-    ap.add_argument("--arm", default="B")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--verifier-concurrency", type=int, default=2)
-    ap.add_argument("--agent-concurrency", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--json", help="also write the results here")
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=Int(ge=1), default=3)
+    ap.add_argument("--rollouts", type=Int(ge=1), default=8, help="rollouts per step")
+    ap.add_argument("--num-generations", type=Int(ge=2, why="a group needs two completions to compare"), default=4)
+    ap.add_argument("--arm", type=Choice("O", "B", "M", "E"), default="B")
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0)
+    ap.add_argument("--verifier-concurrency", type=Int(ge=1), default=2)
+    ap.add_argument("--agent-concurrency", type=Int(ge=1), default=8)
+    ap.add_argument("--repeats", type=Int(ge=1), default=1)
+    ap.add_argument("--json", type=OutFile(), help="also write the results here")
     args = ap.parse_args(argv)
 
     results: dict = {}

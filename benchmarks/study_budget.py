@@ -38,13 +38,14 @@ adds generation and the optimizer step on top.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
 import statistics
 import sys
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, Float, InDir, Int, OutFile, Source, Text
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -200,28 +201,28 @@ def _split_arg(v: str) -> tuple[str, tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the run and eval tables and the projection (exit 0; 2 on bad input)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", nargs="*", default=[], help="training run dirs")
-    ap.add_argument("--evals", nargs="*", default=[], help="eval.run --out dirs")
-    ap.add_argument("--steps", type=int, default=12, help="training steps per run (projection)")
-    ap.add_argument("--arms", default="O:2,B:2,M:2,E:1", help="ARM:SEEDS,... (projection)")
-    ap.add_argument("--startup-s", type=float, default=35.0, help="seconds per run before step 1")
-    ap.add_argument("--cf-share", type=float, default=0.6,
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=InDir(), nargs="*", default=[], help="training run dirs")
+    ap.add_argument("--evals", type=InDir(), nargs="*", default=[], help="eval.run --out dirs")
+    ap.add_argument("--steps", type=Int(ge=1), default=12, help="training steps per run (projection)")
+    ap.add_argument("--arms", type=Text(), default="O:2,B:2,M:2,E:1", help="ARM:SEEDS,... (projection)")
+    ap.add_argument("--startup-s", type=Float(ge=0, why="seconds"), default=35.0, help="seconds per run before step 1")
+    ap.add_argument("--cf-share", type=Float(ge=0, le=1, why="a fraction"), default=0.6,
                     help="counterfactual trials per factual trial of B/M without a B/M run")
-    ap.add_argument("--step-s", type=float, default=None,
+    ap.add_argument("--step-s", type=Float(gt=0, why="seconds"), default=None,
                     help="seconds per O step for the projection (default: the measured mean)")
-    ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--json", type=OutFile(), default=None, help="also write the figures here")
     ap.add_argument("--service", action="store_true",
                     help="project from service times (no records; see the module docstring)")
-    ap.add_argument("--rollouts", type=int, default=64, help="--service: rollouts per step")
-    ap.add_argument("--trials-per-rollout", type=int, default=2,
+    ap.add_argument("--rollouts", type=Int(ge=1), default=64, help="--service: rollouts per step")
+    ap.add_argument("--trials-per-rollout", type=Int(ge=1), default=2,
                     help="--service: trials a B/M rollout needs at most")
-    ap.add_argument("--trial-s", type=float, nargs=2, default=(115.0, 237.0),
+    ap.add_argument("--trial-s", type=Float(gt=0, why="seconds"), nargs=2, default=(115.0, 237.0),
                     metavar=("LOW", "HIGH"), help="--service: seconds one verifier trial takes")
-    ap.add_argument("--concurrency", type=int, default=24,
+    ap.add_argument("--concurrency", type=Int(ge=1), default=24,
                     help="--service: trials at once per verifier host")
-    ap.add_argument("--hosts", type=int, default=1, help="--service: verifier hosts")
-    ap.add_argument("--split", action="append", default=[],
+    ap.add_argument("--hosts", type=Int(ge=1), default=1, help="--service: verifier hosts")
+    ap.add_argument("--split", type=Source(), action="append", default=[],
                     help="--service: NAME=TASKSxN evaluated for every policy (repeatable)")
     a = ap.parse_args(argv)
     if a.service:

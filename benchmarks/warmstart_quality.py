@@ -31,7 +31,6 @@ under ``$ECREDIT_CACHE/policy``); the warm-start time is printed when it trains 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -48,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ecredit_trl.agent.env import TOOL_NAMES, AgentContext, SWEAgentEnv  # noqa: E402
 from ecredit_trl.agent.prompts import policy_tools, task_prompt  # noqa: E402
+from sandbox.bounds import ArgumentParser, Int, OutDir, OutFile, Source, Text
 
 
 class Player:
@@ -226,20 +226,20 @@ def summarize(results: dict[str, list[dict]], turns: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", default="bundled:train",
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=Source(), default="bundled:train",
                     help="load_tasks source (purpose=train); default bundled:train")
-    ap.add_argument("--policy", help="a saved policy dir (skips the warm start)")
-    ap.add_argument("--steps", type=int, default=None, help="warm-start SFT steps")
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--samples", type=int, default=4)
-    ap.add_argument("--temperature", default="1.0",
+    ap.add_argument("--policy", type=Text(), help="a saved policy dir (skips the warm start)")
+    ap.add_argument("--steps", type=Int(ge=1), default=None, help="warm-start SFT steps")
+    ap.add_argument("--cache-dir", type=OutDir(), default=None)
+    ap.add_argument("--samples", type=Int(ge=1), default=4)
+    ap.add_argument("--temperature", type=Text(why="comma-separated numbers >= 0"), default="1.0",
                     help="sampling temperature(s), comma-separated (one table row each)")
-    ap.add_argument("--max-new-tokens", type=int, default=256, help="per turn")
-    ap.add_argument("--max-turns", type=int, default=5)
-    ap.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="write the per-episode results here")
+    ap.add_argument("--max-new-tokens", type=Int(ge=1), default=256, help="per turn")
+    ap.add_argument("--max-turns", type=Int(ge=1), default=5)
+    ap.add_argument("--limit", type=Int(ge=1), default=None, help="first N tasks only")
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0)
+    ap.add_argument("--json", type=OutFile(), help="write the per-episode results here")
     a = ap.parse_args(argv)
 
     import torch

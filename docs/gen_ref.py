@@ -35,10 +35,13 @@ CLI_DIRS = ("ecredit_trl", "eval", "sandbox", "benchmarks")
 # its CLI is transformers' HfArgumentParser over the config dataclasses (config reference).
 TRAIN = "ecredit_trl/train.py"
 HELP_COLUMNS = "100"
-_CALL = re.compile(r"\bargparse\.ArgumentParser\(")
+# a parser is argparse's or sandbox.bounds' one-line-error subclass (not its class statement)
+_CALL = re.compile(r"^(?!class ).*\b(argparse\.)?ArgumentParser\(", re.MULTILINE)
 # the generator imports the project's packages from this checkout (no install needed)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from sandbox.bounds import bound_of, flag_bounds  # noqa: E402 - after the path entry above
 
 
 class CliCaptureError(RuntimeError):
@@ -173,8 +176,9 @@ def cli_reference(root: Path = ROOT) -> str:
             continue
         parser = capture_parser(rel, root)
         parts.append(_help_block(parser))
+        parts.append(_flag_table(parser))
         for name, sub in subcommands(parser):
-            parts.append(f"### `{cmd} {name}`\n\n{_help_block(sub)}")
+            parts.append(f"### `{cmd} {name}`\n\n{_help_block(sub)}\n{_flag_table(sub)}")
     return "\n".join(parts)
 
 
@@ -214,12 +218,27 @@ def _prose(text: str) -> str:
     return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _field_table(fields) -> str:
-    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+def _bounds_cell(cls, name: str) -> str:
+    """The field's declared bounds in words (:mod:`sandbox.bounds`), or "-" (a switch, or a
+    field passed through to TRL unchecked)."""
+    b = bound_of(cls, name) if cls is not None else None
+    return _prose(b.describe()) if b is not None else "-"
+
+
+def _field_table(fields, cls=None) -> str:
+    rows = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for f in fields:
         rows.append(f"| `{f.name}` | `{_cell(_type_name(f.type))}` | {_cell(_default(f))} | "
-                    f"{_prose(f.metadata.get('help', ''))} |")
+                    f"{_bounds_cell(cls, f.name)} | {_prose(f.metadata.get('help', ''))} |")
     return "\n".join(rows) + "\n"
+
+
+def _flag_table(parser: argparse.ArgumentParser) -> str:
+    """``| flag | allowed |`` of each value-taking argument of ``parser`` (its bounds)."""
+    rows = ["| flag | allowed |", "|---|---|"]
+    for flag, b in flag_bounds(parser):
+        rows.append(f"| `{flag}` | {_prose(b.describe()) if b is not None else '-'} |")
+    return "\n".join(rows) + "\n" if len(rows) > 2 else ""
 
 
 def own_config_fields() -> list[dataclasses.Field]:
@@ -234,7 +253,9 @@ def own_config_fields() -> list[dataclasses.Field]:
 
 def own_fields_table() -> str:
     """Markdown table of the :func:`own_config_fields` (the Training page's field list)."""
-    return _field_table(own_config_fields())
+    from ecredit_trl.config import ECreditConfig
+
+    return _field_table(own_config_fields(), ECreditConfig)
 
 
 def _is_config(recv: ast.expr, in_config_py: bool) -> bool:
@@ -267,7 +288,7 @@ def config_reference(root: Path = ROOT) -> str:
     """Markdown of the configuration reference (the body of ``docs/reference/config.md``)."""
     from trl import GRPOConfig
 
-    from ecredit_trl.config import ECreditConfig
+    from ecredit_trl.config import INHERITED, MIN_TURN_TOKENS, SIZE_FIELDS, ECreditConfig
     from ecredit_trl.train import ModelArguments, RunArguments, embedded_defaults
 
     grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
@@ -277,14 +298,28 @@ def config_reference(root: Path = ROOT) -> str:
         f"## ECreditConfig fields {{#ecreditconfig}}\n\n`ecredit_trl.config.ECreditConfig` "
         f"adds {len(own)} fields to `trl.GRPOConfig` "
         f"({len(dataclasses.fields(ECreditConfig))} fields in all).\n",
-        _field_table(own_config_fields()),
+        _field_table(own_config_fields(), ECreditConfig),
         "## Model arguments {#model-arguments}\n\n`ecredit_trl.train.ModelArguments`: which "
         "policy to train and how (recorded in the manifest as `model.<field>`).\n",
-        _field_table(dataclasses.fields(ModelArguments)),
+        _field_table(dataclasses.fields(ModelArguments), ModelArguments),
         "## Session arguments {#session-arguments}\n\n`ecredit_trl.train.RunArguments`: "
         "session control, never part of the run's config or its hashes.\n",
-        _field_table(dataclasses.fields(RunArguments)),
+        _field_table(dataclasses.fields(RunArguments), RunArguments),
     ]
+    rows = ["| field | TRL default | allowed |", "|---|---|---|"]
+    for name in sorted(INHERITED):
+        rows.append(f"| `{name}` | {_cell(_default(grpo[name]))} | "
+                    f"{_bounds_cell(ECreditConfig, name)} |")
+    parts.append("## Bounds of the inherited fields {#inherited-bounds}\n\n"
+                 "`ecredit_trl.config.INHERITED`: the GRPOConfig / TrainingArguments fields "
+                 "a run checks (with the command line's own fields, before the run directory "
+                 "is made; [Development](../development.md#declaring-bounds)). `max_steps` "
+                 "defaults to 2 here (TRL: -1, 'train epochs instead', refused). The field "
+                 "combinations checked too: the generation batch holds whole groups of "
+                 "`num_generations` (TRL's rule), `max_completion_length` >= "
+                 f"{MIN_TURN_TOKENS} tokens (one turn), a resume keeps "
+                 + ", ".join(f"`{n}`" for n in SIZE_FIELDS) + " and the world size.\n")
+    parts.append("\n".join(rows) + "\n")
     cpu, gpu = embedded_defaults(False), embedded_defaults(True)
     rows = ["| field | embedded value (CPU) | on a CUDA host | meaning (the field's help) |", "|---|---|---|---|"]
     for name in sorted(cpu):

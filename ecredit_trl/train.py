@@ -61,7 +61,7 @@ from transformers import HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
 from ecredit_trl.agent.prompts import task_prompt  # noqa: E402
-from ecredit_trl.config import ECreditConfig  # noqa: E402
+from ecredit_trl.config import ECreditConfig, check_resume_sizes  # noqa: E402
 from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
 from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
 from ecredit_trl.runs.binding import (  # noqa: E402
@@ -99,39 +99,70 @@ from ecredit_trl.trainer import ECreditGRPOTrainer  # noqa: E402
 from eval.console import quiet_upstream_warnings  # noqa: E402 - after the sys.path fix above
 from eval.evaluation.templatecheck import TemplateRefused  # noqa: E402
 from sandbox.backend import make_runtime  # noqa: E402
+from sandbox.bounds import (  # noqa: E402
+    BoundError,
+    Float,
+    InFile,
+    Int,
+    ModelRef,
+    Text,
+    check_fields,
+    declared,
+    use_bounds,
+)
 from sandbox.cluster.dispatch import RayUnavailable, cluster_image_ids, connect  # noqa: E402
 
 __all__ = ["RunRefused", "check_binding", "supersede_records", "main", "cli"]
 
 
+@declared
 @dataclass
 class ModelArguments:
-    """Which policy to train and how (LoRA through peft)."""
+    """Which policy to train and how (LoRA through peft). Bounds beside each field, checked
+    at construction (BoundError naming the flag)."""
 
     model: str | None = field(default=None, metadata={
+        "bounds": ModelRef(nullable=True),
         "help": "causal LM path or hub id; default: the embedded tiny policy (built locally)"})
-    lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights"})
-    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default 2 x r)"})
-    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout"})
+    lora_r: int = field(default=0, metadata={"bounds": Int(ge=0, why="0 trains all weights"),
+                                             "help": "LoRA rank; 0 trains all weights"})
+    lora_alpha: int | None = field(default=None, metadata={
+        "bounds": Int(gt=0, nullable=True), "help": "LoRA alpha (default 2 x r)"})
+    lora_dropout: float = field(default=0.0, metadata={
+        "bounds": Float(ge=0, lt=1, why="a probability"), "help": "LoRA dropout"})
     lora_target_modules: list[str] = field(default_factory=lambda: ["auto"], metadata={
+        "bounds": Text(),
         "help": "modules LoRA adapts: auto (the architecture's default, "
                 "ecredit_trl.policy.lora_defaults), all-linear, or peft module names"})
     warmstart_steps: int | None = field(default=None, metadata={
+        "bounds": Int(ge=0, nullable=True),
         "help": "SFT steps of the embedded policy's warm start (default: its recipe)"})
-    config: str | None = field(default=None, metadata={"help": "YAML file of config fields"})
+    config: str | None = field(default=None, metadata={
+        "bounds": InFile("yaml", nullable=True), "help": "YAML file of config fields"})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
+@declared
 @dataclass
 class RunArguments:
     """Session control (never part of the run's config or its hashes)."""
 
     resume_from: str | None = field(default=None, metadata={
+        "bounds": Text(nullable=True, why="a checkpoint inside a run directory: checked first "
+                                          "by the resume, naming the missing manifest"),
         "help": "checkpoint directory (runs/<name>/checkpoint-<step>) to resume exactly"})
     allow_changed: list[str] = field(default_factory=list, metadata={
+        "bounds": Text(),
         "help": "bound field allowed to differ from the manifest on resume (repeatable, or "
                 "comma-separated: a config field, model.<field>, tasks, code, world_size)"})
     reason: str | None = field(default=None, metadata={
+        "bounds": Text(nullable=True),
         "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 def embedded_defaults(on_gpu: bool) -> dict:
     """Config values of the embedded default run (CPU, tiny model, short episodes).
@@ -168,6 +199,17 @@ def split_run_arguments(argv: list[str]) -> tuple[RunArguments, list[str]]:
     return RunArguments(ns.resume_from, allowed, ns.reason), rest
 
 
+def build_parser() -> HfArgumentParser:
+    """The parser of the run's fields (ECreditConfig, ModelArguments, RunArguments), each
+    field's declared bounds as its argparse type (:func:`sandbox.bounds.use_bounds`)."""
+    parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments), prog="train.py")
+    # argparse prints the whole usage (hundreds of fields) before an error: keep only the
+    # one line that names the field (`--help` still lists them all)
+    parser.print_usage = lambda file=None: None
+    use_bounds(parser, (ECreditConfig, ModelArguments, RunArguments))
+    return parser
+
+
 def parse_args(argv: list[str] | None = None):
     """Fill (ECreditConfig, ModelArguments) from defaults < YAML < command line.
 
@@ -176,10 +218,7 @@ def parse_args(argv: list[str] | None = None):
     Raises: SystemExit (argparse) for unknown fields; ValueError naming a bad field.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ECreditConfig, ModelArguments, RunArguments))
-    # argparse prints the whole usage (hundreds of fields) before an error: keep only the
-    # one line that names the field (`--help` still lists them all)
-    parser.print_usage = lambda file=None: None
+    parser = build_parser()
     pre, _ = parser.parse_known_args(argv)
     values = embedded_defaults(torch.cuda.is_available())
     if pre.config:
@@ -225,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     if resume is not None:
         run_argv = resume.base_argv + run_argv
     cfg, margs = parse_args(run_argv)
+    if resume is not None:  # before any record or container: a resize is refused first
+        check_resume_sizes(resume.manifest, cfg, run_args.allow_changed + resume.allowed_before)
     is_main = cfg.process_index == 0
     run_dir, run_name = run_location(cfg, resume)
     detected = report_unterminated(cfg, run_dir, run_name) if is_main else []
@@ -419,7 +460,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         return main(argv)
     except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused,
-            RayUnavailable) as exc:
+            RayUnavailable, BoundError) as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

@@ -10,7 +10,6 @@ build); this module is its command line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -19,15 +18,16 @@ from pathlib import Path
 from eval.tasks.bundled.build import ensure_built
 from eval.tasks.bundled.imagetasks import ensure_image_tasks, image_built_dir
 from eval.tasks.bundled.recipe import BuildError, load_recipe
+from sandbox.bounds import ArgumentParser, InFile, Int, OutDir
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.build_tasks",
+    ap = ArgumentParser(prog="python -m eval.build_tasks",
                                  description="Build (or load from cache) the bundled tasks.")
-    ap.add_argument("--recipe", default=None, help="recipe YAML (default datasets/bundled.yaml)")
-    ap.add_argument("--out", default=None, help="output folder (default: the cache folder "
+    ap.add_argument("--recipe", type=InFile("yaml"), default=None, help="recipe YAML (default datasets/bundled.yaml)")
+    ap.add_argument("--out", type=OutDir(), default=None, help="output folder (default: the cache folder "
                     "$ECREDIT_CACHE/bundled/<recipe hash>)")
-    ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
+    ap.add_argument("--concurrency", type=Int(ge=1), default=2, help="verifier trials at once")
     ap.add_argument("--force", action="store_true", help="rebuild even when built")
     ap.add_argument("--image-tasks", action="store_true",
                     help="also build the stand-in image-held tasks (one Podman image per task, "

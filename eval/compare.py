@@ -30,7 +30,6 @@ This module is the CLI. The comparison lives in :mod:`eval.stats`: ``paired`` (t
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from eval.stats.paired import (
     paired_difference,
 )
 from eval.stats.render import PENDING, render_markdown, write_plots
+from sandbox.bounds import ArgumentParser, Int, OutDir, Text
 
 __all__ = [
     "PENDING",
@@ -67,13 +67,13 @@ __all__ = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI. Exit 0, or 2 on bad input (the message names the argument or path)."""
-    ap = argparse.ArgumentParser(prog="python -m eval.compare",
+    ap = ArgumentParser(prog="python -m eval.compare",
                                  description="Task-paired arm comparison with bootstrap CI.")
-    ap.add_argument("runs", nargs="+", help="eval folder or results.json, optionally "
+    ap.add_argument("runs", type=Text(why="an eval folder or results.json, optionally ARM=PATH"), nargs="+", help="eval folder or results.json, optionally "
                     "ARM=PATH or ARM:SEED=PATH")
-    ap.add_argument("--out", default=None, help="write compare.json/.md and plots here")
-    ap.add_argument("--n-boot", type=int, default=10000, help="bootstrap resamples")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ap.add_argument("--out", type=OutDir(), default=None, help="write compare.json/.md and plots here")
+    ap.add_argument("--n-boot", type=Int(ge=1), default=10000, help="bootstrap resamples")
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0, help="bootstrap seed")
     args = ap.parse_args(argv)
     try:
         runs = [load_run(a) for a in args.runs]

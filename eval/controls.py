@@ -38,7 +38,6 @@ so a rerun only runs what changed or failed with an infra error.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -57,6 +56,7 @@ from eval.tasks.sealed import ids_sha256
 from eval.tasks.splits import load_tasks
 from eval.tasks.trialspec import task_trial_spec
 from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
+from sandbox.bounds import ArgumentParser, Float, Int, OutDir, Source, Text
 from sandbox.trials.pool import VerifierPool
 
 __all__ = ["ADMISSION_RULE", "UNKNOWN_RULE", "AdmissionError", "check_admission",
@@ -467,19 +467,19 @@ def check_admission(manifest_path: str | Path, tasks: Sequence, *,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI. Exit 0 when every task is admitted, 1 when some are not, 2 on bad input."""
-    ap = argparse.ArgumentParser(prog="python -m eval.controls", description="Gold and "
+    ap = ArgumentParser(prog="python -m eval.controls", description="Gold and "
                                  "empty-patch controls per task; admission manifest.")
-    ap.add_argument("--split", required=True, help="task source (eval.tasks.splits.load_tasks)")
-    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--split", type=Source(), required=True, help="task source (eval.tasks.splits.load_tasks)")
+    ap.add_argument("--out", type=OutDir(), required=True, help="output folder")
     SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
-    ap.add_argument("--concurrency", type=int, default=2)
-    ap.add_argument("--timeout-s", type=float, default=None,
+    ap.add_argument("--concurrency", type=Int(ge=1), default=2)
+    ap.add_argument("--timeout-s", type=Float(gt=0, why="seconds"), default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"
                          "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
-    ap.add_argument("--max-retries", type=int, default=1)
-    ap.add_argument("--task-id", dest="task_ids", action="append", default=None,
+    ap.add_argument("--max-retries", type=Int(ge=0), default=1)
+    ap.add_argument("--task-id", type=Text(), dest="task_ids", action="append", default=None,
                     help="only these tasks (repeatable)")
-    ap.add_argument("--repeats", type=int, default=1,
+    ap.add_argument("--repeats", type=Int(ge=1), default=1,
                     help="runs of the gold and of the empty patch per task (flaky tests from 2)")
     ap.add_argument("--keep-flaky", action="store_true",
                     help="admit tasks with flaky FAIL_TO_PASS tests, keep flaky PASS_TO_PASS")

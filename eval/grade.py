@@ -14,7 +14,6 @@ parser grades differently on the same log, with the reason). Exit status 0 on su
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from eval.files import read_json_object
 from eval.grading.grader import grade, parser_for_repo, resolve_parser
+from sandbox.bounds import ArgumentParser, InFile, Text
 from sandbox.trials.trial import EXIT_CLASSES
 
 OUTPUT_KEYS = (
@@ -87,10 +87,10 @@ def load_instance(path: str) -> tuple[list[str], list[str], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.grade", description=__doc__.splitlines()[0])
-    ap.add_argument("--instance", required=True, help="SWE-bench-style task row (JSON)")
-    ap.add_argument("--log", required=True, help="verifier test log (test_output.txt)")
-    ap.add_argument("--control-log", default=None, help="the task's empty-patch control log")
+    ap = ArgumentParser(prog="python -m eval.grade", description=__doc__.splitlines()[0])
+    ap.add_argument("--instance", type=Text(), required=True, help="SWE-bench-style task row (JSON)")
+    ap.add_argument("--log", type=InFile(), required=True, help="verifier test log (test_output.txt)")
+    ap.add_argument("--control-log", type=InFile(), default=None, help="the task's empty-patch control log")
     ap.add_argument("--harness-exit", default=None,
                     choices=EXIT_CLASSES,
                     help="the trial's exit class (sandbox.trials.trial.EXIT_CLASSES)")

@@ -39,6 +39,7 @@ from eval.tasks.sealed import (
     write_manifest,
 )
 from eval.tasks.splits import load_tasks
+from sandbox.bounds import ArgumentParser, InFile, Int, OutFile, Source, Text
 
 #: Names whose size is fixed (eval reports against these denominators; eval.run).
 FIXED_SIZES = {"holdout100": 100}
@@ -202,27 +203,27 @@ def seal_list(name: str, from_path: str | Path, *, rows: str = "official500",
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.holdout", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m eval.holdout", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seal", help="seal a user-given list (--from) or n ids of a pool")
-    s.add_argument("--from", dest="from_path", default=None,
+    s.add_argument("--from", type=InFile(), dest="from_path", default=None,
                    help="ids (one a line / JSON list) or rows (.jsonl/.parquet) to seal")
-    s.add_argument("--rows", default="official500",
+    s.add_argument("--rows", type=Source(), default="official500",
                    help="with an id list: the load_tasks source of their rows")
     s.add_argument("--allow-size", action="store_true",
                    help="accept another size than the name's (holdout100: 100)")
-    s.add_argument("--pool", default=None, help="load_tasks source, e.g. official500, bundled")
-    s.add_argument("--n", type=int, default=None)
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--out", default=None, help="manifest path (--from: datasets/<name>.json)")
-    s.add_argument("--name", default=None, help="manifest name (default: file stem)")
+    s.add_argument("--pool", type=Source(), default=None, help="load_tasks source, e.g. official500, bundled")
+    s.add_argument("--n", type=Int(ge=1), default=None)
+    s.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=None)
+    s.add_argument("--out", type=OutFile(), default=None, help="manifest path (--from: datasets/<name>.json)")
+    s.add_argument("--name", type=Text(), default=None, help="manifest name (default: file stem)")
     s.add_argument("--force", action="store_true", help="replace a different manifest at --out")
-    s.add_argument("--reason", default=None,
+    s.add_argument("--reason", type=Text(), default=None,
                    help="with --pool --force: why the manifest is resealed (recorded in it)")
     sh = sub.add_parser("show", help="verify a manifest and print its summary")
-    sh.add_argument("path")
+    sh.add_argument("path", type=InFile("json"))
     c = sub.add_parser("check", help="exit 1 when a source holds sealed ids")
-    c.add_argument("--source", required=True)
+    c.add_argument("--source", type=Source(), required=True)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "seal":

@@ -10,10 +10,10 @@ the swebench 5 name) are pulled by :func:`sandbox.images.pull.pull_images`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from eval.tasks.splits import load_tasks
+from sandbox.bounds import ArgumentParser, Source
 from sandbox.images.cli import add_pull_arguments, run_pull
 
 
@@ -27,11 +27,11 @@ def split_images(split: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.images")
+    ap = ArgumentParser(prog="python -m eval.images")
     sub = ap.add_subparsers(dest="cmd", required=True)
     add_pull_arguments(sub.add_parser("pull", help="pull the task images local storage lacks"))
     ls = sub.add_parser("list", help="print the task images of a split, one a line")
-    ls.add_argument("--split", required=True)
+    ls.add_argument("--split", type=Source(), required=True)
     args = ap.parse_args(argv)
     try:
         images = split_images(args.split)

@@ -85,6 +85,7 @@ from eval.tasks.presence import require_task_images
 from eval.tasks.sealed import ids_sha256
 from eval.tasks.splits import load_tasks
 from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
+from sandbox.bounds import ArgumentParser, InPath, Int
 from sandbox.trials.pool import VerifierPool
 
 __all__ = ["EvalInputError", "EvalOptions", "evaluate", "main", "split_denominator"]
@@ -270,12 +271,12 @@ def _generate_and_verify(ver: SlotVerifier, *, out: Path, rpath: Path, cmd: list
 def _parser() -> argparse.ArgumentParser:
     """The flags: :class:`EvalOptions`' fields (generated from them), the runtime flags
     (:meth:`sandbox.backend.SandboxOptions.add_args`) after ``--out``, then the replay mode's."""
-    ap = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m eval.run", description=__doc__.splitlines()[0])
     add_option_args(ap, HEAD_OPTIONS)
     SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
     add_option_args(ap, [f for f in option_names() if f not in HEAD_OPTIONS])
-    ap.add_argument("--replay", help="results.json (or its folder) to re-verify")
-    ap.add_argument("--sample", type=int, default=None, help="replay: only this many slots")
+    ap.add_argument("--replay", type=InPath(), help="results.json (or its folder) to re-verify")
+    ap.add_argument("--sample", type=Int(ge=1), default=None, help="replay: only this many slots")
     return ap
 
 

@@ -18,11 +18,11 @@ or, with ``--ray-address``, as one pinned task per sandbox node
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 
+from sandbox.bounds import ArgumentParser, InDir, Text
 from sandbox.cluster.dispatch import doctor_cluster, gc_cluster
 from sandbox.doctor.gate import doctor_command
 from sandbox.runtimes.podman_runtime import gc
@@ -30,16 +30,16 @@ from sandbox.runtimes.tempdirs import gc_temp_dirs
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sandbox")
+    ap = ArgumentParser(prog="python -m sandbox")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gc", help="remove containers labelled by ecredit runs and the temp "
                                   "directories of dead ecredit processes")
-    g.add_argument("--run-id", default=None, help="only this run's containers")
-    g.add_argument("--temp-root", default=None,
+    g.add_argument("--run-id", type=Text(), default=None, help="only this run's containers")
+    g.add_argument("--temp-root", type=InDir(), default=None,
                    help="where to look for ecredit-rollouts-* / ecredit-snap-* / "
                         "ecredit-podman-* (default: the system temp directory)")
     g.add_argument("--no-temp", action="store_true", help="leave temp directories alone")
-    g.add_argument("--ray-address", default=None,
+    g.add_argument("--ray-address", type=Text(), default=None,
                    help="also remove the containers on every sandbox node of this running Ray "
                         "cluster (auto, HOST:PORT): one pinned task per node")
     d = sub.add_parser("doctor", help="report this host's facts and prove each reward-integrity "
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     d.add_argument("--json", action="store_true", help="print one JSON report")
     d.add_argument("--only", action="append", choices=("agent", "trials"), default=None,
                    help="run only this probe group (repeatable; default: all)")
-    d.add_argument("--ray-address", default=None,
+    d.add_argument("--ray-address", type=Text(), default=None,
                    help="run it on every sandbox node of this running Ray cluster (auto, "
                         "HOST:PORT) instead of here: one pinned task per node")
     args = ap.parse_args(argv)

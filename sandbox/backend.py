@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from sandbox.bounds import Int, Text
 from sandbox.cluster.dispatch import (
     DEFAULT_ADDRESS,
     DEFAULT_MAX_IN_FLIGHT,
@@ -181,14 +182,14 @@ class SandboxOptions:
                         help="where verifier trials and agent sandboxes run: local (this "
                              "machine) or ray (an existing Ray cluster's sandbox nodes; "
                              "docs/scale-out.md)")
-        ap.add_argument(FLAGS["ray_address"], default=d.ray_address,
+        ap.add_argument(FLAGS["ray_address"], type=Text(), default=d.ray_address,
                         help="ray: address of the running cluster (auto, HOST:PORT)")
-        ap.add_argument(FLAGS["max_in_flight"], type=int, default=d.max_in_flight,
+        ap.add_argument(FLAGS["max_in_flight"], type=Int(ge=1), default=d.max_in_flight,
                         help="ray: cluster-wide cap on trials and agent sandboxes in flight")
-        ap.add_argument(FLAGS["podman_url"], default=d.podman_url,
+        ap.add_argument(FLAGS["podman_url"], type=Text(empty=True), default=d.podman_url,
                         help="ray: each node's Podman socket (default: a private service per "
                              "worker)")
-        ap.add_argument(FLAGS["image_registry"], default=d.image_registry,
+        ap.add_argument(FLAGS["image_registry"], type=Text(), default=d.image_registry,
                         help="ray: where a node pulls an image it lacks (mirror or "
                              "docker-archive:DIR)")
         ap.add_argument(FLAGS["allow_unheld"], action="store_true",
@@ -197,7 +198,7 @@ class SandboxOptions:
                              "default: such a node is refused")
         # internal: eval.run's rollout subprocess joins the evaluation's dispatcher (its cap
         # and its cleanup) instead of making a new one
-        ap.add_argument(FLAGS["run_id"], default=d.run_id, help=argparse.SUPPRESS)
+        ap.add_argument(FLAGS["run_id"], type=Text(), default=d.run_id, help=argparse.SUPPRESS)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SandboxOptions:

@@ -24,7 +24,9 @@ def test_every_field_is_a_flag_with_its_default_and_help():
         assert a.help == f.metadata["help"] and a.help, f.name
     assert actions["chat_template"].option_strings == ["--chat-template", "--chat_template"]
     assert actions["use_vllm"].nargs == 0  # a switch
-    assert actions["n"].type is int and actions["temperature"].type is float
+    # the fields' bounds are the flags' types (sandbox.bounds): converted and checked
+    assert actions["n"].type("3") == 3 and actions["temperature"].type("0.5") == 0.5
+    assert (actions["n"].type.kind, actions["temperature"].type.kind) == ("int", "float")
 
 
 def test_options_from_parsed_flags():

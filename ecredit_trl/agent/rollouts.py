@@ -62,7 +62,6 @@ a file holding rows of another binding is refused.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -87,6 +86,7 @@ from ecredit_trl.runs.records import append_jsonl, read_jsonl
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
 from eval.tasks.splits import load_tasks
 from sandbox.backend import SandboxOptions, make_runtime
+from sandbox.bounds import ArgumentParser, Float, Int, ModelRef, OutFile, Source, Text
 from sandbox.cluster.dispatch import RayUnavailable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -221,33 +221,33 @@ def settings_for(ref, args) -> GenerationSettings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI (see the module docstring). Exit 0 on success, 2 on bad input."""
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.agent.rollouts",
+    ap = ArgumentParser(prog="python -m ecredit_trl.agent.rollouts",
                                  description="Policy rollouts (no updates) in the training "
                                              "agent environment.")
-    ap.add_argument("--model", required=True, help="model dir or training run dir")
-    ap.add_argument("--tasks", required=True, help="task source (eval.tasks.splits.load_tasks)")
-    ap.add_argument("--n", type=int, required=True, help="rollouts per task")
-    ap.add_argument("--out", required=True, help="output JSONL (appended; resumable)")
-    ap.add_argument("--seed", type=int, default=0, help="sampling seed (per-rollout derived)")
+    ap.add_argument("--model", type=ModelRef(), required=True, help="model dir or training run dir")
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source (eval.tasks.splits.load_tasks)")
+    ap.add_argument("--n", type=Int(ge=1), required=True, help="rollouts per task")
+    ap.add_argument("--out", type=OutFile(), required=True, help="output JSONL (appended; resumable)")
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0, help="sampling seed (per-rollout derived)")
     SandboxOptions.add_args(ap)  # --runtime and the backend flags (eval.run passes its own)
-    ap.add_argument("--max-turns", dest="max_turns", type=int, default=None)
-    ap.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=None,
+    ap.add_argument("--max-turns", dest="max_turns", type=Int(ge=1), default=None)
+    ap.add_argument("--max-new-tokens", dest="max_new_tokens", type=Int(ge=1), default=None,
                     help="completion budget of a whole episode, tokens")
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--top-p", dest="top_p", type=float, default=None)
-    ap.add_argument("--top-k", dest="top_k", type=int, default=None)
-    ap.add_argument("--task-id", dest="task_ids", action="append", default=None,
+    ap.add_argument("--temperature", type=Float(ge=0, why="0 = greedy decoding"), default=None)
+    ap.add_argument("--top-p", dest="top_p", type=Float(gt=0, le=1, why="a probability mass"), default=None)
+    ap.add_argument("--top-k", dest="top_k", type=Int(ge=0, why="0 disables top-k"), default=None)
+    ap.add_argument("--task-id", type=Text(), dest="task_ids", action="append", default=None,
                     help="only these task ids (repeatable)")
-    ap.add_argument("--binding", default=None, help="tag written on every row (eval.run sets "
+    ap.add_argument("--binding", type=Text(), default=None, help="tag written on every row (eval.run sets "
                     "it); default: hash of model, tasks, seed, n, settings")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--batch-size", dest="batch_size", type=int, default=8,
+    ap.add_argument("--device", type=Text(), default=None)
+    ap.add_argument("--dtype", type=Text(), default="auto")
+    ap.add_argument("--batch-size", dest="batch_size", type=Int(ge=1), default=8,
                     help="episodes in flight, one batched generate call per round "
                     "(1: one episode at a time)")
-    ap.add_argument("--agent-concurrency", dest="agent_concurrency", type=int, default=4,
+    ap.add_argument("--agent-concurrency", dest="agent_concurrency", type=Int(ge=1), default=4,
                     help="threads running the episodes' tool calls (batched path)")
-    ap.add_argument("--chat-template", "--chat_template", dest="chat_template", default=None,
+    ap.add_argument("--chat-template", "--chat_template", type=Text(), dest="chat_template", default=None,
                     metavar="NAME", help=CHAT_TEMPLATE_HELP)
     ap.add_argument("--use-vllm", dest="use_vllm", action="store_true",
                     help="generate through vllm.LLM (colocated, from the model path)")

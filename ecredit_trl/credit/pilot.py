@@ -44,7 +44,6 @@ source: the design page, "Utility and the missing-observation rule" and "Query b
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -76,6 +75,7 @@ from ecredit_trl.credit.trajectory import (
 from eval.files import atomic_write_text
 from eval.tasks.splits import load_tasks
 from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime, runtime_from_args
+from sandbox.bounds import ArgumentParser, Float, InFile, Int, OutDir, Source, Text
 from sandbox.snapshots.snapshot import artifact as _artifact
 from sandbox.trials.pool import VerifierPool
 
@@ -360,23 +360,23 @@ def _run_credit_config(trajectories: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 when the table's identities and the query bound hold."""
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
+    ap = ArgumentParser(prog="python -m ecredit_trl.credit.pilot",
                                  description="Signal pilot: verify artifacts and one ablation "
                                              "each, tabulate D.")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.splits.load_tasks "
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source for eval.tasks.splits.load_tasks "
                     "(bundled, a .jsonl path, ...)")
-    ap.add_argument("--trajectories", required=True, help="trajectory JSONL (replay format)")
-    ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--seed", type=int, default=0, help="run seed of the selection RNG")
-    ap.add_argument("--credit-lambda", type=float, default=DEFAULT_CREDIT_LAMBDA)
-    ap.add_argument("--credit-cap", type=float, default=DEFAULT_CREDIT_CAP)
-    ap.add_argument("--concurrency", type=int, default=2, help="verifier trials at once")
+    ap.add_argument("--trajectories", type=InFile("jsonl"), required=True, help="trajectory JSONL (replay format)")
+    ap.add_argument("--out", type=OutDir(), required=True, help="output folder")
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0, help="run seed of the selection RNG")
+    ap.add_argument("--credit-lambda", type=Float(ge=0), default=DEFAULT_CREDIT_LAMBDA)
+    ap.add_argument("--credit-cap", type=Float(gt=0), default=DEFAULT_CREDIT_CAP)
+    ap.add_argument("--concurrency", type=Int(ge=1), default=2, help="verifier trials at once")
     SandboxOptions.add_args(ap)  # --runtime and the sandbox backend flags
-    ap.add_argument("--max-retries", type=int, default=1, help="infra retries per trial")
-    ap.add_argument("--timeout-s", type=float, default=None,
+    ap.add_argument("--max-retries", type=Int(ge=0), default=1, help="infra retries per trial")
+    ap.add_argument("--timeout-s", type=Float(gt=0, why="seconds"), default=None,
                     help="per-trial limit, seconds (default: from the task, eval.trial"
                          "spec.trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
-    ap.add_argument("--test-pattern", action="append", default=None,
+    ap.add_argument("--test-pattern", type=Text(), action="append", default=None,
                     help="test-path pattern (repeatable; default: the built-in test-path patterns)")
     args = ap.parse_args(argv)
 

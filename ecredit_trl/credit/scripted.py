@@ -37,7 +37,6 @@ writes them as JSONL.
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import shutil
@@ -59,6 +58,7 @@ from ecredit_trl.credit.trajectory import (
     dump_trajectories,
 )
 from eval.tasks.splits import load_tasks
+from sandbox.bounds import ArgumentParser, Int, OutFile, Source, Text
 from sandbox.snapshots.snapshot import Snapshotter, changed_paths
 
 __all__ = ["KINDS", "GoldInfo", "gold_info", "scripted_for_task", "scripted_trajectories"]
@@ -396,13 +396,13 @@ def scripted_trajectories(tasks: Sequence, *, kinds: Sequence[str] = KINDS, seed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
+    ap = ArgumentParser(prog="python -m ecredit_trl.credit.scripted",
                                  description="Write scripted trajectories (replay format).")
-    ap.add_argument("--tasks", required=True, help="task source for eval.tasks.splits.load_tasks")
-    ap.add_argument("--out", required=True, help="trajectory JSONL to write")
-    ap.add_argument("--max-tasks", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {KINDS}")
+    ap.add_argument("--tasks", type=Source(), required=True, help="task source for eval.tasks.splits.load_tasks")
+    ap.add_argument("--out", type=OutFile(), required=True, help="trajectory JSONL to write")
+    ap.add_argument("--max-tasks", type=Int(ge=1), default=None)
+    ap.add_argument("--seed", type=Int(ge=0, le=2**32 - 1, why="32-bit seeds"), default=0)
+    ap.add_argument("--kinds", type=Text(), default=",".join(KINDS), help=f"comma list of {KINDS}")
     args = ap.parse_args(argv)
 
     trajs = scripted_trajectories(load_tasks(args.tasks), kinds=args.kinds.split(","),

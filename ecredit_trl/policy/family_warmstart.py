@@ -50,6 +50,7 @@ from eval.files import write_json
 from eval.tasks.schema import save_tasks
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import load_tasks
+from sandbox.bounds import ArgumentParser, InDir, Int, OutFile
 
 __all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
            "ensure_family_policy", "family_recipe", "train_family_dir"]
@@ -280,9 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     as a task file for ``train.py --tasks`` / ``eval.run --split`` (the model knows only
     them); ``train JOB_DIR``: the training child
     of :func:`ensure_family_policy`. Returns the exit status (2: bad arguments)."""
-    import argparse
 
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="python -m ecredit_trl.policy.family_warmstart",
         description="A tiny model of a chat-template family, warm-started to emit tool calls "
                     "in its own format (usable as train.py --model / eval.run --model).")
@@ -290,13 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="print the model directory (built on first use)")
     b.add_argument("template", choices=list(FAMILIES), metavar="TEMPLATE",
                    help=f"TRL template name: {', '.join(FAMILIES)}")
-    b.add_argument("--steps", type=int, default=None,
+    b.add_argument("--steps", type=Int(ge=1), default=None,
                    help=f"SFT steps (default {FAMILY_RECIPE['steps']})")
-    b.add_argument("--write-tasks", metavar="FILE", default=None,
+    b.add_argument("--write-tasks", type=OutFile(), metavar="FILE", default=None,
                    help="also write the tasks it was warm-started on (JSONL) to FILE: train "
                         "and evaluate on them (train.py --tasks FILE, eval.run --split FILE)")
     t = sub.add_parser("train", help="(internal) train one job directory")
-    t.add_argument("job_dir")
+    t.add_argument("job_dir", type=InDir())
     args = ap.parse_args(argv)
     if args.cmd == "train":
         train_family_dir(args.job_dir, log=print)

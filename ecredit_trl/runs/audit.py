@@ -21,10 +21,11 @@ non-finite value was found, 2 when the checkpoint cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from sandbox.bounds import ArgumentParser, InDir, InPath
 
 
 class AuditError(ValueError):
@@ -197,10 +198,10 @@ def summary_line(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.runs.audit",
+    ap = ArgumentParser(prog="python -m ecredit_trl.runs.audit",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("checkpoint", help="checkpoint directory or .safetensors file")
-    ap.add_argument("--base", default=None,
+    ap.add_argument("checkpoint", type=InPath(), help="checkpoint directory or .safetensors file")
+    ap.add_argument("--base", type=InDir(), default=None,
                     help="base model directory (default: the run's policy from manifest.json)")
     ap.add_argument("--json-only", action="store_true", help="print only the JSON object")
     args = ap.parse_args(argv)

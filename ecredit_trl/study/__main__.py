@@ -27,22 +27,23 @@ from ecredit_trl.study.runner import run_study
 from ecredit_trl.study.status import render_status, study_units
 from ecredit_trl.study.supervisor import StudyRefused
 from eval.console import quiet_upstream_warnings
+from sandbox.bounds import ArgumentParser, InFile, OutDir
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.study",
+    ap = ArgumentParser(prog="python -m ecredit_trl.study",
                                  description="Run or inspect an arm study.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run or resume every unit of a study")
-    run.add_argument("--config", required=True, help="study YAML (studies/<name>.yaml)")
-    run.add_argument("--out", default=None, help="study folder (default studies/<name>/)")
+    run.add_argument("--config", type=InFile("yaml"), required=True, help="study YAML (studies/<name>.yaml)")
+    run.add_argument("--out", type=OutDir(), default=None, help="study folder (default studies/<name>/)")
     run.add_argument("--allow-changed", action="store_true",
                      help="accept a changed study config (recorded in study.json history)")
     st = sub.add_parser("status", help="print the state of every unit")
-    st.add_argument("--out", default=None, help="study folder")
-    st.add_argument("--config", default=None, help="study YAML (default: the folder's study.json)")
+    st.add_argument("--out", type=OutDir(), default=None, help="study folder")
+    st.add_argument("--config", type=InFile("yaml"), default=None, help="study YAML (default: the folder's study.json)")
     rp = sub.add_parser("report", help="rebuild the report from the study folder")
-    rp.add_argument("--out", required=True, help="study folder")
+    rp.add_argument("--out", type=OutDir(), required=True, help="study folder")
     return ap
 
 

@@ -63,9 +63,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.arms import ARMS
 from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
-from ecredit_trl.train import embedded_defaults
+from ecredit_trl.train import ModelArguments, embedded_defaults
 from eval.files import read_json_object
 from sandbox.backend import (
     CONFIG_FIELDS,
@@ -75,6 +76,7 @@ from sandbox.backend import (
     SandboxOptions,
     SandboxOptionsError,
 )
+from sandbox.bounds import BoundError, bound_of, check_value
 from sandbox.runtimes.podman_runtime import endpoints_retired
 
 TOP_KEYS = ("name", "model", "arms", "seeds", "seeds_by_arm", "train", "eval", "bootstrap",
@@ -235,7 +237,20 @@ def validate_train(train, where: str = "config") -> dict:
         if k == "verifier_endpoints" and v:
             raise _err(where, f"train.{k}", endpoints_retired(k).split(": ", 1)[1])
         _check_value(where, k, types[k], v)
+        _check_bounds(where, k, v)
     return dict(train)
+
+
+def _check_bounds(where: str, key: str, value) -> None:
+    """Refuse a value outside the field's declared bounds (``sandbox.bounds``; the numeric,
+    choice and text ones: a path is checked by train.py, relative to where the run starts)."""
+    b = bound_of(ECreditConfig, key) or bound_of(ModelArguments, key)
+    if b is None or b.kind not in ("int", "float", "choice", "text", "any-text"):
+        return
+    try:
+        check_value(key, b, value)
+    except BoundError as exc:
+        raise _err(where, f"train.{key}", str(exc).removeprefix(f"--{key} ")) from None
 
 
 def _section(where: str, key: str, given, defaults: dict) -> dict:

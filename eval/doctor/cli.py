@@ -11,7 +11,6 @@ import.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from eval.doctor.probes import ProbeResult, agent_probes
 from eval.doctor.trial_probes import trial_probes
+from sandbox.bounds import ArgumentParser, InDir
 from sandbox.doctor.facts import facts_key, host_facts
 from sandbox.doctor.gate import save_report
 from sandbox.images import build_offline
@@ -71,11 +71,11 @@ def _guarded(group: str, fn) -> list[ProbeResult]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sandbox doctor")
+    ap = ArgumentParser(prog="python -m sandbox doctor")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
     ap.add_argument("--only", action="append", choices=GROUPS, default=None,
                     help="run only this probe group (repeatable; default: all)")
-    ap.add_argument("--workroot", default=None,
+    ap.add_argument("--workroot", type=InDir(), default=None,
                     help="where the probe workspaces are made (default: the temp directory)")
     args = ap.parse_args(argv)
     report = run_doctor(tuple(args.only or GROUPS), args.workroot)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from eval.evaluation.slots import EvalInputError
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
+from sandbox.bounds import Bound, Float, InFile, Int, ModelRef, OutDir, Source, Text
 
 __all__ = ["OVERRIDE_FIELDS", "EvalOptions", "add_option_args", "flag_of", "option_names"]
 
@@ -38,10 +39,11 @@ REUSE_HELP = ("opt-in verdict store shared across evaluations: a slot repeating 
               "own trial)")
 
 
-def _opt(default, help_text: str, **cli):
-    """A field with ``default`` and its ``metadata``: ``help`` and the argparse extras in
+def _opt(default, help_text: str, *, bounds: Bound | None = None, **cli):
+    """A field with ``default`` and its ``metadata``: ``help``, its ``bounds`` (the flag's
+    argparse type, :mod:`sandbox.bounds`; a bool switch has none) and the argparse extras in
     ``cli`` (``metavar``, ``aliases``)."""
-    return field(default=default, metadata={"help": help_text, **cli})
+    return field(default=default, metadata={"help": help_text, "bounds": bounds, **cli})
 
 
 @dataclass
@@ -74,28 +76,28 @@ class EvalOptions:
         ``split`` / ``n`` / ``out``, a count < 1, neither ``model`` nor ``rollouts``.
     """
 
-    model: str | None = _opt(None, "model dir or training run dir (runs/<name>)")
-    split: str | None = _opt(None, SPLIT_HELP)
-    n: int | None = _opt(None, "rollouts per task")
-    out: str | Path | None = _opt(None, "output folder (resumable)")
-    concurrency: int = _opt(2, "verifier trials at once")
-    seed: int = _opt(0, "eval sampling seed")
-    rollouts: str | Path | None = _opt(None, "read rollouts from this JSONL instead of generating")
-    admission: str | Path | None = _opt(None, "admission manifest (python -m eval.controls)")
-    max_turns: int | None = _opt(None, "most assistant turns per episode " + RUN_DEFAULT)
+    model: str | None = _opt(None, "model dir or training run dir (runs/<name>)", bounds=ModelRef(why="or a training run dir"))
+    split: str | None = _opt(None, SPLIT_HELP, bounds=Source())
+    n: int | None = _opt(None, "rollouts per task", bounds=Int(ge=1))
+    out: str | Path | None = _opt(None, "output folder (resumable)", bounds=OutDir())
+    concurrency: int = _opt(2, "verifier trials at once", bounds=Int(ge=1))
+    seed: int = _opt(0, "eval sampling seed", bounds=Int(ge=0, le=2**32 - 1, why="32-bit seeds"))
+    rollouts: str | Path | None = _opt(None, "read rollouts from this JSONL instead of generating", bounds=InFile("jsonl"))
+    admission: str | Path | None = _opt(None, "admission manifest (python -m eval.controls)", bounds=InFile("json"))
+    max_turns: int | None = _opt(None, "most assistant turns per episode " + RUN_DEFAULT, bounds=Int(ge=1))
     max_new_tokens: int | None = _opt(None, "completion budget of a whole episode, tokens "
-                                            + RUN_DEFAULT)
-    temperature: float | None = _opt(None, "sampling temperature (0: greedy) " + RUN_DEFAULT)
-    timeout_s: float | None = _opt(None, TIMEOUT_HELP)
-    max_retries: int = _opt(1, "infra retries per trial")
-    device: str | None = _opt(None, "torch device of the rollout subprocess")
+                                            + RUN_DEFAULT, bounds=Int(ge=1))
+    temperature: float | None = _opt(None, "sampling temperature (0: greedy) " + RUN_DEFAULT, bounds=Float(ge=0, why="0 = greedy decoding"))
+    timeout_s: float | None = _opt(None, TIMEOUT_HELP, bounds=Float(gt=0, why="seconds"))
+    max_retries: int = _opt(1, "infra retries per trial", bounds=Int(ge=0))
+    device: str | None = _opt(None, "torch device of the rollout subprocess", bounds=Text())
     batch_size: int = _opt(8, "episodes in flight, one batched generate call per round "
-                              "(1: one at a time)")
-    agent_concurrency: int = _opt(4, "threads running the episodes' tool calls")
+                              "(1: one at a time)", bounds=Int(ge=1))
+    agent_concurrency: int = _opt(4, "threads running the episodes' tool calls", bounds=Int(ge=1))
     use_vllm: bool = _opt(False, "generate through vLLM (colocated; needs vllm installed)")
     chat_template: str | None = _opt(None, CHAT_TEMPLATE_HELP, metavar="NAME",
-                                     aliases=("--chat_template",))
-    reuse_verdicts: str | Path | None = _opt(None, REUSE_HELP, metavar="DIR")
+                                     aliases=("--chat_template",), bounds=Text())
+    reuse_verdicts: str | Path | None = _opt(None, REUSE_HELP, metavar="DIR", bounds=OutDir())
 
     def __post_init__(self) -> None:
         missing = [flag_of(k) for k in ("split", "n", "out") if getattr(self, k) is None]
@@ -131,14 +133,11 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-_TYPES = {"int": int, "float": float, "str": str}
-
-
 def add_option_args(ap, names) -> None:
     """Add the flags of the fields ``names`` (in that order) to an argparse parser: one
     ``--dashed-name`` per field (plus its ``aliases``), its default, help and ``metavar``; a
-    bool field is a ``store_true`` switch, others take the field's scalar type (the first of
-    int / float / str in its annotation)."""
+    bool field is a ``store_true`` switch, others take the field's ``bounds`` as their type
+    (:mod:`sandbox.bounds`: converted, checked, refused naming the flag)."""
     fields = {f.name: f for f in dataclasses.fields(EvalOptions)}
     for name in names:
         f = fields[name]
@@ -147,9 +146,7 @@ def add_option_args(ap, names) -> None:
         if f.type == "bool":
             kw["action"] = "store_true"
         else:
-            scalar = next(t for t in str(f.type).split(" | ") if t in _TYPES)
-            if scalar != "str":
-                kw["type"] = _TYPES[scalar]
+            kw["type"] = meta["bounds"]
             if "metavar" in meta:
                 kw["metavar"] = meta["metavar"]
         ap.add_argument(flag_of(name), *meta.get("aliases", ()), **kw)

@@ -9,11 +9,11 @@ is handed to ``python -m eval.images pull`` in a subprocess with the same argume
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, Text
 from sandbox.images import DEFAULT_RECIPE, ImageBuildError, build_offline
 from sandbox.images.cli import add_pull_arguments, run_pull
 from sandbox.images.pull import images_from_file
@@ -23,11 +23,11 @@ OWN_SUFFIXES = (".txt", ".jsonl", ".json")
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m sandbox.images")
+    ap = ArgumentParser(prog="python -m sandbox.images")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build-offline", help="debootstrap + podman import (skips when built)")
     b.add_argument("--force", action="store_true")
-    b.add_argument("--mirror", default=None, help="Debian mirror (default: the host's apt source)")
+    b.add_argument("--mirror", type=Text(), default=None, help="Debian mirror (default: the host's apt source)")
     sub.add_parser("name", help="print the default image name")
     add_pull_arguments(sub.add_parser("pull", help="pull the task images local storage lacks"))
     args = ap.parse_args(argv)
