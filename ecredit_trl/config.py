@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ecredit_trl.agent.scaffolds import SCAFFOLDS
 from ecredit_trl.credit.arms import ARMS
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import DEFAULTS as SANDBOX
@@ -122,6 +123,13 @@ class ECreditConfig(GRPOConfig):
     agent_concurrency: int = field(default=8, metadata={
         "help": "rollouts whose tool calls run at once (overlapped pipeline)"})
     chat_template: str | None = field(default=None, metadata={"help": CHAT_TEMPLATE_HELP})
+    scaffold: str = field(default="ecredit", metadata={
+        "help": "tool surface and prompt of the policy: ecredit (bash, editor, submit) or "
+                "mini-swe-agent (one bash tool, its SWE-bench templates and stop signal; "
+                "docs/scaffolds.md)"})
+    scaffold_config: str | None = field(default=None, metadata={
+        "help": "mini-swe-agent: a config YAML of its shape (default: its shipped "
+                "SWE-bench config)"})
     run_name_prefix: str = field(default="ecredit", metadata={"help": "runs/<prefix>-<arm>-..."})
     runs_dir: str = field(default="runs", metadata={"help": "where run directories go"})
 
@@ -157,6 +165,11 @@ class ECreditConfig(GRPOConfig):
                              f"got {self.chat_template!r}")
         if self.use_vllm:
             self._require_vllm()
+        if self.scaffold not in SCAFFOLDS:
+            raise ValueError(f"scaffold: expected one of {', '.join(SCAFFOLDS)}, "
+                             f"got {self.scaffold!r}")
+        if self.scaffold_config is not None and self.scaffold == "ecredit":
+            raise ValueError("scaffold_config: the ecredit scaffold takes no config file")
         if self.pipeline not in ("sequential", "overlapped"):
             raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
         if self.agent_concurrency < 1:
