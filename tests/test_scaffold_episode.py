@@ -1,5 +1,5 @@
 """The mini-swe-agent scaffold in the evaluation loop: a scripted 10-turn episode whose tokens,
-tool results and snapshots are checked exactly (design page, "Scaffolds").
+tool results and snapshots are checked exactly (design page, "Generation engines and scaffolds").
 
 The policy's sampling is scripted (the qwen2_5 family model and tokenizer, TRL's template and
 tool-call parser); the tools are real: mini-swe-agent's ``bash`` in the rollout workspace
@@ -160,3 +160,20 @@ def test_scaffold_config_errors_name_the_field(tmp_path):
     sc = get_scaffold("mini-swe-agent")
     assert sc.record()["name"] == "mini-swe-agent" and len(sc.config_hash) == 64
     assert [t["function"]["name"] for t in sc.tools()] == ["bash"]
+
+
+def test_study_trains_and_evaluates_with_the_scaffold_of_its_train_section(tmp_path):
+    from ecredit_trl.study.config import config_from_dict
+    from ecredit_trl.study.runner import eval_command, train_command
+
+    c = config_from_dict({"arms": ["M"], "seeds": [0],
+                          "train": {"max_steps": 1, "scaffold": "mini-swe-agent"},
+                          "eval": {"splits": ["bundled:train"], "n": 1}})
+    tc = train_command(c, "M", 0, tmp_path / "runs" / "M-s0")
+    assert tc[tc.index("--scaffold") + 1] == "mini-swe-agent"
+    ev = eval_command(c, "/m", "bundled:train", tmp_path / "e")
+    assert ev[ev.index("--scaffold") + 1] == "mini-swe-agent"
+    assert "--scaffold" not in eval_command(
+        config_from_dict({"arms": ["M"], "seeds": [0],
+                          "eval": {"splits": ["bundled:train"], "n": 1}}),
+        "/m", "bundled:train", tmp_path / "e2")

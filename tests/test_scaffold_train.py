@@ -1,7 +1,7 @@
 """The mini-swe-agent scaffold end to end (Podman): two real GRPO steps of arm M through
 ``accelerate launch ecredit_trl/train.py --scaffold mini-swe-agent`` on the embedded default
 (its warm start in the scaffold's format), then ``eval.run --scaffold mini-swe-agent``
-(design page, "Scaffolds")."""
+(design page, "Generation engines and scaffolds")."""
 
 from __future__ import annotations
 

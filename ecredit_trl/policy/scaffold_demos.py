@@ -1,4 +1,4 @@
-"""Gold-patch demonstrations in a scaffold's own format (design page, "Scaffolds").
+"""Gold-patch demonstrations in a scaffold's own format (design page, "Generation engines and scaffolds").
 
 The built-in demonstrations (:mod:`ecredit_trl.policy.demos`: view → str_replace → submit →
 "Done.", with their variants) are rendered for the ``mini-swe-agent`` scaffold, call by

@@ -1,4 +1,4 @@
-"""Warm start of the embedded default policy for another scaffold (design page, "Scaffolds").
+"""Warm start of the embedded default policy for another scaffold (design page, "Generation engines and scaffolds").
 
 The embedded policy (:mod:`ecredit_trl.policy.warmstart`) knows the built-in tools only. For
 ``--scaffold mini-swe-agent`` it gets a short SFT continuing from that cached policy (same

@@ -65,7 +65,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
     ``generated_tokens``: every token the policy generated (tool results excluded; tokens
     after submit and of a truncated row included); ``credited_tokens``: the row's tokens in
     TRL's loss (0 for a row masked as truncated); ``truncated``: TRL's rule (no EOS/pad at
-    the end); ``scaffold``: the tool surface the rollout ran with (design page, "Scaffolds")."""
+    the end); ``scaffold``: the tool surface the rollout ran with (design page, "Generation engines and scaffolds")."""
     per_turn = tokens_per_turn
     sub = getattr(rec, "submit_turn", None)
     turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,

@@ -75,7 +75,7 @@ class EvalOptions:
             name (episodes in flight, tool-call threads, vLLM generation).
         reuse_verdicts: opt-in verdict store folder (:mod:`eval.evaluation.verdicts`).
         scaffold, scaffold_config: the policy's tool surface and prompt (None: ``ecredit``)
-            and mini-swe-agent's config file (design page, "Scaffolds"); part of the binding.
+            and mini-swe-agent's config file (design page, "Generation engines and scaffolds"); part of the binding.
 
     Raises: EvalInputError (a ValueError) from ``__post_init__``, naming the flag: a missing
         ``split`` / ``n`` / ``out``, a count < 1, neither ``model`` nor ``rollouts``.

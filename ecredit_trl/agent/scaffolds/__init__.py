@@ -1,5 +1,6 @@
 """Scaffolds: the tool surface and prompt a policy is trained and evaluated with (design
-page, "Scaffolds"). :func:`get_scaffold` makes one by name; :mod:`.base` is the interface.
+page, "Generation engines and scaffolds"). :func:`get_scaffold` makes one by name;
+:mod:`.base` is the interface.
 """
 
 from __future__ import annotations

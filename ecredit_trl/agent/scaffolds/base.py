@@ -1,4 +1,4 @@
-"""What a scaffold provides to the rollout machinery (design page, "Scaffolds").
+"""What a scaffold provides to the rollout machinery (design page, "Generation engines and scaffolds").
 
 A scaffold is a tool surface and a prompt inside the same rollout machinery: TRL's tool
 loop (``environment_factory``) in training, :mod:`ecredit_trl.agent.episode` in evaluation,

@@ -1,5 +1,5 @@
 """The built-in scaffold ``ecredit``: bash + the editor commands + ``submit``
-(:class:`ecredit_trl.agent.env.SWEAgentEnv`; design page, "Scaffolds").
+(:class:`ecredit_trl.agent.env.SWEAgentEnv`; design page, "Generation engines and scaffolds").
 
 Its tools run inside :class:`~ecredit_trl.agent.env.SWEAgentEnv` itself (``parse`` / ``step``
 are the env's methods), so this adapter only names the prompt and the tool surface.

@@ -1,5 +1,5 @@
 """The ``mini-swe-agent`` scaffold: one ``bash`` tool, mini-swe-agent's own templates and
-stop signal, in this project's rollout workspace (design page, "Scaffolds").
+stop signal, in this project's rollout workspace (design page, "Generation engines and scaffolds").
 
 mini-swe-agent 2.x (the scaffold of SWE-bench's bash-only leaderboard) with native tool
 calls offers one tool, ``bash(command)``; each command runs in a fresh shell (its config's
@@ -33,6 +33,7 @@ policy's tokens stay a prefix of every later prompt):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -121,11 +122,16 @@ def load_config(path: str | None = None) -> tuple[dict, str]:
     return config, source
 
 
-def _render(template: str, **variables) -> str:
+@functools.lru_cache(maxsize=64)
+def _compiled(template: str):
+    """The compiled Jinja template (compiling costs ~10 ms; rendering a compiled one ~0.1 ms)."""
     from jinja2 import StrictUndefined, Template  # start-up cost: only this scaffold renders
 
-    return Template(template, undefined=StrictUndefined, keep_trailing_newline=True).render(
-        **variables)
+    return Template(template, undefined=StrictUndefined, keep_trailing_newline=True)
+
+
+def _render(template: str, **variables) -> str:
+    return _compiled(template).render(**variables)
 
 
 class MiniSweAgentEnv(ScaffoldEnv):
