@@ -60,7 +60,7 @@ _EXIT_NOTE = re.compile(r"\n<exit code (-?\d+)>$")
 def shipped_config_path() -> str:
     """Where mini-swe-agent's shipped SWE-bench config is: the installed ``minisweagent``
     package (found without importing it), else its wheel
-    ``mini_swe_agent-<version>-py3-none-any.whl`` in ``$ECREDIT_CACHE/wheels`` (default
+    ``mini_swe_agent-2.4.6-py3-none-any.whl`` in ``$ECREDIT_CACHE/wheels`` (default
     ``~/.cache/ecredit-trl/wheels``; ``pip download --no-deps mini-swe-agent==2.4.6 -d
     ...`` puts it there), as ``WHEEL!member``.
 
@@ -72,7 +72,7 @@ def shipped_config_path() -> str:
         if path.is_file():
             return str(path)
     root = Path(os.environ.get("ECREDIT_CACHE") or Path.home() / ".cache" / "ecredit-trl")
-    for wheel in sorted((root / "wheels").glob("mini_swe_agent-*-py3-none-any.whl")):
+    for wheel in sorted((root / "wheels").glob(f"mini_swe_agent-{MINI_SWE_AGENT_VERSION}-*.whl")):
         with zipfile.ZipFile(wheel) as z:
             if CONFIG_IN_PACKAGE in z.namelist():
                 return f"{wheel}!{CONFIG_IN_PACKAGE}"
