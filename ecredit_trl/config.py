@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ecredit_trl.agent.scaffolds import SCAFFOLDS
 from ecredit_trl.credit.arms import ARMS
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import BACKENDS, KINDS, SandboxOptions
@@ -20,6 +21,7 @@ from sandbox.bounds import (
     BoundError,
     Choice,
     Float,
+    InFile,
     Int,
     OutDir,
     Source,
@@ -166,6 +168,15 @@ class ECreditConfig(GRPOConfig):
         "help": "rollouts whose tool calls run at once (overlapped pipeline)"})
     chat_template: str | None = field(default=None, metadata={
         "bounds": Choice(*TOOL_TEMPLATES, nullable=True), "help": CHAT_TEMPLATE_HELP})
+    scaffold: str = field(default="ecredit", metadata={
+        "bounds": Choice(*SCAFFOLDS),
+        "help": "tool surface and prompt of the policy: ecredit (bash, editor, submit) or "
+                "mini-swe-agent (one bash tool, its SWE-bench templates and stop signal; "
+                "docs/scaffolds.md)"})
+    scaffold_config: str | None = field(default=None, metadata={
+        "bounds": InFile("yaml", nullable=True),
+        "help": "mini-swe-agent: a config YAML of its shape (default: its shipped "
+                "SWE-bench config)"})
     run_name_prefix: str = field(default="ecredit", metadata={"bounds": Text(),
                                                               "help": "runs/<prefix>-<arm>-..."})
     runs_dir: str = field(default="runs", metadata={"bounds": OutDir(),
@@ -187,6 +198,8 @@ class ECreditConfig(GRPOConfig):
         self.sandbox_options().validate()  # ValueError naming the field
         if self.use_vllm:
             self._require_vllm()
+        if self.scaffold_config is not None and self.scaffold == "ecredit":
+            raise ValueError("scaffold_config: the ecredit scaffold takes no config file")
         # one assistant turn per tool-calling iteration, plus the first generation
         if self.max_tool_calling_iterations is None:
             self.max_tool_calling_iterations = self.max_turns - 1

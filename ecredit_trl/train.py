@@ -60,7 +60,7 @@ import yaml  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
-from ecredit_trl.agent.prompts import task_prompt  # noqa: E402
+from ecredit_trl.agent.scaffolds import get_scaffold  # noqa: E402
 from ecredit_trl.config import ECreditConfig, check_resume_sizes  # noqa: E402
 from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
 from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
@@ -392,7 +392,8 @@ def _open_session(cfg, margs, *, run_args, argv, run_argv, resume, run_dir, run_
             config=config, tasks=tasks, task_source=cfg.tasks,
             images={t.image for t in tasks}, world_size=cfg.world_size,
             model=model_identity(model_path), runtime=cfg.runtime,
-            image_ids=_node_image_ids(cfg, run_name))
+            image_ids=_node_image_ids(cfg, run_name),
+            scaffold=get_scaffold(cfg.scaffold, cfg.scaffold_config).record())
         if resume is None:
             return start_new_run(cfg=cfg, run_dir=run_dir, run_name=run_name,
                                  manifest=manifest, config=config, task_ids=task_ids,
@@ -427,7 +428,8 @@ def _make_runtime(cfg, run_name: str):
 
 def _make_trainer(cfg, tasks, model, tokenizer, peft_config, runtime, run_dir: Path):
     """The GRPO trainer over one prompt row per task."""
-    rows = [{"prompt": task_prompt(t), "instance_id": t.instance_id} for t in tasks]
+    scaffold = get_scaffold(cfg.scaffold, cfg.scaffold_config)
+    rows = [{"prompt": scaffold.prompt(t), "instance_id": t.instance_id} for t in tasks]
     dataset = Dataset.from_list(rows)
     return ECreditGRPOTrainer(model=model, args=cfg, tasks={t.instance_id: t for t in tasks},
                               train_dataset=dataset, runtime=runtime, run_dir=run_dir,

@@ -41,6 +41,7 @@ from trl import GRPOTrainer
 
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
 from ecredit_trl.agent.episode_record import build_rollout_record
+from ecredit_trl.agent.scaffolds import get_scaffold
 from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.dispatch import RoundDispatchMixin
@@ -87,7 +88,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self.tasks = tasks
         self.runtime = runtime
         self.run_dir = Path(run_dir)
-        self.agent_ctx = AgentContext(tasks=tasks, runtime=runtime,
+        self.scaffold = get_scaffold(args.scaffold, args.scaffold_config)
+        self.agent_ctx = AgentContext(tasks=tasks, runtime=runtime, scaffold=self.scaffold,
                                       bash_timeout_s=args.bash_timeout_s,
                                       max_file_bytes=args.agent_max_file_mib * 2**20,
                                       tree_budget_bytes=args.agent_tree_budget_mib * 2**20,
@@ -121,7 +123,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
         super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
-                         train_dataset=train_dataset, environment_factory=env_factory(self.agent_ctx),
+                         train_dataset=train_dataset, environment_factory=env_factory(
+                             self.agent_ctx, self.scaffold.env_class),
                          **kwargs)
         self.add_callback(TrainerHooks(self))
 
@@ -263,7 +266,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
                                 credit_cap=cfg.credit_cap)
         rows = write_round(records, credit, self._batch_trials, accelerator=self.accelerator,
                            run_dir=self.run_dir, arm=cfg.arm, step=self.state.global_step + 1,
-                           wall_s=wall_s, timings=timings)
+                           wall_s=wall_s, timings=timings, scaffold=self.scaffold.name)
         mode = "train" if self.model.training else "eval"
         for k, v in rows.metrics.items():
             self._metrics[mode][k].append(float(v))

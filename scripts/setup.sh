@@ -39,6 +39,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# mini-swe-agent's shipped SWE-bench config (the --scaffold mini-swe-agent templates) is read
+# from its wheel, never installed: the package itself would bring litellm and its dependencies.
+wheels="${ECREDIT_CACHE:-$HOME/.cache/ecredit-trl}/wheels"
+if ! ls "$wheels"/mini_swe_agent-2.4.6-*.whl >/dev/null 2>&1; then
+  echo "[setup] mini-swe-agent 2.4.6 wheel (its config only) -> $wheels"
+  .venv/bin/pip download -q --no-deps mini-swe-agent==2.4.6 -d "$wheels"
+fi
+
 # A default accelerate config, from accelerate's own `accelerate config default` (only when none
 # exists; it goes to $HF_HOME/accelerate/default_config.yaml), so a bare `accelerate launch`
 # prints no "values were not passed" banner. On a machine without a GPU, `config default` writes

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from ecredit_trl.agent.env import SWEAgentEnv, release
+from ecredit_trl.agent.env import env_for, release
 from ecredit_trl.agent.episode import (
     EpisodeTurns,
     rollout_row,
@@ -170,7 +170,7 @@ class _Batcher:
     def _top_up(self, queue: deque) -> None:
         while queue and len(self.live) < self.batch_size:
             task, i = queue.popleft()
-            slot = _Slot(task, i, SWEAgentEnv(episode_context(self.ctx)),
+            slot = _Slot(task, i, env_for(self.ctx.scaffold, episode_context(self.ctx)),
                          rollout_seed(self.seed, task.instance_id, i), time.monotonic())
             slot.fut = self.pool.submit(_setup, slot)
             self.live.append(slot)
@@ -183,7 +183,9 @@ class _Batcher:
                 self.live.remove(slot)
                 continue
             if slot.phase == "setup":
-                ids = self.policy.render_prompt(task_prompt(slot.task))
+                sc = getattr(self.policy, "scaffold", None)
+                ids = self.policy.render_prompt(sc.prompt(slot.task) if sc is not None
+                                                else task_prompt(slot.task))
                 slot.turns = EpisodeTurns(self.policy, slot.env, ids, self.settings)
                 slot.sampler = self.engine.row_sampler(slot.rseed)
             else:

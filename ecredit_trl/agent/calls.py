@@ -44,7 +44,7 @@ def submit_turn(calls: Sequence, num_turns: int) -> int | None:
     """1-based turn of the first ``submit`` the environment accepted, clamped to
     ``1..num_turns``; None when the rollout never submitted."""
     for c in calls:
-        if c.name == "submit" and c.ok:
+        if (c.name == "submit" or getattr(c, "submits", False)) and c.ok:
             return _clamp(c.turn, max(1, num_turns))
     return None
 

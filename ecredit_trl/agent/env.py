@@ -82,6 +82,7 @@ class ToolCall:
     error: str | None = None
     status: str = "ok"
     generated: list[str] = field(default_factory=list)
+    submits: bool = False  # this call ended the episode as a submission (a scaffold's stop signal)
 
 
 @dataclass
@@ -108,6 +109,9 @@ class AgentContext:
             (``ECreditConfig.snapshot_ignore``; not agent-writable).
         limits: memory / pids / CPU limits of each agent container
             (:class:`sandbox.trials.trial.Limits`; None: its defaults).
+        scaffold: the scaffold adapter whose actions a
+            :class:`~ecredit_trl.agent.scaffolds.base.ScaffoldEnv` runs
+            (:mod:`ecredit_trl.agent.scaffolds`; None: the built-in tools only).
 
     Raises: ValueError naming the field for a non-positive limit.
     """
@@ -122,6 +126,7 @@ class AgentContext:
     tree_budget_bytes: int = DEFAULT_TREE_BUDGET_BYTES
     snapshot_ignore: tuple[str, ...] = DEFAULT_SNAPSHOT_IGNORE
     limits: object | None = None
+    scaffold: object | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _owns_workroot: bool = False
     _image_bases: dict = field(default_factory=dict)  # (image, workdir) -> BaseCache, + locks
@@ -161,11 +166,13 @@ class AgentContext:
             shutil.rmtree(self.workroot, ignore_errors=True)
 
 
-class SWEAgentEnv(EpisodeFailures):
-    """One rollout's environment (reused across rollouts by TRL's pool; ``reset`` starts anew):
-    the tool surface over one :class:`sandbox.workspace.rollout.RolloutWorkspace` (``ws``).
-
-    Construct through :func:`env_factory`, which binds the shared :class:`AgentContext`.
+class AgentEnvBase(EpisodeFailures):
+    """One rollout's environment without tools (reused across rollouts by TRL's pool;
+    ``reset`` starts anew): the workspace (``ws``), the record of every call with a snapshot
+    after it (:meth:`_record`) and what the trainer reads afterwards. A scaffold's tool
+    surface is a subclass whose public methods are its tools (:class:`SWEAgentEnv`, the
+    built-in one; :mod:`ecredit_trl.agent.scaffolds`). No public method here but ``reset``:
+    TRL exposes every public function of the class as a tool.
     """
 
     context: AgentContext | None = None
@@ -276,6 +283,38 @@ class SWEAgentEnv(EpisodeFailures):
             raise editor.EditorError(f"The working tree is not available: {self.setup_error}")
         return self.ws.edit(fn, *args)
 
+    # -- what the trainer reads after the rollout (properties: not tools) -------
+    @property
+    def trees(self) -> list[str]:
+        """Tree after each tool call, in call order (S after call i)."""
+        return [c.tree for c in self.calls]
+
+    @property
+    def snapshot_repo(self) -> Path | None:
+        """The private git directory holding every snapshot tree of this rollout (the
+        ``repo`` of ``sandbox.snapshots.snapshot`` / ``credit.blocks`` / ``plan_query``); None
+        before ``reset`` and after release. With the ``ray`` backend a local copy of the
+        node's store (:meth:`sandbox.cluster.workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
+        return self.ws.snapshot_repo if self.ws is not None else None
+
+    @property
+    def final_tree(self) -> str:
+        """S_K: the tree after the last call (the base tree when no call ran)."""
+        return self.calls[-1].tree if self.calls else self.base_tree
+
+    @property
+    def valid_calls(self) -> int:
+        """Number of tool calls the environment accepted."""
+        return sum(1 for c in self.calls if c.ok)
+
+
+class SWEAgentEnv(AgentEnvBase):
+    """The built-in tool surface (the ``ecredit`` scaffold): ``bash`` and the editor
+    commands (``view``, ``create``, ``str_replace``, ``insert``) and ``submit``.
+
+    Construct through :func:`env_factory`, which binds the shared :class:`AgentContext`.
+    """
+
     # -- tools (public methods are exposed to the model by TRL) ---------------
     def bash(self, command: str) -> str:
         """Run a bash command in the repository's sandbox and return its output.
@@ -343,37 +382,13 @@ class SWEAgentEnv(EpisodeFailures):
         self._close_session()  # the episode is over: release the container now
         return out
 
-    # -- what the trainer reads after the rollout (properties: not tools) -------
-    @property
-    def trees(self) -> list[str]:
-        """Tree after each tool call, in call order (S after call i)."""
-        return [c.tree for c in self.calls]
 
-    @property
-    def snapshot_repo(self) -> Path | None:
-        """The private git directory holding every snapshot tree of this rollout (the
-        ``repo`` of ``sandbox.snapshots.snapshot`` / ``credit.blocks`` / ``plan_query``); None
-        before ``reset`` and after release. With the ``ray`` backend a local copy of the
-        node's store (:meth:`sandbox.cluster.workspace_proxy.RemoteWorkspace.snapshot_repo`)."""
-        return self.ws.snapshot_repo if self.ws is not None else None
-
-    @property
-    def final_tree(self) -> str:
-        """S_K: the tree after the last call (the base tree when no call ran)."""
-        return self.calls[-1].tree if self.calls else self.base_tree
-
-    @property
-    def valid_calls(self) -> int:
-        """Number of tool calls the environment accepted."""
-        return sum(1 for c in self.calls if c.ok)
-
-
-def release(env: SWEAgentEnv) -> None:
+def release(env: AgentEnvBase) -> None:
     """Stop ``env``'s sandbox and remove its working tree (once its records are written)."""
     env._close()
 
 
-def release_sandbox(env: SWEAgentEnv) -> None:
+def release_sandbox(env: AgentEnvBase) -> None:
     """Release ``env``'s container now (its episode has ended); the working tree stays for
     the records. Idempotent; never raises."""
     try:
@@ -382,11 +397,21 @@ def release_sandbox(env: SWEAgentEnv) -> None:
         pass
 
 
-def env_factory(context: AgentContext):
-    """A zero-argument factory for TRL's ``environment_factory`` bound to ``context``."""
-    def make() -> SWEAgentEnv:
-        return SWEAgentEnv(context)
+def env_factory(context: AgentContext, env_class: type | None = None):
+    """A zero-argument factory for TRL's ``environment_factory`` bound to ``context``:
+    instances of ``env_class`` (a scaffold's tool surface; default :class:`SWEAgentEnv`)."""
+    cls = env_class or SWEAgentEnv
+
+    def make() -> AgentEnvBase:
+        return cls(context)
     return make
+
+
+def env_for(scaffold, context: AgentContext) -> AgentEnvBase:
+    """A fresh environment of ``scaffold``'s tool surface (``scaffold.env_class``; None:
+    :class:`SWEAgentEnv`) bound to ``context``."""
+    cls = getattr(scaffold, "env_class", None) or SWEAgentEnv
+    return cls(context)
 
 
 def _clone_at(repo_dir: str, commit: str, dest: Path) -> None:

@@ -25,12 +25,13 @@ def _format_errors(turns: list[dict], calls) -> int:
     errors = 0
     submitted = False
     requested = 0
-    for t in turns:
+    for k, t in enumerate(turns, start=1):
         names = [c.get("name") for c in t["tool_calls"]]
         if not names and not submitted:
             errors += 1
         requested += len(t["tool_calls"])  # calls of an unexecuted last turn count, as in training
-        if "submit" in names:
+        if "submit" in names or any(getattr(c, "submits", False) and c.turn == k
+                                    for c in calls):
             submitted = True
     errors += max(0, requested - len(calls))
     errors += sum(1 for c in calls if not c.ok)
@@ -62,7 +63,8 @@ def start_episode(policy: Policy, env, task) -> list[int]:
     """
     env.ctx.turn = 0
     env.reset(instance_id=task.instance_id)
-    return policy.render_prompt(task_prompt(task))
+    sc = getattr(policy, "scaffold", None)
+    return policy.render_prompt(sc.prompt(task) if sc is not None else task_prompt(task))
 
 
 def rollout_row(env, task, ep: _Episode, *, rollout_index: int, seed: int, rseed: int,

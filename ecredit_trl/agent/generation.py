@@ -104,6 +104,7 @@ class Policy:
         self.tokenizer = tokenizer
         self.ref = ref
         self.tools = policy_tools()
+        self.scaffold = None  # the ecredit scaffold; use_scaffold() sets another
         if getattr(tokenizer, "response_template", None) is None and getattr(
                 tokenizer, "response_schema", None) is None:
             try:
@@ -120,6 +121,13 @@ class Policy:
             self.eos_token_ids.append(tokenizer.eos_token_id)
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.device = next(model.parameters()).device
+
+    def use_scaffold(self, scaffold) -> None:
+        """Roll out with ``scaffold`` (:mod:`ecredit_trl.agent.scaffolds`): its tool schemas
+        (rendered and parsed) and, in :func:`ecredit_trl.agent.episode.start_episode`, its
+        prompt and tool surface."""
+        self.scaffold = scaffold
+        self.tools = scaffold.tools()
 
     def render_prompt(self, messages: list[dict]) -> list[int]:
         """Token ids of ``messages`` with the tool schemas and the generation prompt (as

@@ -71,7 +71,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ecredit_trl.agent.batched import run_batched
-from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
+from ecredit_trl.agent.env import AgentContext, env_for, release
 from ecredit_trl.agent.episode import run_rollout
 from ecredit_trl.agent.generation import (
     TRL_SAMPLING_DEFAULTS,
@@ -80,6 +80,7 @@ from ecredit_trl.agent.generation import (
     load_rollout_policy,
     rollout_seed,
 )
+from ecredit_trl.agent.scaffolds import SCAFFOLDS, get_scaffold
 from ecredit_trl.agent.vllm_engine import VLLMEngine, require_vllm
 from ecredit_trl.credit.trajectory import turn_writes
 from ecredit_trl.runs.records import append_jsonl, read_jsonl
@@ -170,9 +171,11 @@ def run_rollouts(policy: Policy, tasks: Sequence, out: str | Path, *, n: int, se
     slots = [(t, i) for t in tasks for i in range(n) if (t.instance_id, i) not in done]
     engine_tag = {"name": getattr(engine, "name", "transformers"), "batch_size": batch_size}
     counts = {"written": 0, "generate_s": 0.0}
+    sc = getattr(policy, "scaffold", None)
+    scaffold_record = sc.record() if sc is not None else {"name": "ecredit"}
 
     def emit(row: dict) -> None:
-        row.update(model_sha256=policy.ref.sha256, binding=binding,
+        row.update(model_sha256=policy.ref.sha256, binding=binding, scaffold=scaffold_record,
                    settings=settings.to_json(), engine=engine_tag)
         append_jsonl(out, [row])
         counts["written"] += 1
@@ -182,12 +185,13 @@ def run_rollouts(policy: Policy, tasks: Sequence, out: str | Path, *, n: int, se
             f"artifact {len(row['artifact'])} B, {row['timings']['total_s']:.1f} s")
 
     ctx = AgentContext(tasks={t.instance_id: t for t in tasks}, runtime=runtime,
-                       bash_timeout_s=settings.bash_timeout_s)
+                       bash_timeout_s=settings.bash_timeout_s,
+                       scaffold=getattr(policy, "scaffold", None))
     t0 = time.monotonic()
     extra = {}
     try:
         if batch_size == 1 and engine is None:
-            env = SWEAgentEnv(ctx)
+            env = env_for(ctx.scaffold, ctx)
             for task, i in slots:
                 try:
                     row = run_rollout(policy, env, task, rollout_index=i, seed=seed,
@@ -249,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="threads running the episodes' tool calls (batched path)")
     ap.add_argument("--chat-template", "--chat_template", type=Text(), dest="chat_template", default=None,
                     metavar="NAME", help=CHAT_TEMPLATE_HELP)
+    ap.add_argument("--scaffold", default="ecredit", choices=SCAFFOLDS,
+                    help="tool surface and prompt (docs/scaffolds.md)")
+    ap.add_argument("--scaffold-config", "--scaffold_config", dest="scaffold_config",
+                    default=None, help="mini-swe-agent: its config YAML (default: its shipped "
+                    "SWE-bench config)")
     ap.add_argument("--use-vllm", dest="use_vllm", action="store_true",
                     help="generate through vllm.LLM (colocated, from the model path)")
     args = ap.parse_args(argv)
@@ -270,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             require_vllm()
         policy = load_rollout_policy(args.model, device="cpu" if args.use_vllm else args.device,
                                      dtype=args.dtype, chat_template=args.chat_template)
+        if args.scaffold != "ecredit" or args.scaffold_config:
+            policy.use_scaffold(get_scaffold(args.scaffold, args.scaffold_config))
         settings = settings_for(policy.ref, args)
         if args.use_vllm:
             engine = VLLMEngine.from_policy(policy, dtype=args.dtype)

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ecredit_trl.policy.preflight import check_template, lora_config, model_location
+from ecredit_trl.policy.scaffold_warmstart import scaffold_policy
 from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
 from eval.evaluation.templatecheck import resolve_template_option
 from eval.tasks.presence import require_task_images
@@ -49,7 +50,10 @@ def tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
         # warm-started on every training task, so --max_tasks reuses the cached policy (image
         # tasks: on their bundled twins; other image-only sets need --model)
         kw = {"steps": margs.warmstart_steps} if margs.warmstart_steps else {}
-        model_path = ensure_default_policy(default_policy_tasks(cfg.tasks, all_tasks), **kw)
+        warm_tasks = default_policy_tasks(cfg.tasks, all_tasks)
+        model_path = ensure_default_policy(warm_tasks, **kw)
+        # another scaffold: a short SFT on its format, from the built-in policy (cached apart)
+        model_path = scaffold_policy(model_path, warm_tasks, cfg)
     else:
         model_path = model_location(margs.model)
     check_template(cfg, model_path, margs.model or "the embedded policy")

@@ -55,7 +55,7 @@ def credit_magnitudes(token_turn, C_row, selected_turn: int | None) -> tuple[flo
 
 def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
                    tokens_per_turn: list[int], advantage: float, stats,
-                   credited_tokens: int | None = None) -> dict:
+                   credited_tokens: int | None = None, scaffold: str = "ecredit") -> dict:
     """One ``trajectories.jsonl`` row: the rollout record ``rec``, its turns (generated
     tokens and writes per turn), its terminal advantage and its credit statistics
     (``stats``: :class:`~ecredit_trl.credit.coefficients.CreditStats`-like, with
@@ -65,7 +65,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
     ``generated_tokens``: every token the policy generated (tool results excluded; tokens
     after submit and of a truncated row included); ``credited_tokens``: the row's tokens in
     TRL's loss (0 for a row masked as truncated); ``truncated``: TRL's rule (no EOS/pad at
-    the end)."""
+    the end); ``scaffold``: the tool surface the rollout ran with (design page, "Generation engines and scaffolds")."""
     per_turn = tokens_per_turn
     sub = getattr(rec, "submit_turn", None)
     turns_json = [{"generated_tokens": per_turn[k] if k < len(per_turn) else 0,
@@ -73,7 +73,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
                    **({"after_submit": True} if sub is not None and k + 1 > sub else {})}
                   for k in range(rec.num_turns)]
     return {
-        "task_id": rec.task_id, "rollout_index": rec.rollout_index,
+        "task_id": rec.task_id, "rollout_index": rec.rollout_index, "scaffold": scaffold,
         "format_error": rec.format_error, "turns": turns_json,
         "arm": arm, "step": step, "generated_tokens": generated_tokens,
         "credited_tokens": credited_tokens, "truncated": getattr(rec, "truncated", False),

@@ -159,7 +159,7 @@ def sealed_holdouts() -> dict:
 
 def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_source: str,
                    images, world_size: int, model: dict, runtime: str,
-                   image_ids=None) -> dict:
+                   image_ids=None, scaffold: dict | None = None) -> dict:
     """The manifest dict of a starting run (see the module docstring); nothing is written.
 
     Args:
@@ -170,6 +170,8 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
             backend's sandbox nodes, else this machine's Podman).
         world_size: accelerate processes.
         model: what the policy is (path, and whatever identifies its weights).
+        scaffold: the scaffold's record (``Scaffold.record()``: name, config hash, config
+            source); None: the built-in ``ecredit`` tools.
     """
     return {
         "schema": SCHEMA, "run_name": run_name,
@@ -182,6 +184,7 @@ def build_manifest(*, run_name: str, argv: list[str], config: dict, tasks, task_
         "sealed_holdouts": sealed_holdouts(), "world_size": int(world_size), "model": model,
         # the LoRA actually applied (architecture defaults resolved), None = full
         "lora": (config.get("model") or {}).get("lora"),
+        "scaffold": scaffold or {"name": "ecredit"},
     }
 
 

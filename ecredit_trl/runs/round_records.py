@@ -45,7 +45,8 @@ def _slowest_timings(accelerator, timings: dict) -> dict[str, float]:
 
 
 def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, arm: str,
-                step: int, wall_s: float, timings: dict | None = None) -> RoundRows:
+                step: int, wall_s: float, timings: dict | None = None,
+                scaffold: str = "ecredit") -> RoundRows:
     """Build, gather and (main process) append one round's records.
 
     Args:
@@ -60,6 +61,7 @@ def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, ar
         arm, step: the run's arm and the optimizer step this round feeds (1-based).
         wall_s: seconds of the generation round (environments, generation, tools, trials).
         timings: this rank's stage timings (:func:`ecredit_trl.runs.timings.stage_timings`).
+        scaffold: the run's scaffold name, written in every trajectory row.
 
     Returns: :class:`RoundRows`. Raises: RecordWriteError (main process) when a row cannot
     be appended.
@@ -67,7 +69,7 @@ def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, ar
     traj_rows = [trajectory_row(rec, arm=arm, step=step, generated_tokens=c.generated_tokens,
                                 credited_tokens=c.credited_tokens,
                                 tokens_per_turn=c.tokens_per_turn, advantage=c.advantage,
-                                stats=c.stats)
+                                stats=c.stats, scaffold=scaffold)
                  for rec, c in zip(records, credit, strict=True)]
     tot = _gathered_counts(accelerator, round_counts(records, [c.counts for c in credit], trials))
     if timings is not None:

@@ -83,7 +83,9 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
                  verdicts: Path | None = None) -> list[str]:
     """The ``python -m eval.run`` argv of one evaluation with the study's protocol;
     ``--reuse-verdicts verdicts`` (the study's ``<out>/verdicts``) when
-    ``eval.reuse_verdicts`` is true (a verdict already graded is not paid for twice)."""
+    ``eval.reuse_verdicts`` is true (a verdict already graded is not paid for twice);
+    ``--scaffold`` (and ``--scaffold-config``) when ``train.scaffold`` names another scaffold
+    than the built-in one (design page, "Generation engines and scaffolds")."""
     ev = cfg.eval
     cmd = [sys.executable, "-m", "eval.run", "--model", str(model), "--split", split,
            "--n", str(cfg.eval_n(split)), "--out", str(out_dir), "--seed", str(ev["seed"]),
@@ -95,6 +97,11 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
                       ("max_new_tokens", "--max-new-tokens")):
         if ev[key] is not None:
             cmd += [flag, str(ev[key])]
+    # evaluations use the scaffold the runs trained with (train.scaffold / scaffold_config)
+    if cfg.train.get("scaffold", "ecredit") != "ecredit":
+        cmd += ["--scaffold", cfg.train["scaffold"]]
+    if cfg.train.get("scaffold_config"):
+        cmd += ["--scaffold-config", str(cfg.train["scaffold_config"])]
     if ev.get("reuse_verdicts"):
         if verdicts is None:
             raise ValueError("eval.reuse_verdicts: true needs the study's verdicts folder")

@@ -66,7 +66,8 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
            "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),
            *runtime.argv(), "--binding", binding]
     for k, flag in (("max_turns", "--max-turns"), ("max_new_tokens", "--max-new-tokens"),
-                    ("temperature", "--temperature"), ("chat_template", "--chat-template")):
+                    ("temperature", "--temperature"), ("chat_template", "--chat-template"),
+                    ("scaffold", "--scaffold"), ("scaffold_config", "--scaffold-config")):
         if k in overrides:
             cmd += [flag, str(overrides[k])]
     if device:

@@ -26,7 +26,12 @@ __all__ = ["OVERRIDE_FIELDS", "EvalOptions", "add_option_args", "flag_of", "opti
 
 #: Generation settings passed to the rollout subprocess; None means "the run's default". The
 #: given ones are the binding's ``overrides`` (:func:`eval.evaluation.binding.run_binding`).
-OVERRIDE_FIELDS = ("max_turns", "max_new_tokens", "temperature", "chat_template")
+OVERRIDE_FIELDS = ("max_turns", "max_new_tokens", "temperature", "chat_template", "scaffold",
+                   "scaffold_config")
+
+#: ``--scaffold`` names (the rollout subprocess's ``ecredit_trl.agent.scaffolds.SCAFFOLDS``;
+#: ``eval`` does not import the trainer's packages).
+SCAFFOLD_NAMES = ("ecredit", "mini-swe-agent")
 
 SPLIT_HELP = ("official500 | holdout100 | bundled[:train|:holdout] | bundled-image[:train|:holdout] "
               "(the image-held stand-ins: python -m eval.build_tasks --image-tasks) | "
@@ -71,6 +76,8 @@ class EvalOptions:
         batch_size, agent_concurrency, use_vllm: the rollout subprocess's flags of the same
             name (episodes in flight, tool-call threads, vLLM generation).
         reuse_verdicts: opt-in verdict store folder (:mod:`eval.evaluation.verdicts`).
+        scaffold, scaffold_config: the policy's tool surface and prompt (None: ``ecredit``)
+            and mini-swe-agent's config file (design page, "Generation engines and scaffolds"); part of the binding.
 
     Raises: EvalInputError (a ValueError) from ``__post_init__``, naming the flag: a missing
         ``split`` / ``n`` / ``out``, a count < 1, neither ``model`` nor ``rollouts``.
@@ -98,6 +105,13 @@ class EvalOptions:
     chat_template: str | None = _opt(None, CHAT_TEMPLATE_HELP, metavar="NAME",
                                      aliases=("--chat_template",), bounds=Text())
     reuse_verdicts: str | Path | None = _opt(None, REUSE_HELP, metavar="DIR", bounds=OutDir())
+    scaffold: str | None = _opt(None, "tool surface and prompt: ecredit (default) or "
+                                      "mini-swe-agent (docs/scaffolds.md)",
+                                bounds=Text(nullable=True))  # the name is checked by the rollouts CLI
+    scaffold_config: str | None = _opt(None, "mini-swe-agent: its config YAML (default: its "
+                                             "shipped SWE-bench config)", metavar="FILE",
+                                       aliases=("--scaffold_config",),
+                                       bounds=InFile("yaml", nullable=True))
 
     def __post_init__(self) -> None:
         missing = [flag_of(k) for k in ("split", "n", "out") if getattr(self, k) is None]
@@ -108,6 +122,9 @@ class EvalOptions:
         for name in ("concurrency", "batch_size", "agent_concurrency"):
             if getattr(self, name) < 1:
                 raise EvalInputError(f"{flag_of(name)}: must be >= 1, got {getattr(self, name)}")
+        if self.scaffold is not None and self.scaffold not in SCAFFOLD_NAMES:
+            raise EvalInputError(f"--scaffold: expected one of {', '.join(SCAFFOLD_NAMES)}, "
+                                 f"got {self.scaffold!r}")
         if self.model is None and self.rollouts is None:
             raise EvalInputError("--model is required unless --rollouts is given")
 
