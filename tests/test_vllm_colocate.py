@@ -148,3 +148,21 @@ def test_importance_sampling_composes_with_per_token_credit(tiny_model, tmp_path
     g_is, g_hf = grads(True), grads(False)
     assert g_is.abs().sum() > 0
     assert torch.allclose(g_is, g_hf, rtol=1e-4, atol=1e-7)
+
+    # The zero-gradient case (docs/vllm.md, "Importance sampling"): when vLLM reports logprob 0
+    # for its tokens - what processed logprobs are for tokens a grammar forces
+    # (vllm_structured_outputs_regex), the one allowed token having probability 1 - while the
+    # trainer's model gives them log p < 0, the sequence ratio exp(sum(log p - 0)) underflows
+    # to ~0 and multiplies every token's loss: the gradient vanishes though nothing is masked.
+    real = trainer.vllm_generation.generate
+
+    def forced(*a, **kw):
+        prompt_ids, completion_ids, logprobs, token_ids = real(*a, **kw)
+        return prompt_ids, completion_ids, [[[0.0] for _ in row] for row in logprobs], token_ids
+    trainer.vllm_generation.generate = forced
+    trainer.vllm_importance_sampling_correction = True
+    batch = trainer._generate_and_score_completions(rows)
+    assert batch["importance_sampling_ratio"].max() < 1e-6
+    batch["advantages"] = (batch["advantages"][:, None] + 0.1) * batch["completion_mask"]
+    g_forced = grads(True)
+    assert g_forced.abs().max() < 1e-6 * g_hf.abs().max()
