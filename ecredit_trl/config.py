@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ecredit_trl.credit.arms import ARMS
+from ecredit_trl.policy.vllm_checks import check_vllm_config
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import DEFAULTS as SANDBOX
 from sandbox.backend import SandboxOptions
@@ -29,7 +30,7 @@ class ECreditConfig(GRPOConfig):
     Raises ValueError (naming the field) for an unknown arm, runtime or terminal
     reward, a negative ``credit_lambda``, a non-positive ``credit_cap``,
     ``max_turns`` < 1, a ``chat_template`` TRL has no tool-call parser for (names:
-    :data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` without vLLM installed,
+    :data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`), ``use_vllm`` settings vLLM or the host cannot give (:mod:`ecredit_trl.policy.vllm_checks`),
     ``verifier_concurrency`` < 1, ``sandbox_retries`` < 1, an unknown
     ``pipeline``, ``agent_concurrency`` < 1, a negative ``sandbox_retry_backoff_s``, an agent
     disk limit below 1 MiB, a remote (non-``unix://``) ``agent_endpoints`` entry, any
@@ -169,15 +170,9 @@ class ECreditConfig(GRPOConfig):
         super().__post_init__()
 
     def _require_vllm(self) -> None:
-        """``use_vllm`` (TRL's own generation path, colocate or server mode, kept
-        as is) refused at parse time, in one line, where vLLM is not installed - not after the
-        tasks, the sandbox service and the start receipt."""
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError(f"use_vllm: vllm is not installed in this environment (vllm_mode="
-                             f"{self.vllm_mode}); install a vLLM release TRL supports (0.22-0.31)"
-                             " on a CUDA host, or drop --use_vllm")
+        """``use_vllm`` refused at parse time, in one line, where this host or install cannot
+        give it (:func:`ecredit_trl.policy.vllm_checks.check_vllm_config`)."""
+        check_vllm_config(self)
 
     def sandbox_options(self) -> SandboxOptions:
         """These fields as :class:`sandbox.backend.SandboxOptions` (what ``make_runtime`` takes)."""

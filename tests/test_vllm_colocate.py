@@ -18,27 +18,12 @@ from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
 from datasets import Dataset
-from ecredit_trl.policy.families import build_family_model, build_family_tokenizer, family
 from ecredit_trl.policy.vllm_sync import colocate_engine, install_weight_route
 
 pytestmark = pytest.mark.slow
 
 PROMPT = list(range(40, 60))
 GREEDY_TOKENS = 24
-#: vLLM CPU head sizes start at 32 (vllm/v1/attention/backends/cpu_attn.py)
-SHAPE = {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("vllm-model")
-    fam = family("qwen2_5")
-    tok = build_family_tokenizer(fam)
-    build_family_model(fam, tok, shape=SHAPE).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 class _Trainer(GRPOTrainer):
     """TRL's trainer with this project's colocate hooks (as ECreditGRPOTrainer installs them);
     every sync is spied on: greedy tokens of both engines before and after it."""
@@ -98,8 +83,8 @@ def _trainer(model_dir, out, *, lora: bool, steps: int = 2) -> _Trainer:
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_weights_reach_vllm_every_step(tiny_model, tmp_path, lora):
-    trainer = _trainer(tiny_model, tmp_path, lora=lora)
+def test_weights_reach_vllm_every_step(vllm_tiny_model, tmp_path, lora):
+    trainer = _trainer(vllm_tiny_model, tmp_path, lora=lora)
     assert trainer.vllm_weight_route == "reload"  # the CPU route (TRL's push fails here)
     # the engine runs in float32 on CPU (TRL passes no dtype: it would be bfloat16)
     assert trainer.vllm_generation.llm.llm_engine.model_config.dtype == torch.float32
@@ -119,12 +104,12 @@ def test_weights_reach_vllm_every_step(tiny_model, tmp_path, lora):
             assert vllm_greedy(trainer) != hf_greedy(trainer)
 
 
-def test_importance_sampling_composes_with_per_token_credit(tiny_model, tmp_path):
+def test_importance_sampling_composes_with_per_token_credit(vllm_tiny_model, tmp_path):
     """TRL's default IS correction (sequence_mask, clip 3) with (B, T) advantages: the gradient
     is non-zero and equals the one without the correction (the HF-generation path's loss on
     the same batch) within 1e-4 relative, because vLLM in float32 samples the same
     distribution as the trainer (ratio 1 within 1e-4)."""
-    trainer = _trainer(tiny_model, tmp_path, lora=False, steps=1)
+    trainer = _trainer(vllm_tiny_model, tmp_path, lora=False, steps=1)
     rows = [{"prompt": f"task {i} fix the bug"} for i in range(4)]
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by transformers' training loop
