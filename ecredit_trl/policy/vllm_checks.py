@@ -1,5 +1,5 @@
 """``use_vllm`` settings checked before anything of a run starts: one line naming the field,
-instead of an engine error minutes later (design page, "vLLM generation").
+instead of an engine error minutes later (design page, "Generation engines and scaffolds").
 
 Two stages: :func:`check_vllm_config` at config validation (vLLM installed, its version inside
 TRL's supported range, ``vllm_gpu_memory_utilization`` and ``vllm_tensor_parallel_size`` this

@@ -1,5 +1,5 @@
 """vLLM colocate mode (``use_vllm``, ``vllm_mode=colocate``) on a CPU host: the engine's
-options and the weight route, chosen by the training device (design page, "vLLM generation").
+options and the weight route, chosen by the training device (design page, "Generation engines and scaffolds").
 
 TRL 1.16 builds the colocated ``vllm.LLM`` from the model's path and pushes the trained
 weights before each generation round with ``model.load_weights([(name, tensor)])``. Two things
