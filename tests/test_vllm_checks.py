@@ -70,7 +70,7 @@ def test_gpu_hosts_memory_and_tensor_parallel_size():
     with pytest.raises(VLLMRefused, match=r"^vllm_tensor_parallel_size: 2 exceeds the 1 GPU"):
         check_vllm_config(cfg, host=HostDevices("cuda", 1, free=140 * GIB, total=141 * GIB))
     with pytest.raises(VLLMRefused, match=r"^vllm_gpu_memory_utilization: 0.9 asks 126.9 GiB "
-                                          r"of GPU 0's 141.0 GiB, but only 40.0 GiB are free"):
+                                          r"of this rank's GPU \(141.0 GiB\), but only 40.0 GiB are free"):
         check_vllm_config(cfg, host=HostDevices("cuda", 2, free=40 * GIB, total=141 * GIB))
     server = _gpu_cfg(vllm_mode="server", vllm_tensor_parallel_size=8)
     check_vllm_config(server, host=HostDevices("cpu"))  # the server's own settings

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ class VLLMRefused(ValueError):
 @dataclass(frozen=True)
 class HostDevices:
     """What the host offers vLLM: ``kind`` ``"cuda"`` or ``"cpu"``, ``count`` GPUs, and for
-    GPU 0 its ``free`` / ``total`` memory in bytes (0 on CPU)."""
+    this process's GPU its ``free`` / ``total`` memory in bytes (0 on CPU)."""
 
     kind: str
     count: int = 0
@@ -45,11 +46,12 @@ class HostDevices:
 
     @classmethod
     def detect(cls, use_cpu: bool = False) -> HostDevices:
+        """This process's view: its GPU is ``LOCAL_RANK``'s (0 outside a launcher)."""
         import torch
 
         if use_cpu or not torch.cuda.is_available():
             return cls("cpu")
-        free, total = torch.cuda.mem_get_info(0)
+        free, total = torch.cuda.mem_get_info(int(os.environ.get("LOCAL_RANK", "0")))
         return cls("cuda", torch.cuda.device_count(), int(free), int(total))
 
 
@@ -79,8 +81,8 @@ def check_vllm_config(cfg, host: HostDevices | None = None, installed=None) -> N
 
     Raises VLLMRefused naming the field: vLLM not installed; a version outside
     :data:`SUPPORTED_VLLM`; in colocate mode ``vllm_gpu_memory_utilization`` outside (0, 1]
-    or more than GPU 0 has free, ``vllm_tensor_parallel_size`` < 1, above the GPU count, or
-    > 1 on a CPU host. ``host`` / ``installed`` (a callable like :func:`installed_vllm`):
+    or more than this rank's GPU has free, ``vllm_tensor_parallel_size`` < 1, above the GPU
+    count, or > 1 on a CPU host. ``host`` / ``installed`` (a callable like :func:`installed_vllm`):
     default detected.
     """
     found = (installed or installed_vllm)()
@@ -113,8 +115,9 @@ def check_vllm_config(cfg, host: HostDevices | None = None, installed=None) -> N
     gib = 2**30
     if util * host.total > host.free:
         raise VLLMRefused(
-            f"vllm_gpu_memory_utilization: {util} asks {util * host.total / gib:.1f} GiB of GPU "
-            f"0's {host.total / gib:.1f} GiB, but only {host.free / gib:.1f} GiB are free")
+            f"vllm_gpu_memory_utilization: {util} asks {util * host.total / gib:.1f} GiB of "
+            f"this rank's GPU ({host.total / gib:.1f} GiB), but only {host.free / gib:.1f} GiB "
+            "are free")
 
 
 def head_size(config: dict) -> int:
