@@ -18,12 +18,25 @@ from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
 from datasets import Dataset
-from ecredit_trl.policy.vllm_sync import colocate_engine, install_weight_route
+from ecredit_trl.policy.vllm_sync import (
+    colocate_engine,
+    colocate_llm_kwargs,
+    install_weight_route,
+    weight_route,
+)
 
 pytestmark = pytest.mark.slow
 
 PROMPT = list(range(40, 60))
 GREEDY_TOKENS = 24
+def test_the_route_and_engine_options_follow_the_device():
+    assert weight_route("cpu", "colocate") == "reload"
+    assert weight_route("cuda", "colocate") == "trl"  # TRL's own push on CUDA
+    assert weight_route("cpu", "server") == "trl"
+    assert colocate_llm_kwargs("cpu", torch.float32) == {"dtype": "float32", "enforce_eager": True}
+    assert colocate_llm_kwargs("cuda", torch.bfloat16) == {}  # TRL's engine as it is
+
+
 class _Trainer(GRPOTrainer):
     """TRL's trainer with this project's colocate hooks (as ECreditGRPOTrainer installs them);
     every sync is spied on: greedy tokens of both engines before and after it."""
