@@ -34,8 +34,8 @@ PAD_TOKEN = "<|endoftext|>"
 USE_REGEX = False
 
 #: Model shape (from that CPU probe). ``num_key_value_heads = num_attention_heads`` (plain MHA).
-MODEL_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=4, intermediate_size=512, max_position_embeddings=4096)
+MODEL_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
+                   num_key_value_heads=3, intermediate_size=512, max_position_embeddings=4096)
 
 
 def chat_template() -> str:
