@@ -136,7 +136,7 @@ def warm_policy():
 
 
 #: A random Qwen2 of the qwen2_5 family whose head size vLLM's CPU attention takes (32; the
-#: family default 16 and the embedded policy's 48 are not among its sizes).
+#: family default 16 is not among its sizes).
 VLLM_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32}
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from ecredit_trl.config import ECreditConfig
+from ecredit_trl.policy.families import ensure_family_model
 from ecredit_trl.policy.vllm_checks import (
     SUPPORTED_VLLM,
     HostDevices,
@@ -86,10 +87,10 @@ def _train(tmp_path, capsys, *args) -> tuple[int, str]:
 
 
 def test_train_refuses_models_vllm_cannot_take_in_one_line(tmp_path, capsys, vllm_tiny_model):
-    # the embedded default policy: head size 48, not one of vLLM's CPU attention sizes
-    rc, line = _train(tmp_path, capsys)
+    # a tiny family model at its default shape: head size 16, not one of vLLM's CPU sizes
+    rc, line = _train(tmp_path, capsys, "--model", str(ensure_family_model("qwen2_5")))
     assert rc == 2 and line.startswith("train.py: error: use_vllm: vLLM cannot load model ")
-    assert "on CPU: head size 48 is not one of vLLM's CPU attention sizes [32, 64" in line
+    assert "on CPU: head size 16 is not one of vLLM's CPU attention sizes [32, 64" in line
     # an architecture vLLM does not implement
     odd = tmp_path / "odd-model"
     shutil.copytree(vllm_tiny_model, odd)

@@ -78,3 +78,28 @@ def test_official_template_trains_through_vllm_colocate(tmp_path, monkeypatch, p
     ecfg = man["config"]["ecredit"]
     assert ecfg["use_vllm"] is True and ecfg["vllm_mode"] == "colocate"
     assert man["config"]["model"]["lora"]["r"] == 16
+
+
+def test_embedded_default_arm_m_through_vllm_colocate(tmp_path, monkeypatch, warm_policy):
+    """The embedded default (tiny policy, bundled tasks, Podman) with ``--use_vllm true
+    --vllm_mode colocate``: tool calls executed, factual and counterfactual trials, credit on
+    the selected turn's tokens, the weights pushed before both generation rounds."""
+    from ecredit_trl.train import main
+
+    pushes = []
+    real = vllm_sync.reload_weights
+    monkeypatch.setattr(vllm_sync, "reload_weights", lambda gen: pushes.append(real(gen)))
+    seen = _capture_credit(monkeypatch)
+    runs = tmp_path / "runs"
+    assert main(["--arm", "M", "--use_vllm", "true", "--vllm_mode", "colocate",
+                 "--runs_dir", str(runs)]) == 0
+    (run,) = runs.iterdir()
+    assert len(pushes) == 2
+    ledger = _jsonl(run / "ledger.jsonl")
+    rows = _jsonl(run / "trajectories.jsonl")
+    assert [r["step"] for r in ledger] == [1, 2] and len(rows) == 8
+    assert {c["name"] for r in rows for c in r["tool_calls"] if c["ok"]} & {"view", "bash",
+                                                                          "str_replace"}
+    assert sum(r["trials_factual"] for r in ledger) == 8
+    assert sum(r["trials_counterfactual"] for r in ledger) >= 1
+    assert _check_credit(seen, rows) >= 1
