@@ -57,7 +57,7 @@ if str(_ROOT) not in sys.path:
 # every first-party import after the sys.path fix above (and torch after OMP_WAIT_POLICY)
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from transformers import HfArgumentParser  # noqa: E402
+from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
 from ecredit_trl.agent.prompts import policy_tools, task_prompt  # noqa: E402
@@ -282,8 +282,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prompt_tokens(cfg, model_path, tasks) -> int:
     """Tokens of the longest task prompt as the trainer renders it (tools, the template)."""
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(model_path)
     _, template = resolve_template_option(cfg.chat_template, tok.chat_template, str(model_path))
     return longest_prompt_tokens(tok, [task_prompt(t) for t in tasks], policy_tools(), template)
