@@ -1,10 +1,10 @@
 """``train.py --use_vllm true --vllm_mode colocate`` end to end on this CPU host, with the
 official template's training settings (studies/official500_lora.yaml: arm M, LoRA r 16,
-credit settings, ``use_vllm``) and the sizes, model and tasks swapped for local stand-ins: a
-warm-started qwen2_5-family model whose head size vLLM's CPU attention takes, the two bundled
-tasks it memorised, Podman with real verifier trials.
+credit settings, ``use_vllm``) and the sizes, model and tasks swapped for local stand-ins: the
+embedded warm-started policy (LoRA r 16 on it), the bundled training tasks, Podman with real
+verifier trials. (A family model through vLLM with LoRA: tests/test_vllm_colocate.py.)
 
-Checked as in tests/test_family_e2e.py: tool calls in the family's format parsed and run (a
+Checked as in tests/test_family_e2e.py: tool calls parsed and run (a
 file changed), factual and counterfactual trials, the credit C non-zero exactly on the selected
 turn's tokens; and here: every step's rollouts came from vLLM with the weights pushed before
 each generation round (the CPU route, :mod:`ecredit_trl.policy.vllm_sync`), and the run reached
@@ -21,36 +21,26 @@ import yaml
 from test_family_e2e import _capture_credit, _check_credit, _jsonl
 
 import ecredit_trl.policy.vllm_sync as vllm_sync
-from ecredit_trl.policy.families import _SHAPE as FAMILY_SHAPE
-from ecredit_trl.policy.family_warmstart import FAMILY_RECIPE, default_tasks, ensure_family_policy
-from ecredit_trl.policy.vllm_checks import CPU_HEAD_SIZES
 from ecredit_trl.study.positive_control import train_flags
-from eval.tasks.schema import save_tasks
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: the family warm start's recipe, with head size 32 where its own (16 today) is not one of
-#: vLLM's CPU sizes (otherwise the recipe as it is: the policy tests/test_family_e2e.py caches)
-_HEAD = {**FAMILY_SHAPE, **FAMILY_RECIPE["shape"]}["head_dim"]
-RECIPE = {} if _HEAD in CPU_HEAD_SIZES else {"shape": {**FAMILY_RECIPE["shape"], "head_dim": 32}}
 #: the template's sizes that a tiny CPU run cannot take, and the stand-ins
 STAND_INS = {"max_steps": 2, "per_device_train_batch_size": 4, "num_generations": 4,
              "max_turns": 4, "max_completion_length": 1024, "vllm_max_model_length": 2048,
              "verifier_concurrency": 2, "bf16": False, "use_cpu": True, "learning_rate": 1e-4}
 
 
-def test_official_template_trains_through_vllm_colocate(tmp_path, monkeypatch, podman_runtime):
+def test_official_template_trains_through_vllm_colocate(tmp_path, monkeypatch, podman_runtime,
+                                                         warm_policy):
     from ecredit_trl.train import main
 
-    tasks = default_tasks()
-    split = tmp_path / "tasks.jsonl"
-    save_tasks(tasks, split)
-    policy = ensure_family_policy("qwen2_5", tasks, **RECIPE)
+    policy = warm_policy  # the embedded stand-in for the template's model (LoRA on it)
     template = yaml.safe_load((REPO_ROOT / "studies/official500_lora.yaml").read_text())
     train = template["train"]
     assert train["use_vllm"] is True and train["lora_r"] == 16
-    train = {**train, **STAND_INS, "tasks": str(split)}
+    train = {**train, **STAND_INS, "tasks": "bundled:train"}
 
     pushes = []
     real = vllm_sync.reload_weights
