@@ -321,6 +321,7 @@ def test_an_honest_artifact_under_co_load_is_never_charged(podman_runtime):
     an honest run). A control that barely finished (over half the limit) leaves a timeout
     that recurs on the raised retry unavailable; with a healthy control, an honest trial
     that finishes only under the raised limit is unavailable too, never graded or charged."""
+    from eval.evaluation.report import summarize
     from eval.evaluation.verification import grade_trial, trial_row
 
     def loaded(seconds: float) -> str:
@@ -344,6 +345,9 @@ def test_an_honest_artifact_under_co_load_is_never_charged(podman_runtime):
     g = grade_trial(_Task, stuck, None, {"exit_class": "ok", "trial": trial_row(slow_ctrl)})
     assert g["unknown_reason"] == "trial_unattributed" and g["utility"] is None
     assert g["failure_evidence"]["unattributed"] == "control_no_headroom"
+    rows = [{**g, "task_id": _Task.instance_id, "rollout_index": 0}]
+    assert summarize(rows, [(_Task.instance_id, "calc")], 1, 1)["unattributed_reasons"] == \
+        {"control_no_headroom": 1}  # counted by reason in the eval report
     # a healthy control; the honest trial finished only under the raised limit
     assert ctrl.exit_class == "ok" and ctrl.test_s < 5.0
     assert late.exit_class == "ok" and late.test_s > 10.0 and late.failed_attempts
