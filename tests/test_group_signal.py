@@ -31,9 +31,11 @@ ARGS = ["--arm", "O", "--max_steps", "2", "--max_tasks", "2", "--num_generations
         "--per_device_train_batch_size", "2", "--max_completion_length", "256",
         "--save_steps", "1", "--verifier_retries", "0", "--pipeline", "overlapped"]
 
+# armed (the file ``armed`` exists) once step 1 is saved: step 1 runs at full speed
 SLOW_GIT = """#!/bin/sh
 case " $* " in
-  *" write-tree"*) m="{marks}/snap.$$"; : > "$m"; sleep 3; rm -f "$m" ;;
+  *" write-tree"*) if [ -e {marks}/armed ]; then
+      m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi ;;
 esac
 exec {git} "$@"
 """
@@ -73,9 +75,10 @@ def test_group_sigterm_during_snapshot_and_trial_is_a_sigterm(tmp_path, warm_pol
         while time.monotonic() < deadline and p.poll() is None:
             dirs = list(runs.glob("grp-*")) if runs.is_dir() else []
             run = dirs[0] if dirs else None
-            # during step 2 (checkpoint-1 saved), both in flight at once
-            if (run is not None and (run / "checkpoint-1").is_dir() and list(marks.iterdir())
-                    and _running_trials(run.name)):
+            if run is not None and (run / "checkpoint-1").is_dir():
+                (marks / "armed").touch()  # step 2 has begun: hold its snapshots in flight
+            # during step 2, a snapshot and a trial in flight at once
+            if list(marks.glob("snap.*")) and _running_trials(run.name):
                 break
             time.sleep(0.1)
         assert run is not None and p.poll() is None, p.stdout.read()[-3000:]

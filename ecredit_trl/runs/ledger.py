@@ -91,6 +91,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
         "failure_class": getattr(rec, "failure_class", None),
         "failure_evidence": getattr(rec, "failure_evidence", None),
         "calls_not_run": rec.calls_not_run, "calls_after_submit": rec.calls_after_submit,
+        "exec_retries": getattr(rec, "exec_retries", 0),
         "submit_turn": rec.submit_turn, "failure": rec.failure,
         "record_error": rec.record_error}
 
