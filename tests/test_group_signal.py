@@ -6,9 +6,9 @@ session ended. The receipt's class is the signal's, the exception is listed as t
 signal's consequence, the exit status is 143, and the run resumes to completion.
 
 The snapshot is held in flight by a ``git`` on ``PATH`` that runs the real git after a
-pause on ``write-tree`` (what a snapshot calls), leaving a marker while it waits; the
-trial is a real control or verifier container of the run (``pipeline: overlapped`` starts
-the round's controls while the episodes take their snapshots).
+pause on ``commit-tree`` (the commit of a rollout's base snapshot at its reset), leaving a
+marker while it waits; the trial is a real control container of the run (``pipeline:
+overlapped`` starts the round's controls before the episodes reset).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ ARGS = ["--arm", "O", "--max_steps", "2", "--max_tasks", "2", "--num_generations
         "--per_device_train_batch_size", "2", "--max_completion_length", "256",
         "--save_steps", "1", "--verifier_retries", "0", "--pipeline", "overlapped"]
 
-# armed (the file ``armed`` exists) once step 1 is saved: step 1 runs at full speed
+# armed (the file ``armed`` exists) once step 1 is saved: step 1 runs at full speed. Held:
+# the commit of a rollout's base snapshot S_0 at the episode's reset, which the round's
+# controls (already submitted) overlap; killed, it raises out of the step
 SLOW_GIT = """#!/bin/sh
 case " $* " in
-  *" write-tree"*) if [ -e {marks}/armed ]; then
+  *" commit-tree "*) if [ -e {marks}/armed ]; then
       m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi ;;
 esac
 exec {git} "$@"
@@ -93,6 +95,9 @@ def test_group_sigterm_during_snapshot_and_trial_is_a_sigterm(tmp_path, warm_pol
     assert term["class"] == "sigterm", term
     assert term["signal"]["name"] == "SIGTERM" and term["signal"]["during_step"] == 2
     assert "error" not in term  # an exception that followed is the signal's consequence
+    # the base commit killed with the group: its error is listed as the signal's consequence
+    assert term["signal"]["consequence"]["type"] == "SnapshotError", term
+    assert "commit-tree" in term["signal"]["consequence"]["message"]
     assert term["resumable_checkpoint"] == str(run / "checkpoint-1"), term
     r = _train(runs, tmp, os.environ["PATH"], "--resume-from", term["resumable_checkpoint"])
     rest = r.communicate(timeout=600)[0]
