@@ -411,11 +411,12 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = evaluate(EvalOptions(model=None, split=str(tmp_path / "one.jsonl"), n=2,
                                out=tmp_path / "ev", rollouts=tmp_path / "rollouts.jsonl",
-                               timeout_s=8),
+                               timeout_s=12),  # the control needs half of it: headroom
                    runtime=podman_runtime, log=lambda *_: None)
     slots = {r["rollout_index"]: r for r in res["slots"]}
     hang, honest = slots[0], slots[1]
-    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout"
+    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout", \
+        hang.get("failure_evidence")
     assert hang["resolved"] is False and hang["classification"]["unknown"] is False
     assert hang["utility"] == failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS)
     assert hang["failure_evidence"]["controls"][0]["exit_class"] == "ok"
