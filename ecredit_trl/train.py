@@ -84,6 +84,7 @@ from ecredit_trl.runs.faults import (  # noqa: E402
     SandboxUnavailable,
     exit_code,
     follow_launcher_signals,
+    signal_consequence,
     termination_class,
 )
 from ecredit_trl.runs.manifest import build_manifest  # noqa: E402
@@ -335,8 +336,8 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
     """Classify how the session ended, find the checkpoint to resume from, close the
     runtime, write the rank summary and (main process) the termination receipt.
 
-    Returns the exit status; re-raises ``exc`` unless it is SandboxUnavailable or
-    KeyboardInterrupt.
+    Returns the exit status; re-raises ``exc`` unless it is SandboxUnavailable,
+    KeyboardInterrupt or the consequence of a signal (the signal's exit status).
     """
     cls = termination_class(exc, stop)
     resumable = resumable_checkpoint(exc, cls, stop, trainer, run_dir)
@@ -352,6 +353,10 @@ def _end_session(cfg, *, exc, stop, trainer, runtime, receipts, run_dir, run_nam
                       resumable=resumable, final_dir=final_dir)
     if isinstance(exc, SandboxUnavailable):
         print(f"[ecredit] stopped: {exc}", file=sys.stderr, flush=True)
+        return exit_code(cls, exc)
+    if signal_consequence(exc, cls):
+        print(f"[ecredit] stopped by {stop.signal_name}; {type(exc).__name__} that followed "
+              f"it is recorded as its consequence: {str(exc)[:300]}", file=sys.stderr, flush=True)
         return exit_code(cls, exc)
     if exc is not None and not isinstance(exc, KeyboardInterrupt):
         raise exc

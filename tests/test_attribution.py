@@ -117,23 +117,42 @@ LIM = {"timeout_s": 6.0, "memory": "128m", "pids": 64, "cpus": 1.0, "output_byte
        "source": "a"}
 OK_CONTROL = ControlFacts("ok", 0.8, {**LIM, "source": "b"})
 FIRST = [{"exit_class": "timeout", "test_s": 6.0}]
+RAISED = {**LIM, "timeout_s": 12.0}  # the timeout's retry ran under twice the limit
 
 
 def test_the_rule_needs_a_healthy_control_under_the_same_limits_and_a_recurring_failure():
-    a = attribute_failure("timeout", failed_attempts=FIRST, limits=LIM, test_s=6.0,
-                          controls=[OK_CONTROL])
+    a = attribute_failure("timeout", failed_attempts=FIRST, limits=LIM, test_s=12.0,
+                          controls=[OK_CONTROL], retry_limits=RAISED)
     assert a.failure_class == "artifact_timeout" and a.unattributed is None
     ev = a.evidence
     assert ev["exit_class"] == ev["retry_exit_class"] == "timeout"
     assert ev["limit"] == {"timeout_s": 6.0} and ev["controls"][0]["test_s"] == 0.8
     # a different resource failure on the retry is still the artifact's (first class named)
     b = attribute_failure("oom", failed_attempts=FIRST, limits=LIM, test_s=1.0,
-                          controls=[OK_CONTROL])
+                          controls=[OK_CONTROL], retry_limits=RAISED)
     assert b.failure_class == "artifact_timeout" and b.evidence["retry_exit_class"] == "oom"
 
-    def why(exit_class="timeout", failed=FIRST, limits=LIM, controls=(OK_CONTROL,)):
-        return attribute_failure(exit_class, failed_attempts=failed, limits=limits, test_s=1.0,
-                                 controls=list(controls))
+    def why(exit_class="timeout", failed=FIRST, limits=LIM, controls=(OK_CONTROL,),
+            retry_limits=RAISED, test_s=1.0):
+        return attribute_failure(exit_class, failed_attempts=failed, limits=limits,
+                                 test_s=test_s, controls=list(controls),
+                                 retry_limits=retry_limits)
+
+    # headroom: a control that took more than half the timeout leaves the timeout unavailable
+    assert why(controls=(ControlFacts("ok", 3.0, LIM),)).failure_class == "artifact_timeout"
+    assert why(controls=(ControlFacts("ok", 3.1, LIM),)).unattributed == "control_no_headroom"
+    assert why(controls=(ControlFacts("ok", None, LIM),)).unattributed == "control_no_headroom"
+    # ... a rule of the wall clock only: a memory failure needs no headroom
+    oom = [{"exit_class": "oom", "test_s": 1.0}]
+    assert why("oom", oom, controls=(ControlFacts("ok", 5.9, LIM),), retry_limits=None
+               ).failure_class == "artifact_oom"
+    # the retry must have run under the raised limit (same other limits) and broken it
+    assert why(retry_limits=None).unattributed == "retry_not_raised"
+    assert why(retry_limits={**RAISED, "memory": "1g"}).unattributed == "retry_not_raised"
+    assert why(retry_limits={**LIM, "timeout_s": 9.0}).unattributed == "retry_not_raised"
+    # an ok retry that needed the raised limit is not graded; one within the limit is
+    assert why("ok", test_s=8.0).unattributed == "retry_over_limit"
+    assert why("ok", test_s=5.0).unattributed is None
 
     assert why(controls=()).unattributed == "no_control"
     assert why(controls=(OK_CONTROL, ControlFacts("timeout", 6.0, LIM, "gold"))
@@ -161,10 +180,15 @@ def test_a_retry_that_passes_is_graded_and_the_first_failure_kept():
            "PASSED test_calc.py::test_add\nPASSED test_calc.py::test_zero\n"
            ">>>>> End Test Output\n>>>>> ecredit test-end 2 0\n")
     res = SimpleNamespace(exit_class="ok", log=log, failed_attempts=[FIRST[0]], limits=LIM,
-                          test_s=1.0)
+                          test_s=1.0, retry_limits=RAISED)
     v = trial_verdict(_Task, res, None, [OK_CONTROL])
     assert (v.utility, v.resolved, v.outcome) == (1.0, True, "graded")
     assert v.failure_class is None and v.failure_evidence == {"not_reproduced": FIRST[0]}
+    # the same passing log, but only under the raised limit: unavailable, not graded
+    slow = SimpleNamespace(**{**vars(res), "test_s": 7.5})
+    v = trial_verdict(_Task, slow, None, [OK_CONTROL])
+    assert (v.utility, v.resolved, v.outcome) == (None, None, "timeout")
+    assert v.failure_evidence["unattributed"] == "retry_over_limit"
 
 
 def test_pids_and_output_markers_only_ever_claim_a_failure():
@@ -292,6 +316,49 @@ def test_with_a_control_that_times_out_nothing_is_attributed(podman_runtime):
 
 
 @pytest.mark.podman
+def test_an_honest_artifact_under_co_load_is_never_charged(podman_runtime):
+    """Load injected as wall time (a sleep in the eval script: what a starved node does to
+    an honest run). A control that barely finished (over half the limit) leaves a timeout
+    that recurs on the raised retry unavailable; with a healthy control, an honest trial
+    that finishes only under the raised limit is unavailable too, never graded or charged."""
+    from eval.evaluation.report import summarize
+    from eval.evaluation.verification import grade_trial, trial_row
+
+    def loaded(seconds: float) -> str:
+        return f"sleep {seconds}\n" + EVAL
+
+    with VerifierPool(podman_runtime, max_concurrency=3, retry=RetryPolicy(max_retries=0)) as pool:
+        slow_ctrl = pool.submit(spec("attr-load-control", eval_script=loaded(6), timeout_s=10.0))
+        ctrl = pool.submit(spec("attr-load-ok-control", timeout_s=10.0))
+        stuck = pool.submit(spec("attr-load-honest", HONEST, eval_script=loaded(21),
+                                 timeout_s=10.0))
+        late = pool.submit(spec("attr-load-late", HONEST, eval_script=loaded(11),
+                                timeout_s=10.0))
+        slow_ctrl, ctrl, stuck, late = (f.result() for f in (slow_ctrl, ctrl, stuck, late))
+    assert slow_ctrl.exit_class == "ok" and 5.0 < slow_ctrl.test_s < 10.0, slow_ctrl.log[-2000:]
+    # both attempts timed out, the retry under twice the limit
+    assert stuck.exit_class == "timeout" and stuck.failed_attempts[0]["exit_class"] == "timeout"
+    assert stuck.retry_limits["timeout_s"] == 20.0 and stuck.limits["timeout_s"] == 10.0
+    v = verdict(stuck, slow_ctrl)
+    assert (v.utility, v.failure_class) == (None, None)
+    assert v.failure_evidence["unattributed"] == "control_no_headroom"
+    g = grade_trial(_Task, stuck, None, {"exit_class": "ok", "trial": trial_row(slow_ctrl)})
+    assert g["unknown_reason"] == "trial_unattributed" and g["utility"] is None
+    assert g["failure_evidence"]["unattributed"] == "control_no_headroom"
+    rows = [{**g, "task_id": _Task.instance_id, "rollout_index": 0}]
+    assert summarize(rows, [(_Task.instance_id, "calc")], 1, 1)["unattributed_reasons"] == \
+        {"control_no_headroom": 1}  # counted by reason in the eval report
+    # a healthy control; the honest trial finished only under the raised limit
+    assert ctrl.exit_class == "ok" and ctrl.test_s < 5.0
+    assert late.exit_class == "ok" and late.test_s > 10.0 and late.failed_attempts
+    v = verdict(late, ctrl)
+    assert (v.utility, v.resolved, v.outcome) == (None, None, "timeout")
+    assert v.failure_evidence["unattributed"] == "retry_over_limit"
+    g = grade_trial(_Task, late, ctrl.log, {"exit_class": "ok", "trial": trial_row(ctrl)})
+    assert g["unknown_reason"] == "trial_unattributed" and g["failure_class"] is None
+
+
+@pytest.mark.podman
 def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(healthy):
     """The trainer's counterfactual path (:class:`TrialPipelineMixin`) on real trial results:
     P resolves nothing but keeps P2P (U = 0), P\\b hangs while the control is healthy, so
@@ -344,11 +411,12 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = evaluate(EvalOptions(model=None, split=str(tmp_path / "one.jsonl"), n=2,
                                out=tmp_path / "ev", rollouts=tmp_path / "rollouts.jsonl",
-                               timeout_s=8),
+                               timeout_s=12),  # the control needs half of it: headroom
                    runtime=podman_runtime, log=lambda *_: None)
     slots = {r["rollout_index"]: r for r in res["slots"]}
     hang, honest = slots[0], slots[1]
-    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout"
+    assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout", \
+        hang.get("failure_evidence")
     assert hang["resolved"] is False and hang["classification"]["unknown"] is False
     assert hang["utility"] == failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS)
     assert hang["failure_evidence"]["controls"][0]["exit_class"] == "ok"

@@ -10,7 +10,6 @@ import dataclasses
 import importlib
 import itertools
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -29,7 +28,7 @@ from eval.integrity.exits import (
 from eval.integrity.missing import ATTRIBUTED, COMPLETE, UNAVAILABLE, missing_observations
 from eval.integrity.retry import NOT_TRANSIENT, RetryPolicy, decide_retry
 from sandbox.trials.pool import RETRY_FAILURE, RETRY_INFRA, VerifierPool, no_retry
-from sandbox.trials.trial import EXIT_CLASSES, TrialResult
+from sandbox.trials.trial import EXIT_CLASSES, Limits, TrialResult, TrialSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sandbox", "eval", "ecredit_trl", "benchmarks")
@@ -137,8 +136,9 @@ def test_decision_table(cls, healthy, retry):
         failed = [first.attempt_summary()]
     else:
         final, failed = cls, []
+    raised = {**LIM, "timeout_s": 2 * LIM["timeout_s"]} if cls == "timeout" and failed else None
     att = attribute_failure(final, failed_attempts=failed, limits=dict(LIM), test_s=2.0,
-                            controls=[control])
+                            controls=[control], retry_limits=raised)
     assert (att.failure_class, att.unattributed) == (want_class, want_reason)
     if EXIT_RULE[cls] != ATTRIBUTABLE:  # graded or infrastructure: never charged, no reason
         assert att == type(att)(None)
@@ -162,16 +162,19 @@ class _Scripted:
 
     def __init__(self, *classes: str, error: str | None = None) -> None:
         self.classes, self.error, self.calls = list(classes), error, 0
+        self.timeouts: list[float] = []
 
     def run_trial(self, spec):
         cls = self.classes[min(self.calls, len(self.classes) - 1)]
         self.calls += 1
+        self.timeouts.append(spec.timeout_s)
         return TrialResult(trial_id=spec.trial_id, exit_class=cls,
                            error=self.error if cls == "infra_error" else None)
 
 
 def _spec():
-    return SimpleNamespace(trial_id="t", limits_record=lambda: dict(LIM))
+    return TrialSpec(trial_id="t", image="localhost/x", eval_script="", timeout_s=5.0,
+                     limits=Limits(memory="2g", pids=1024, cpus=1.0), max_output_bytes=1000)
 
 
 def _run(runtime, **kw):
@@ -208,6 +211,12 @@ def test_the_pool_executes_the_policy_it_is_handed():
     res, stats = _run(rt, retry=RetryPolicy(max_retries=1))
     assert (res.exit_class, res.attempts, rt.calls) == ("timeout", 2, 3)
     assert [a["exit_class"] for a in res.failed_attempts] == ["timeout"]
+    # a timeout's retry (and the infra retries after it) ran under twice the timeout
+    assert rt.timeouts == [5.0, 10.0, 10.0] and res.limits["timeout_s"] == 5.0
+    assert res.retry_limits == {**res.limits, "timeout_s": 10.0}
+    rt = _Scripted("oom", "oom")  # other limits are not raised: the same spec again
+    res, _ = _run(rt, retry=RetryPolicy())
+    assert rt.timeouts == [5.0, 5.0] and res.retry_limits is None
     # an error a retry cannot fix is not retried
     rt = _Scripted("infra_error", error=f"{NOT_TRANSIENT[0]} no branch x")
     res, _ = _run(rt, retry=RetryPolicy(max_retries=3))

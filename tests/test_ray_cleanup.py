@@ -10,10 +10,17 @@ in a loopback-only network namespace like tests/test_ray_dispatch.py.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import time
+import uuid
+
 import pytest
 from test_ray_dispatch import _in_namespace
 
-from sandbox.cluster.reaper import jobs_alive
+from sandbox.cluster.reaper import LEASE_S, RunReaper, jobs_alive
+from sandbox.images import default_image
+from sandbox.runtimes.podman_runtime import gc, podman_env
 
 
 def test_jobs_alive_reads_the_job_table():
@@ -21,8 +28,85 @@ def test_jobs_alive_reads_the_job_table():
              {"JobID": "03000000", "IsDead": False}]
     assert jobs_alive({"01000000", "02000000"}, table) == {"01000000"}
     assert jobs_alive({"02000000"}, table) == set()
-    assert jobs_alive({"09000000"}, table) == set()  # not in the table: not alive
     assert jobs_alive(set(), table) == set()
+    # missing from the table (a restarted head lost it): alive without positive evidence
+    nodes = [{"NodeID": "aa", "Alive": True}, {"NodeID": "bb", "Alive": False}]
+    lease = {"renewed": {"09000000": 100.0}, "now": 130.0}
+    assert jobs_alive({"09000000"}, table, nodes=nodes, **lease) == {"09000000"}
+    assert jobs_alive({"09000000"}, [], nodes=nodes, driver_node={"09000000": "aa"},
+                      **lease) == {"09000000"}
+    # ... dead once its driver's node is gone from the node table, or its lease expired
+    assert jobs_alive({"09000000"}, [], nodes=nodes, driver_node={"09000000": "bb"},
+                      **lease) == set()
+    assert jobs_alive({"09000000"}, [], nodes=nodes, driver_node={"09000000": "cc"},
+                      **lease) == set()
+    assert jobs_alive({"09000000"}, [], nodes=nodes, renewed={"09000000": 100.0},
+                      now=100.0 + LEASE_S + 1) == set()
+    assert jobs_alive({"09000000"}, [], nodes=[], driver_node={"09000000": "cc"},
+                      **lease) == {"09000000"}  # an empty node table is no evidence
+
+
+class _Reaper(RunReaper):
+    """The dispatcher's reaper without Ray: the tables are given, the sweep is the real
+    container removal of this host (:func:`sandbox.runtimes.podman_runtime.gc`)."""
+
+    def __init__(self, run: str, tables: dict) -> None:
+        self.cap, self.sem, self.holders, self.attached = 1, asyncio.Semaphore(1), {}, 1
+        self.run, self.tables, self.clock = run, tables, [time.monotonic()]
+        self.reaper_init("ecredit-dispatcher-", gc, alive=self._alive)
+
+    def _alive(self, jobs, **kw):
+        return jobs_alive(jobs, self.tables["jobs"], nodes=self.tables["nodes"],
+                          **{**kw, "now": self.clock[0]})
+
+    def run_id(self) -> str:
+        return self.run
+
+    async def release(self, holder: str) -> None:
+        self.holders.pop(holder, None)
+
+
+@pytest.mark.podman
+def test_job_table_emptied_under_a_live_run_keeps_its_containers(podman_runtime):
+
+    run = f"reaper-{uuid.uuid4().hex[:8]}"
+    name = f"ecredit-{run}-trial"
+    env = podman_env()
+    subprocess.run(["podman", "run", "-d", "--name", name, "--label", f"ecredit.run={run}",
+                    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                    "--network", "none", default_image(), "sleep", "300"],
+                   check=True, capture_output=True, env=env)
+
+    def running() -> bool:
+        out = subprocess.run(["podman", "ps", "--filter", f"name={name}", "--format",
+                              "{{.Names}}"], capture_output=True, text=True, env=env).stdout
+        return name in out.split()
+
+    try:
+        tables = {"jobs": [{"JobID": "01000000", "IsDead": False}],
+                  "nodes": [{"NodeID": "aa", "Alive": True}]}
+        reaper = _Reaper(run, tables)
+
+        async def scenario():
+            assert await reaper.join("01000000", "aa")
+            assert await reaper.renew("01000000")
+            tables["jobs"] = []  # the head restarted: the job table lost the live run
+            assert not await reaper.reap_if_dead()
+            reaper.clock[0] += LEASE_S / 2  # renewed in time: still alive
+            assert await reaper.renew("01000000")
+            reaper.clock[0] = time.monotonic() + LEASE_S / 2
+            assert not await reaper.reap_if_dead()
+            kept = running()
+            reaper.clock[0] = time.monotonic() + LEASE_S + 1  # no renewal since: expired
+            reaped = await reaper.reap_if_dead()
+            reaper.watcher.cancel()
+            return kept, reaped
+
+        kept, reaped = asyncio.run(scenario())
+        assert kept, "a live run's container was swept"
+        assert reaped and not running()  # positive evidence (an expired lease): swept
+    finally:
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, env=env)
 
 
 @pytest.fixture(scope="module")

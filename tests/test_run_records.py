@@ -246,8 +246,10 @@ def test_graceful_stop_and_termination_classes():
         GracefulStop,
         SandboxUnavailable,
         exit_code,
+        signal_consequence,
         termination_class,
     )
+    from sandbox.snapshots.gitsafe import SnapshotError
 
     stop = GracefulStop(step_fn=lambda: 4)
     with stop:
@@ -256,6 +258,12 @@ def test_graceful_stop_and_termination_classes():
         assert stop.requested and stop.signal_name == "SIGTERM" and stop.step == 4
         os.kill(os.getpid(), signal.SIGTERM)  # again: still just a request
         assert termination_class(None, stop) == "sigterm"
+        # the group's SIGTERM killed a git child: the error that followed is its consequence
+        died = SnapshotError("commit-tree of the base failed: ")
+        assert termination_class(died, stop) == "sigterm"
+        assert signal_consequence(died, "sigterm") and exit_code("sigterm", died) == 143
+        assert exit_code("sigterm", SandboxUnavailable("killed with the group")) == 143
+        assert termination_class(MemoryError(), stop) == "oom"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     sigint = GracefulStop()
     with sigint:
@@ -268,6 +276,7 @@ def test_graceful_stop_and_termination_classes():
     assert termination_class(RuntimeError("DefaultCPUAllocator: can't allocate memory"),
                              None) == "oom"
     assert termination_class(ValueError("x"), None) == "exception"
+    assert not signal_consequence(ValueError("x"), "exception")
     assert exit_code("exception", SandboxUnavailable("gone")) == 75
     assert (exit_code("sigterm"), exit_code("sigint"), exit_code("completed")) == (143, 130, 0)
 

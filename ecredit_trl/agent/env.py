@@ -224,6 +224,7 @@ class AgentEnvBase(EpisodeFailures):
         self.submitted = False
         self.setup_error = None
         self.failure = self.failure_class = self.failure_evidence = None
+        self.exec_retries = 0  # garbled read-only execs re-run (RolloutWorkspace.run)
         self.started = time.monotonic()
         self.ws = self.ctx.open_workspace(self.task)
         self.base_tree = self.ws.base_tree
@@ -267,7 +268,7 @@ class AgentEnvBase(EpisodeFailures):
             error = f"{type(exc).__name__}: {exc}"
             ok, status = False, "infra"
             out = f"ERROR: the sandbox failed ({error}); the episode has ended."
-            self._exec_failed(error)  # who caused it: ecredit_trl.agent.failures
+            self._exec_failed(error, exc)  # who caused it: ecredit_trl.agent.failures
         self._generated = []
         tree = self._snapshot_after()
         generated = list(self._generated)

@@ -60,7 +60,8 @@ def build_rollout_record(env, completion, *, tasks: dict, cfg, rollout_index: in
     rec = RolloutRecord(task_id=env.task.instance_id, rollout_index=rollout_index,
                         format_error=env.valid_calls == 0, num_turns=n_turns, snapshots=[],
                         setup_error=env.setup_error, truncated=truncated,
-                        tool_calls=_call_rows(calls))
+                        tool_calls=_call_rows(calls),
+                        exec_retries=getattr(env, "exec_retries", 0))
     try:
         counts = count_calls(messages, calls)
         rec.format_errors, rec.submit_turn = counts.format_errors, counts.submit_turn

@@ -18,6 +18,10 @@ its ``failure_evidence``.
   gathers the evidence and :func:`eval.integrity.agent.classify_exec_failure` decides:
   ``agent_pids`` / ``agent_oom`` when the agent's own processes filled its container's limit
   while the service was healthy, else None.
+* ``exec_garbled``: an exec's output came back garbled
+  (:class:`sandbox.workspace.session.ExecOutputGarbled`) and it was not re-run (it changed
+  the tree) or came back garbled twice: ours, never the policy's (None); a read-only call
+  re-run once is counted in ``exec_retries``.
 * ``sandbox_setup``, ``snapshot_error``: ours, never the policy's (None).
 
 :func:`apply_episode_failure` turns an ended episode into the trainer's record: excluded
@@ -27,8 +31,10 @@ its ``failure_evidence``.
 from __future__ import annotations
 
 from ecredit_trl.runs.outcomes import AGENT_DISK_BUDGET, agent_failure_verdict, exec_failure_class
+from sandbox.workspace.session import is_garbled
 
-FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget")
+FAILURE_REASONS = ("sandbox_setup", "sandbox_error", "exec_garbled", "snapshot_error",
+                   "disk_budget")
 """``failure[0]`` of an ended episode: what happened (``failure_class`` says who caused it)."""
 
 
@@ -46,9 +52,13 @@ class EpisodeFailures:
             self.failure_class, self.failure_evidence = failure_class, evidence
         self._close_session()
 
-    def _exec_failed(self, error: str) -> None:
-        """A tool call raised outside the editor: diagnose before the container goes (its
-        cgroup dies with it), then end the episode as ``sandbox_error``."""
+    def _exec_failed(self, error: str, exc: BaseException | None = None) -> None:
+        """A tool call raised outside the editor: a garbled output ends the episode as
+        ``exec_garbled`` (the transport's, no diagnosis); else diagnose before the container
+        goes (its cgroup dies with it), then end the episode as ``sandbox_error``."""
+        if exc is not None and is_garbled(exc):
+            self._fail("exec_garbled", error)
+            return
         evidence = None
         if self.ws is not None:
             try:
@@ -76,6 +86,7 @@ class EpisodeFailures:
             self._fail("snapshot_error", f"{type(exc).__name__}: {exc}")
             return self._last_tree()
         self._generated = after.generated
+        self.exec_retries = getattr(self, "exec_retries", 0) + after.exec_retries
         if after.over_budget is not None:  # the policy wrote it: a scored failure
             self._fail("disk_budget", after.over_budget[0], AGENT_DISK_BUDGET,
                        after.over_budget[1])

@@ -10,7 +10,11 @@
   so a resume redoes it exactly.
 * :func:`termination_class` maps how ``train()`` ended onto the receipt
   classes ``completed``, ``sigterm``, ``sigint``, ``exception``, ``oom``
-  (``unknown`` is only written by a later start that finds no receipt).
+  (``unknown`` is only written by a later start that finds no receipt). A
+  signal decides the class: a SIGTERM sent to the whole process group (batch
+  schedulers, the study runner) also kills the run's git and Podman children,
+  and the exception their deaths raise is a consequence of the signal, recorded
+  as such, not the reason the session ended (design page, "Run records").
 """
 
 from __future__ import annotations
@@ -135,27 +139,36 @@ def is_oom(exc: BaseException) -> bool:
 def termination_class(exc: BaseException | None, stop: GracefulStop | None) -> str:
     """Receipt class of a session that ended with ``exc`` (None: ``train()`` returned).
 
-    Returns ``completed`` (returned, no signal), ``sigterm``/``sigint`` (returned
-    after a signal-requested stop, or ``KeyboardInterrupt``), ``oom`` (see
-    :func:`is_oom`) or ``exception``.
+    Returns ``completed`` (returned, no signal), ``sigterm``/``sigint`` (a
+    signal-requested stop, whether ``train()`` returned or raised after the signal:
+    see :func:`signal_consequence`; or ``KeyboardInterrupt``), ``oom`` (see
+    :func:`is_oom`; memory is not something a signal exhausts) or ``exception``.
     """
+    signalled = stop is not None and stop.requested
+    sig_cls = "sigterm" if signalled and stop.signal_name == "SIGTERM" else "sigint"
     if exc is None:
-        if stop is not None and stop.requested:
-            return "sigterm" if stop.signal_name == "SIGTERM" else "sigint"
-        return "completed"
+        return sig_cls if signalled else "completed"
     if isinstance(exc, KeyboardInterrupt):
         return "sigint"
     if is_oom(exc):
         return "oom"
-    return "exception"
+    return sig_cls if signalled else "exception"
+
+
+def signal_consequence(exc: BaseException | None, cls: str) -> bool:
+    """True when ``exc`` ended a session whose class is a signal's: the exception is a
+    consequence of the signal (a child killed by the same process-group signal), so it
+    is recorded under the receipt's ``signal`` block and not re-raised."""
+    return (exc is not None and cls in ("sigterm", "sigint")
+            and not isinstance(exc, KeyboardInterrupt))
 
 
 def exit_code(cls: str, exc: BaseException | None = None) -> int:
     """Exit status for a termination class (see :data:`EXIT_CODES`)."""
-    if isinstance(exc, SandboxUnavailable):
+    if isinstance(exc, SandboxUnavailable) and not signal_consequence(exc, cls):
         return EXIT_CODES["infra"]
     return EXIT_CODES.get(cls, 1)
 
 
 __all__ = ["EXIT_CODES", "GracefulStop", "SandboxUnavailable", "exit_code",
-           "follow_launcher_signals", "is_oom", "termination_class"]
+           "follow_launcher_signals", "is_oom", "signal_consequence", "termination_class"]

@@ -18,11 +18,11 @@ from ecredit_trl.runs.outcomes import (
 EXCLUSION_ORDER = ("format_error", "no_eligible_block", "truncated", "no_original_utility")
 """Exclusion reasons, applied in this order (design page, "Exclusion reasons"; ``truncated``:
 with ``mask_truncated_completions`` a truncated row is out of the loss, C = 0)."""
-GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "snapshot_error", "disk_budget",
-                    "record_error")
+GUARD_EXCLUSIONS = ("sandbox_setup", "sandbox_error", "exec_garbled", "snapshot_error",
+                    "disk_budget", "record_error")
 """Exclusions before any trial (design page, "Exclusion reasons"): the agent container could
-not start, an exec or API call failed, a snapshot failed, the disk budget ran out, building the
-rollout's records raised."""
+not start, an exec or API call failed, an exec's output came back garbled and could not be
+re-run, a snapshot failed, the disk budget ran out, building the rollout's records raised."""
 EXCLUSIONS = GUARD_EXCLUSIONS + EXCLUSION_ORDER
 """Every exclusion reason; the ledger lists those of :data:`EXCLUSION_ORDER` (the method's:
 ``format_error``, ``no_eligible_block``, ``truncated``, ``no_original_utility``) always,
@@ -91,6 +91,7 @@ def trajectory_row(rec, *, arm: str, step: int, generated_tokens: int,
         "failure_class": getattr(rec, "failure_class", None),
         "failure_evidence": getattr(rec, "failure_evidence", None),
         "calls_not_run": rec.calls_not_run, "calls_after_submit": rec.calls_after_submit,
+        "exec_retries": getattr(rec, "exec_retries", 0),
         "submit_turn": rec.submit_turn, "failure": rec.failure,
         "record_error": rec.record_error}
 
@@ -150,6 +151,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "format_errors": sum(r.format_errors for r in records),
         "calls_not_run": sum(r.calls_not_run for r in records),
         "calls_after_submit": sum(r.calls_after_submit for r in records),
+        "exec_retries": sum(getattr(r, "exec_retries", 0) for r in records),
         "sel_abs_c": sum(s["sel_mean"] for s in stats),
         "other_abs_c": sum(s["other_mean"] for s in stats),
     }
@@ -218,7 +220,8 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     masks); ``failures_attributed`` the rollouts whose failure was charged to the policy, by
     class (non-zero classes only); ``failures_unattributed`` the factual trials whose
     attributable failure stayed unavailable, by reason; ``failure_retries`` the attribution
-    retries (infra ``retries`` apart) and ``failure_not_reproduced``."""
+    retries (infra ``retries`` apart) and ``failure_not_reproduced``; ``exec_retries`` the
+    agent execs whose garbled output was re-run once (read-only calls)."""
     return {"step": step, "arm": arm,
             "generated_tokens": int(tot["generated_tokens"]),
             "credited_tokens": int(tot.get("credited_tokens", 0)),
@@ -250,6 +253,7 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "protected_paths_touched": int(tot["protected_paths_touched"]),
             "calls_not_run": int(tot["calls_not_run"]),
             "calls_after_submit": int(tot["calls_after_submit"]),
+            "exec_retries": int(tot.get("exec_retries", 0)),
             "rollouts_excluded": {x: int(tot[f"excluded_{x}"]) for x in EXCLUSIONS
                                   if tot[f"excluded_{x}"] or x in EXCLUSION_ORDER},
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES

@@ -24,7 +24,7 @@ from eval.integrity.controls import ControlFacts, control_facts
 from eval.integrity.failure_value import failure_utility
 from eval.integrity.nodes import NODE_UNHELD, exec_on_unheld_node, on_unheld_node
 from eval.integrity.retry import RetryPolicy
-from sandbox.trials.trial import EXIT_CLASSES, INFRA_ERROR, OK, TRUNCATED_LOG
+from sandbox.trials.trial import EXIT_CLASSES, INFRA_ERROR, OK, TIMEOUT, TRUNCATED_LOG
 
 UNATTRIBUTED_REASONS = (*ARTIFACT_UNATTRIBUTED, NODE_UNHELD)
 """Why an attributable failure stayed unavailable: the artifact rule's reasons and the node
@@ -69,8 +69,8 @@ def trial_verdict(task, res, control_log: str | None,
             known (no failure can be attributed).
 
     A trial that ended in an attributable class (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`)
-    with healthy controls under the same limits and a retry that failed too is
-    ``artifact_<class>``: resolved False, utility the failure value
+    with healthy controls under the same limits (a timeout: with headroom, and a retry under
+    the raised limit) and a retry that failed too is ``artifact_<class>``: resolved False, utility the failure value
     (:func:`eval.integrity.failure_value.failure_utility`). Any other non-``ok`` trial and a
     test log cut off between SWE-bench's start and end markers (``truncated_log``) give
     utility None: the reward is unavailable, not 0.
@@ -79,15 +79,18 @@ def trial_verdict(task, res, control_log: str | None,
 
     if res is None:
         return TrialVerdict(None, None, INFRA_ERROR)
-    if res.exit_class != OK:
-        att = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
-                                limits=res.limits, test_s=res.test_s, controls=controls or [])
-        att = on_unheld_node(att, getattr(res, "node_unheld", None))
+    att = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
+                            limits=res.limits, test_s=res.test_s, controls=controls or [],
+                            retry_limits=getattr(res, "retry_limits", None))
+    att = on_unheld_node(att, getattr(res, "node_unheld", None))
+    if res.exit_class != OK or att.unattributed == "retry_over_limit":
         if att.failure_class is not None:
             return TrialVerdict(failure_utility(task.FAIL_TO_PASS, task.PASS_TO_PASS), False,
                                 att.failure_class, att.failure_class, att.evidence)
         ev = {**att.evidence, "unattributed": att.unattributed} if att.unattributed else None
-        return TrialVerdict(None, None, res.exit_class, None, ev)
+        # an ok retry past the original limit is that limit's failure, unavailable
+        outcome = res.exit_class if res.exit_class != OK else TIMEOUT
+        return TrialVerdict(None, None, outcome, None, ev)
     ev = {"not_reproduced": res.failed_attempts[0]} if res.failed_attempts else None
     rep = grade(res.log, f2p=task.FAIL_TO_PASS, p2p=task.PASS_TO_PASS, parser=task.log_parser,
                 control_log=control_log)

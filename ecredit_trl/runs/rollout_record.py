@@ -60,6 +60,7 @@ class RolloutRecord:
     failure: list[str] | None = None  # [reason, detail]: the episode ended on an infra failure
     record_error: str | None = None  # traceback: building this rollout's records raised
     truncated: bool = False  # TRL's rule: the completion does not end with EOS / pad
+    exec_retries: int = 0  # garbled read-only execs re-run once (RolloutWorkspace.run)
 
 
 __all__ = ["RolloutRecord"]

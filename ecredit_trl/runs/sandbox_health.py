@@ -15,7 +15,7 @@ import torch
 
 from ecredit_trl.runs.faults import SandboxUnavailable
 
-INFRA_EPISODE_FAILURES = ("sandbox_setup", "sandbox_error")
+INFRA_EPISODE_FAILURES = ("sandbox_setup", "sandbox_error", "exec_garbled")
 """``failure[0]`` of an episode the sandbox service may have caused (when not charged to
 the policy): worth a health check after the round."""
 

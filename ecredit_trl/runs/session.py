@@ -22,7 +22,7 @@ from ecredit_trl.runs.binding import (
     check_binding,
     supersede_records,
 )
-from ecredit_trl.runs.faults import SandboxUnavailable
+from ecredit_trl.runs.faults import SandboxUnavailable, signal_consequence
 from ecredit_trl.runs.receipts import (
     CheckpointError,
     RunReceipts,
@@ -314,6 +314,10 @@ def close_session(*, cfg, receipts, run_dir: Path, run_name: str, session: int, 
     """Main process: ``metrics.jsonl``, the termination receipt (class, step, counters,
     signal, error and traceback, the resume command) and the session's summary lines.
 
+    After a signal, an exception that followed it is listed as the signal's
+    ``consequence`` (its traceback still written), not as the receipt's ``error``
+    (:func:`ecredit_trl.runs.faults.termination_class`).
+
     A receipt that cannot be written is reported on stderr (the next start reports the
     session as terminated without receipt); the original error is kept.
     """
@@ -334,7 +338,11 @@ def close_session(*, cfg, receipts, run_dir: Path, run_name: str, session: int, 
                           "during_step": (stop.step or 0) + 1}
     tb = None
     if exc is not None:
-        body["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        error = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        if signal_consequence(exc, cls):  # the signal's, not the session's reason
+            body["signal"]["consequence"] = error
+        else:
+            body["error"] = error
         if not isinstance(exc, KeyboardInterrupt):
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:

@@ -32,7 +32,8 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "unknown", "success_bounds": [lo, hi], "resolved_swebench", "success_swebench",
         "swebench_unavailable", "verdicts_differ", "protected_paths_touched",
         "classification": {key: {"count", "rate"}},
-        "unknown_reasons", "unknown_slots": [...], "per_task": {id: {...}},
+        "unknown_reasons", "unattributed_reasons" (the artifact rule's reason → slots of
+        ``trial_unattributed``), "unknown_slots": [...], "per_task": {id: {...}},
         "per_repo": {repo: {...}}, "task_success_distribution": {"k/n": tasks},
         "format_error_slots", "failures_attributed" (failure class → slots), "stop_reasons",
         "generated_tokens": {"total", "mean"},
@@ -68,6 +69,11 @@ def summarize(slots: Sequence[dict], tasks: Sequence[tuple[str, str]], n: int,
         "classification": classification,
         "unknown_reasons": dict(sorted(Counter(r.get("unknown_reason") or "?"
                                                for r in rows if _is_unknown(r)).items())),
+        # why a trial that broke its limits was not charged (the artifact rule's reasons:
+        # no control, a control without headroom, a retry past the limit, ...)
+        "unattributed_reasons": dict(sorted(Counter(
+            (r.get("failure_evidence") or {}).get("unattributed") or "?" for r in rows
+            if r.get("unknown_reason") == "trial_unattributed").items())),
         "unknown_slots": [{"task_id": r["task_id"], "rollout_index": r["rollout_index"],
                            "reason": r.get("unknown_reason")} for r in rows if _is_unknown(r)],
         "per_task": per_task,
@@ -238,8 +244,11 @@ def render_report(results: dict) -> str:
               "![per-task success distribution](task_success_hist.png)", "",
               "## Unknown slots", ""]
     if s["unknown_slots"]:
-        lines += [f"Reasons: {s['unknown_reasons']}", "", "| task | rollout | reason |",
-                  "|---|---|---|"]
+        lines += [f"Reasons: {s['unknown_reasons']}", ""]
+        if s.get("unattributed_reasons"):
+            lines += [f"Trials not charged to the artifact (`trial_unattributed`), by reason: "
+                      f"{s['unattributed_reasons']}", ""]
+        lines += ["| task | rollout | reason |", "|---|---|---|"]
         lines += [f"| {u['task_id']} | {u['rollout_index']} | {u['reason']} |"
                   for u in s["unknown_slots"]]
     else:

@@ -62,7 +62,8 @@ def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
                                 "exit_class": control["exit_class"]})] if control else [])
     att = attribute_failure(res.exit_class, failed_attempts=getattr(res, "failed_attempts", []),
                             limits=getattr(res, "limits", None),
-                            test_s=getattr(res, "test_s", None), controls=controls)
+                            test_s=getattr(res, "test_s", None), controls=controls,
+                            retry_limits=getattr(res, "retry_limits", None))
     att = on_unheld_node(att, getattr(res, "node_unheld", None))
     if att.failure_class is None:
         return {**unknown_slot("", 0, "trial_unattributed"), **base, "failure_class": None,
@@ -76,12 +77,23 @@ def _attributed_failure(task, res, control: dict | None, base: dict) -> dict:
             "failure_evidence": att.evidence, "resolved_swebench": False}
 
 
+def _over_limit(res) -> bool:
+    """An ``ok`` retry of a timeout that finished only under the raised limit
+    (:func:`eval.integrity.attribution.attribute_failure`: ``retry_over_limit``)."""
+    return attribute_failure(res.exit_class, failed_attempts=getattr(res, "failed_attempts", []),
+                             limits=getattr(res, "limits", None),
+                             test_s=getattr(res, "test_s", None), controls=[],
+                             retry_limits=getattr(res, "retry_limits", None)
+                             ).unattributed == "retry_over_limit"
+
+
 def grade_trial(task, res, control_log: str | None, control: dict | None = None) -> dict:
     """Grade one trial result of ``task`` into slot fields (no task/rollout ids).
 
     Each exit class as :data:`eval.integrity.exits.EXIT_RULE` decides: ``infra_error`` →
     unknown (``trial_infra_error``). An attributable class
-    (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`) follows
+    (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`), or an ``ok`` retry of a timeout that
+    finished past the original limit, follows
     :func:`eval.integrity.attribution.attribute_failure` with ``control`` (the task's control
     record: ``exit_class`` and its ``trial`` row; None = no control, nothing attributed): resolved
     False with the failure value and ``failure_class``, or unknown ``trial_unattributed``.
@@ -96,7 +108,7 @@ def grade_trial(task, res, control_log: str | None, control: dict | None = None)
     decision = EXIT_RULE.get(res.exit_class)
     if decision == INFRASTRUCTURE:
         return {**unknown_slot("", 0, "trial_infra_error"), **base, "error": res.error}
-    if decision == ATTRIBUTABLE:
+    if decision == ATTRIBUTABLE or _over_limit(res):  # an ok retry past the limit: not graded
         return _attributed_failure(task, res, control, base)
     rep = grade(res.log, f2p=list(task.FAIL_TO_PASS), p2p=list(task.PASS_TO_PASS),
                 parser=task.log_parser, control_log=control_log,
@@ -130,6 +142,7 @@ def trial_row(res) -> dict:
     return {k: getattr(res, k) for k in ("queue_wait_s", "setup_s", "apply_s", "test_s",
                                          "cleanup_s", "attempts", "applied_with",
                                          "test_exit_code", "limits", "failed_attempts")} | {
+        "retry_limits": getattr(res, "retry_limits", None),
         "service_s": res.service_s, "node": getattr(res, "node", "")}
 
 

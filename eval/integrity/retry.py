@@ -6,8 +6,10 @@
 * an **attributable** failure (:data:`eval.integrity.exits.ATTRIBUTABLE_CLASSES`) runs once
   more under the same spec (``failure_retries``, 0 or 1): the artifact rule charges such a
   failure to the artifact only when it recurs, so a one-off slow or starved node is not
-  read as the policy's doing (:mod:`eval.integrity.attribution`). The first attempt stays on
-  record (``failed_attempts``); the result is the retry's;
+  read as the policy's doing (:mod:`eval.integrity.attribution`). A timeout's retry runs
+  under :data:`eval.integrity.attribution.RETRY_TIMEOUT_FACTOR` times its timeout
+  (:meth:`RetryPolicy.failure_spec`), so that load cannot explain a second timeout. The
+  first attempt stays on record (``failed_attempts``); the result is the retry's;
 * an **infrastructure** failure (:data:`eval.integrity.exits.INFRA_CLASSES`) runs again up to
   ``max_retries`` times with backoff, except one a retry cannot fix
   (:data:`NOT_TRANSIENT`: the image lacks the task's base branch);
@@ -16,11 +18,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from eval.integrity.attribution import RETRY_TIMEOUT_FACTOR
 from eval.integrity.exits import ATTRIBUTABLE_CLASSES, INFRA_CLASSES
 from sandbox.trials.pool import RETRY_FAILURE, RETRY_INFRA
-from sandbox.trials.trial import CHECKOUT_ERROR
+from sandbox.trials.trial import CHECKOUT_ERROR, TIMEOUT, TrialSpec
 
 NOT_TRANSIENT = (CHECKOUT_ERROR,)
 """Prefixes of infra errors a retry cannot fix: not retried."""
@@ -67,6 +70,14 @@ class RetryPolicy:
             raise ValueError(f"max_retries: must be >= 0, got {self.max_retries}")
         if self.failure_retries not in (0, 1):
             raise ValueError(f"failure_retries: must be 0 or 1, got {self.failure_retries!r}")
+
+    def failure_spec(self, spec: TrialSpec, result) -> TrialSpec:
+        """The spec of a failure retry: ``spec`` with its timeout raised
+        :data:`~eval.integrity.attribution.RETRY_TIMEOUT_FACTOR` times when ``result``
+        timed out (design page, "Who caused a failure decides the reward"), else ``spec``."""
+        if result.exit_class != TIMEOUT:
+            return spec
+        return replace(spec, timeout_s=spec.timeout_s * RETRY_TIMEOUT_FACTOR)
 
     def __call__(self, result, failure_retries_done: int, infra_retries_done: int
                  ) -> str | None:

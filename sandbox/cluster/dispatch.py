@@ -162,9 +162,10 @@ def dispatcher_class():
             self.index = {}
             self.reaper_init(dispatcher_name(""), reap_run)
 
-        async def attach(self, job: str = "") -> int:
-            """This rank's cap; 0 when this actor is ending (RunReaper.join)."""
-            if not await self.join(job):
+        async def attach(self, job: str = "", node: str = "") -> int:
+            """This rank's cap; 0 when this actor is ending (RunReaper.join: ``node`` is
+            the driver's node id, its lease starts)."""
+            if not await self.join(job, node):
                 return 0
             self.attached += 1
             self.attaches += 1

@@ -29,6 +29,7 @@ from sandbox.cluster.dispatch import (
     sandbox_nodes,
 )
 from sandbox.cluster.node import gate_here, gc_here, list_images, run_trial_here
+from sandbox.cluster.reaper import LEASE_RENEW_S
 from sandbox.cluster.workspace_proxy import RayWorkspaces
 from sandbox.doctor.gate import DOCTOR_TIMEOUT_S, NODE_UNHELD, NodeVerdict
 from sandbox.images.pull import canonical
@@ -91,7 +92,8 @@ class RayTrials:
                 get_if_exists=True, scheduling_strategy=NodeAffinitySchedulingStrategy(
                     head, soft=False) if head else "DEFAULT").remote(self.options.max_in_flight)
             try:
-                cap = self.ray.get(self.dispatcher.attach.remote(self._job))
+                cap = self.ray.get(self.dispatcher.attach.remote(
+                    self._job, self.ray.get_runtime_context().get_node_id()))
             except self.ray.exceptions.RayActorError:
                 cap = 0
             if cap:
@@ -117,6 +119,7 @@ class RayTrials:
         self._verdicts: dict[str, NodeVerdict] = {}
 
         self._task = self.ray.remote(run_trial_here)  # exported once, not per trial
+        self._lease_stop = threading.Event()
         if not self.alive_nodes():
             refused = "; ".join(f"node {n[:12]}: {why}"
                                 for n, why in sorted(self.stats["refused"].items()))
@@ -124,6 +127,17 @@ class RayTrials:
             raise RayUnavailable(f"every sandbox node was refused by its gate ({refused}); "
                                  "run `python -m sandbox doctor` on a node to see why, or "
                                  "pass --sandbox-allow-unheld to let such nodes serve")
+        threading.Thread(target=self._renew_lease, name="ecredit-ray-lease", daemon=True).start()
+
+    def _renew_lease(self) -> None:
+        """Renew this rank's lease with the dispatcher every LEASE_RENEW_S seconds until
+        :meth:`close` (the reaper's positive evidence of a live run: a job missing from the
+        job table is dead only once its lease expired, sandbox.cluster.reaper)."""
+        while not self._lease_stop.wait(LEASE_RENEW_S):
+            try:
+                self.ray.get(self.dispatcher.renew.remote(self._job), timeout=LEASE_RENEW_S)
+            except Exception:  # noqa: BLE001 - a missed renewal; the next one may land
+                continue
 
     # -- placement -------------------------------------------------------------
     def alive_nodes(self) -> list[str]:
@@ -271,6 +285,8 @@ class RayTrials:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if getattr(self, "_lease_stop", None) is not None:
+            self._lease_stop.set()
         if getattr(self, "_attached", False):
             try:
                 if self.ray.get(self.dispatcher.detach.remote(self._job)) <= 0:

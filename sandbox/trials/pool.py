@@ -8,7 +8,9 @@ The pool runs a trial again only when its ``retry`` policy says so; it decides n
 itself. After every attempt it asks ``retry(result, failure_retries_done, infra_retries_done)``
 and executes the answer:
 
-* :data:`RETRY_FAILURE`: run once more at once under the same spec; the attempt is kept in
+* :data:`RETRY_FAILURE`: run once more at once, under the spec the policy's optional
+  ``failure_spec(spec, result)`` gives (else the same spec; the retry's limits are then
+  kept in ``retry_limits``); the attempt is kept in
   ``failed_attempts`` (:meth:`~sandbox.trials.trial.TrialResult.attempt_summary`) and counted
   in ``stats["failure_retries"]``, not in ``attempts``;
 * :data:`RETRY_INFRA`: run once more after a backoff; the error is kept in
@@ -92,15 +94,19 @@ class VerifierPool:
         errors: list[str] = []
         failed: list[dict] = []
         attempt = 0
+        run_spec = spec
+        reshape = getattr(self.retry, "failure_spec", None)
         while True:
             attempt += 1
-            res = self.runtime.run_trial(spec)
+            res = self.runtime.run_trial(run_spec)
             action = self.retry(res, len(failed), attempt - 1)
             if action == RETRY_FAILURE:
                 failed.append(res.attempt_summary())
                 with self._lock:
                     self.stats["failure_retries"] += 1
                 attempt -= 1  # not an infra retry: counted apart
+                if reshape is not None:  # e.g. a raised timeout (the policy's decision)
+                    run_spec = reshape(spec, res)
                 continue
             if action != RETRY_INFRA:
                 break
@@ -111,6 +117,7 @@ class VerifierPool:
         # a runtime may report its own queueing (the ray backend's cluster-wide cap)
         res.queue_wait_s = wait + res.queue_wait_s
         res.limits = spec.limits_record()
+        res.retry_limits = run_spec.limits_record() if run_spec is not spec else None
         res.attempts = attempt
         res.retried_errors = errors
         res.failed_attempts = failed

@@ -233,6 +233,9 @@ class TrialResult:
             again as failure retries (:class:`sandbox.trials.pool.VerifierPool`), each
             ``{"exit_class", "test_s", "service_s", "oom_kills", "pids_max_hits",
             "error"}``; this result is the retry.
+        retry_limits: :meth:`TrialSpec.limits_record` of the spec a failure retry ran
+            under when the retry policy changed it (a raised timeout), else None; filled by
+            :class:`sandbox.trials.pool.VerifierPool`.
         node: the Ray node id (hex) that served the trial's last attempt under the ``ray``
             sandbox backend (:mod:`sandbox.cluster.dispatch`); "" for local runtimes.
         image_pull: ``"pulled"`` when the serving node pulled the image for this trial,
@@ -265,6 +268,7 @@ class TrialResult:
     pids_max_hits: int | None = None
     output_over: bool = False
     failed_attempts: list[dict] = field(default_factory=list)
+    retry_limits: dict | None = None
     node: str = ""
     image_pull: str = ""
     node_unheld: list[str] = field(default_factory=list)

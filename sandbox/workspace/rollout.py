@@ -40,6 +40,7 @@ from sandbox.workspace.disk import tree_usage
 from sandbox.workspace.imagetree import base_cache, prepare_tree
 from sandbox.workspace.session import (
     DEFAULT_MAX_FILE_BYTES,
+    ExecOutputGarbled,
     close_image_tree,
     open_image_tree,
     open_session,
@@ -92,12 +93,14 @@ class WorkspaceSite:
 class AfterCall:
     """What :meth:`RolloutWorkspace.after_call` saw: the snapshot tree (None when none was
     taken), generated paths new since the last snapshot, and at most one of ``over_budget``
-    (``(detail, evidence)``; the files are removed already) or ``snapshot_error`` (text)."""
+    (``(detail, evidence)``; the files are removed already) or ``snapshot_error`` (text);
+    ``exec_retries``: execs re-run after a garbled output (:meth:`RolloutWorkspace.run`)."""
 
     tree: str | None
     generated: list[str] = field(default_factory=list)
     over_budget: tuple[str, dict] | None = None
     snapshot_error: str | None = None
+    exec_retries: int = 0  # garbled read-only execs re-run since the last after_call
 
 
 def _is_local(runtime) -> bool:
@@ -130,6 +133,9 @@ class RolloutWorkspace:
         self.snapshotter: Snapshotter | None = None
         self.session = None
         self.image_tree = None
+        self.last_tree: str | None = None  # the tree after the last call (None: S_0)
+        self._exec_retries = 0
+        self._generated_between: list[str] = []
 
     # -- constructors ------------------------------------------------------------
     @classmethod
@@ -240,15 +246,41 @@ class RolloutWorkspace:
     def run(self, command: str, *, timeout_s: float, max_output_chars: int) -> str:
         """Run ``command`` in the rollout's container (:meth:`PodmanSession.run`): its
         output with the exit status, truncated to ``max_output_chars`` characters;
-        ``timeout_s`` seconds of wall clock at most.
+        ``timeout_s`` seconds of wall clock at most (twice, when re-run).
+
+        A garbled output (:class:`~sandbox.workspace.session.ExecOutputGarbled`) of a call
+        that left the tree as the last snapshot recorded it is a read-only call: it is
+        re-run once and counted (``exec_retries`` of the next :meth:`after_call`); a call
+        that changed the tree is never re-run (design page, "Who caused a failure decides
+        the reward").
 
         Raises: RuntimeError when no session is open; what the session raises
         (SandboxExecError, API errors: the sandbox failed).
         """
         if self.session is None:
             raise RuntimeError(f"no session is open for rollout {self.task_id}")
-        return self.session.run(command, timeout_s=timeout_s,
-                                max_output_chars=max_output_chars)
+        try:
+            return self.session.run(command, timeout_s=timeout_s,
+                                    max_output_chars=max_output_chars)
+        except ExecOutputGarbled as exc:
+            if not self._tree_unchanged():
+                raise ExecOutputGarbled(f"{exc}; not re-run: the call changed the working "
+                                        "tree, or it could not be told") from exc
+        self._exec_retries += 1  # read-only: re-run once; a second garbling raises
+        return self.session.run(command, timeout_s=timeout_s, max_output_chars=max_output_chars)
+
+    def _tree_unchanged(self) -> bool:
+        """Whether the working tree is the one of the last snapshot (S_0 before any), by a
+        snapshot now; False when it cannot be told. The generated files this snapshot sees
+        are kept for the next :meth:`after_call`."""
+        if self.snapshotter is None or self.workdir is None:
+            return False
+        try:
+            tree = self.snapshotter.snapshot()
+        except Exception:  # noqa: BLE001 - cannot tell: never re-run
+            return False
+        self._generated_between += list(self.snapshotter.generated_new)
+        return tree == (self.last_tree or self.base_tree)
 
     def edit(self, fn, *args):
         """``fn(workdir, *args)``: an editor operation on the working tree, run where the
@@ -316,11 +348,16 @@ class RolloutWorkspace:
         if over is not None:
             self.remove_files()
             return AfterCall(None, over_budget=over)
+        retries, self._exec_retries = self._exec_retries, 0
         try:
             tree = self.snapshotter.snapshot()
         except Exception as exc:  # noqa: BLE001 - a rollout's records never stop the run
-            return AfterCall(None, snapshot_error=f"{type(exc).__name__}: {exc}")
-        return AfterCall(tree, list(self.snapshotter.generated_new))
+            return AfterCall(None, snapshot_error=f"{type(exc).__name__}: {exc}",
+                             exec_retries=retries)
+        self.last_tree = tree
+        generated = [*self._generated_between, *self.snapshotter.generated_new]
+        self._generated_between = []
+        return AfterCall(tree, list(dict.fromkeys(generated)), exec_retries=retries)
 
     @property
     def snapshot_repo(self) -> Path | None:

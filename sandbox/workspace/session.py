@@ -54,6 +54,31 @@ class SandboxExecError(RuntimeError):
     """
 
 
+class ExecOutputGarbled(SandboxExecError):
+    """The exec's output came back garbled: no output at all with exit status 0 (the
+    wrapper's start marker always prints first), or the raw bytes of the API's multiplexed
+    stream frames instead of the demultiplexed text (podman-py, intermittently). Whether
+    the command ran is unknown; :meth:`sandbox.workspace.rollout.RolloutWorkspace.run`
+    re-runs it once only when the call left the tree unchanged (design page, "Who caused
+    a failure decides the reward"); else it ends the episode as infrastructure
+    (``exec_garbled``)."""
+
+
+def is_garbled(exc: BaseException) -> bool:
+    """Whether ``exc`` is :class:`ExecOutputGarbled`, also after crossing a Ray node (where a
+    type that did not pickle arrives as a RuntimeError naming it)."""
+    return isinstance(exc, ExecOutputGarbled) or str(exc).startswith("ExecOutputGarbled:")
+
+
+def output_garbled(code: int | None, out: bytes, err: bytes) -> bool:
+    """True when an exec's demultiplexed ``out``/``err`` (bytes) cannot be its output:
+    both empty with exit status 0, or either beginning with a stream frame header (stream
+    0/1/2, three zero bytes, a 4-byte length: the Docker/Podman attach framing)."""
+    if code == 0 and not out and not err:
+        return True
+    return any(len(b) >= 8 and b[0] in (0, 1, 2) and b[1:4] == b"\0\0\0" for b in (out, err))
+
+
 def truncate(text: str, limit: int) -> str:
     """Keep the head and tail of ``text`` within ``limit`` characters, saying what was cut."""
     if limit <= 0 or len(text) <= limit:
@@ -162,6 +187,7 @@ class PodmanSession:
         A non-zero exit status or a timeout is appended to the output, as a shell would show it.
 
         Raises:
+            ExecOutputGarbled: the output came back garbled (:func:`output_garbled`).
             SandboxExecError: the exec did not start (no start marker in the output:
                 OCI error, pids exhausted, container gone) or the API call failed.
         """
@@ -180,6 +206,10 @@ class PodmanSession:
             raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
         out, err = out or b"", err or b""
+        if output_garbled(code, out, err):
+            said = (out + err)[:200]
+            raise ExecOutputGarbled(f"exec output garbled in {self.name} (exit status {code}, "
+                                    f"{len(out)}+{len(err)} bytes): {said!r}")
         if self.login_shell and marker in out:  # what the image's profile printed goes
             out = out[out.index(marker):]
         if not out.startswith(marker):
