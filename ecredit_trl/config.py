@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ecredit_trl.agent.vllm_server import require_listening
 from ecredit_trl.credit.arms import ARMS
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
 from sandbox.backend import DEFAULTS as SANDBOX
@@ -157,6 +158,9 @@ class ECreditConfig(GRPOConfig):
                              f"got {self.chat_template!r}")
         if self.use_vllm:
             self._require_vllm()
+        if self.use_vllm and self.vllm_mode == "server":  # every rank: a connect, no request
+            require_listening(self.vllm_server_base_url, self.vllm_server_host,
+                              self.vllm_server_port)
         if self.pipeline not in ("sequential", "overlapped"):
             raise ValueError(f"pipeline: expected 'sequential' or 'overlapped', got {self.pipeline!r}")
         if self.agent_concurrency < 1:
