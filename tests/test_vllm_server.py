@@ -103,7 +103,7 @@ def test_a_fresh_server_reports_its_initial_weights_and_is_refused(server, tmp_p
 
 
 def test_train_server_mode_reloads_each_step_and_refuses_stale_weights(server, tmp_path):
-    """Two GRPO steps of arm M through the server: the trainer pushes the weights of steps 0
+    """Two GRPO steps (arm O: no counterfactual trials, the cheapest) through the server: the trainer pushes the weights of steps 0
     and 1 (the version names the file's sha256), the server's greedy tokens then equal
     transformers' on the pushed weights, and a trainer whose step moved on without a push
     (or whose push the server did not take) is refused."""
@@ -115,7 +115,7 @@ def test_train_server_mode_reloads_each_step_and_refuses_stale_weights(server, t
 
     runs = tmp_path / "runs"
     cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes", "1",
-           "ecredit_trl/train.py", "--arm", "M", "--runs_dir", str(runs), "--max_steps", "2",
+           "ecredit_trl/train.py", "--arm", "O", "--runs_dir", str(runs), "--max_steps", "2",
            "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host", "127.0.0.1",
            "--vllm_server_port", str(server["port"]), "--vllm_server_timeout", "30"]
     env = {**os.environ, **CPU_ENV}
