@@ -102,11 +102,39 @@ def test_a_fresh_server_reports_its_initial_weights_and_is_refused(server, tmp_p
         route.require(0)
 
 
+def test_the_file_route_makes_the_server_compute_with_the_pushed_weights(server, tmp_path):
+    """Perturbed weights pushed through the route: the server's greedy tokens change, and
+    equal transformers' on the perturbed weights (float32 both)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ecredit_trl.agent.vllm_server import FileWeightRoute
+
+    hf = AutoModelForCausalLM.from_pretrained(server["model"], dtype=torch.float32)
+    prompt = [int(t) for t in torch.arange(5, 45, 3)]
+
+    def hf_greedy():
+        return hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+
+    before = _greedy(server["url"], server["model"], prompt)
+    assert before == hf_greedy()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    route = FileWeightRoute(server["url"], tmp_path / "w")
+    version = route.push(hf.named_parameters(), 5, tie_word_embeddings=True)
+    assert route.version() == version and version.startswith("step-5-")
+    after = _greedy(server["url"], server["model"], prompt)
+    assert after == hf_greedy() and after != before
+
+
 def test_train_server_mode_reloads_each_step_and_refuses_stale_weights(server, tmp_path):
-    """Two GRPO steps (arm O: no counterfactual trials, the cheapest) through the server: the trainer pushes the weights of steps 0
-    and 1 (the version names the file's sha256), the server's greedy tokens then equal
-    transformers' on the pushed weights, and a trainer whose step moved on without a push
-    (or whose push the server did not take) is refused."""
+    """Two GRPO steps (arm O: no counterfactual trials, the cheapest) through the server:
+    the trainer pushes the weights of steps 0 and 1 (the version names the file's sha256),
+    the server's greedy tokens then equal transformers' on the pushed weights, and a trainer
+    whose step moved on without a push (or whose push the server did not take) is refused."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
