@@ -29,6 +29,7 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -190,10 +191,12 @@ def main() -> None:
                     help="model dirs to run instead of the two built ones (e.g. a real model)")
     ap.add_argument("--compile", action="store_true", help="vLLM without enforce_eager")
     ap.add_argument("--json", default=None)
-    a = ap.parse_args()
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--label", default=None, help=argparse.SUPPRESS)
+    a, _ = ap.parse_known_args()
 
     if a.model:
-        models = [(Path(m).name, m) for m in a.model]
+        models = [(a.label or Path(m).name, m) for m in a.model]
     else:
         from ecredit_trl.policy.warmstart import ensure_default_policy
         from eval.tasks.splits import load_tasks
@@ -202,7 +205,20 @@ def main() -> None:
         fam_dir = family_model(a.family, a.hidden, a.layers,
                                Path(tempfile.mkdtemp(prefix="gen-engines-")))
         models = [("embedded", str(embedded)), (f"{a.family} random", str(fam_dir))]
-    results = [bench_model(label, path, a) for label, path in models]
+    if a.one:  # a child: one model, its result as one line
+        print("GEN_ENGINES " + json.dumps(bench_model(models[0][0], models[0][1], a)), flush=True)
+        return
+    results = []
+    for label, path in models:  # each model in its own process: vLLM's shutdown kills its group
+        child = [sys.executable, __file__, "--one", "--model", path, "--label", label,
+                 *sys.argv[1:]]
+        proc = subprocess.run(child, capture_output=True, text=True)
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("GEN_ENGINES ")]
+        if proc.returncode != 0 or not lines:
+            print(f"{label}: failed (exit {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+            continue
+        results.append(json.loads(lines[-1][len("GEN_ENGINES "):]))
+        print(json.dumps(results[-1]), flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{table(results)}\n\n(load average {load:.1f}; {a.turns} turns x "
           f"{a.new_tokens} new + {a.tool_tokens} tool tokens, prompt {a.prompt_tokens})")
