@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ecredit_trl.agent.scaffolds import SCAFFOLDS
+from ecredit_trl.agent.vllm_server import require_listening
 from ecredit_trl.credit.arms import ARMS
 from ecredit_trl.policy.vllm_checks import check_vllm_config
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP, TOOL_TEMPLATES
@@ -202,6 +203,9 @@ class ECreditConfig(GRPOConfig):
             self._require_vllm()
         if self.scaffold_config is not None and self.scaffold == "ecredit":
             raise ValueError("scaffold_config: the ecredit scaffold takes no config file")
+        if self.use_vllm and self.vllm_mode == "server":  # every rank: a connect, no request
+            require_listening(self.vllm_server_base_url, self.vllm_server_host,
+                              self.vllm_server_port)
         # one assistant turn per tool-calling iteration, plus the first generation
         if self.max_tool_calling_iterations is None:
             self.max_tool_calling_iterations = self.max_turns - 1

@@ -43,6 +43,7 @@ from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sa
 from ecredit_trl.agent.episode_record import build_rollout_record
 from ecredit_trl.agent.scaffolds import get_scaffold
 from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
+from ecredit_trl.agent.vllm_server import server_generation
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.credit.dispatch import RoundDispatchMixin
 from ecredit_trl.credit.injection import inject_credit, rollout_credit
@@ -123,7 +124,9 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
-        with colocate_engine(args, model):  # vLLM colocate on CPU: dtype, eager
+        with colocate_engine(args, model), \
+                server_generation(args, self.run_dir, lambda: self.state.global_step):
+            # vLLM on CPU: colocate's dtype and eager mode; server mode's weight route by files
             super().__init__(model=model, reward_funcs=[self.verifier_reward], args=args,
                              train_dataset=train_dataset, environment_factory=env_factory(
                                  self.agent_ctx, self.scaffold.env_class),

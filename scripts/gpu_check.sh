@@ -3,11 +3,11 @@
 # build of torch (TORCH_SPEC is one pip requirement: PyPI's plain torch==2.13.0 wheel for Linux
 # x86-64 is a CUDA build when pip is not pointed at a CPU-only wheel source).
 #
-#   scripts/gpu_check.sh            # on the GPU host: everything, at most 8 minutes
+#   scripts/gpu_check.sh            # on the GPU host: everything, at most 13 minutes
 #   scripts/gpu_check.sh --dry-run  # anywhere: the main job's flags parse, the test ids exist
 #   scripts/gpu_check.sh --cpu      # no GPU: the same steps on CPU, main job 1 step (flags run)
 #
-# Steps (each under `timeout`, skipped when the 8-minute budget cannot hold it):
+# Steps (each under `timeout`, skipped when the 13-minute budget cannot hold it):
 #   1. device: torch version, CUDA device name, bf16 support;
 #   2. main job: the embedded policy, arm M, 2 GRPO steps, bf16 + LoRA (r 8) + gradient
 #      checkpointing, in-process so the peak CUDA memory (torch.cuda.max_memory_allocated) is read;
@@ -24,6 +24,11 @@
 #      its adapter on the device. Time budget: 200 s for the three (CPU reference, 2 busy cores: warm start
 #      30-130 s, train + eval 40-90 s per family; not measured on a GPU host); a family the
 #      budget does not reach is missing from the summary and the step is marked TIMEOUT.
+#   6. benchmarks/generation_engines.py (when vllm imports): transformers generate vs vLLM,
+#      tokens/s and one episode's wall at batch 1 / 8 / 32, engine start apart; on a GPU for a
+#      real model size (a random qwen3-family model, hidden 2048, 16 layers: about 0.8 B
+#      parameters, bf16 not used: float32 as on CPU), with --cpu for the two CPU-sized models.
+#      Up to 180 s more budget.
 # Then a summary: device, step time, peak memory, each step's status and seconds.
 # Env: PY (python, default .venv/bin/python), GPU_CHECK_OUT (work dir, default a temp dir),
 # GPU_CHECK_RUNTIME (podman | local; default podman when `podman` runs, else local, and the
@@ -48,7 +53,7 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/sandbox/containers.conf}
 if [ -z "${GPU_CHECK_RUNTIME:-}" ]; then
   if podman info >/dev/null 2>&1; then GPU_CHECK_RUNTIME=podman; else GPU_CHECK_RUNTIME=local; fi
 fi
-BUDGET_S=600  # steps 1-4: 480 s; step 5 (family end to end): up to 200 s more
+BUDGET_S=780  # steps 1-4: 480 s; step 5 (family end to end): up to 200 s more; step 6: 180 s
 START=$(date +%s)
 declare -a SUMMARY=()
 FAILED=0
@@ -156,6 +161,18 @@ fi
 # shellcheck disable=SC2086  # one argument per family name
 step family-e2e 200 "$PY" benchmarks/family_e2e.py --families $FAMILIES_E2E "${FAMILY_FLAGS[@]}" \
   --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/family"
+
+# 6. generation engines (vLLM installed only)
+if ! "$PY" -c 'import vllm' >/dev/null 2>&1; then
+  SUMMARY+=("generation-engines: skipped (vllm is not installed)")
+elif [ "$MODE" = dry ]; then
+  step generation-engines 60 "$PY" benchmarks/generation_engines.py --help
+elif [ "$MODE" = gpu ]; then
+  step generation-engines 180 "$PY" benchmarks/generation_engines.py --hidden 2048 --layers 16 \
+    --json "$OUT/generation_engines.json"
+else
+  step generation-engines 180 "$PY" benchmarks/generation_engines.py --json "$OUT/generation_engines.json"
+fi
 
 echo
 echo "[gpu_check] summary ($MODE mode, runtime $GPU_CHECK_RUNTIME, $(( $(date +%s) - START )) s of ${BUDGET_S}; logs in $OUT)"

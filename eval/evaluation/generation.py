@@ -59,8 +59,9 @@ def rollouts_command(*, python: str | None, model: str, split: str, n: int, rpat
     """The argv of the rollout subprocess; ``--task-id`` flags only when ``todo_tasks`` is a
     strict subset of the split's ``n_tasks`` tasks. ``batch_size`` (episodes in flight; 1 =
     one at a time), ``agent_concurrency`` (tool-call threads) and ``use_vllm`` are passed as
-    ``--batch-size`` / ``--agent-concurrency`` / ``--use-vllm``: they change throughput, not
-    the binding (seeded rows are the same in every batch size; vLLM rows carry
+    ``--batch-size`` / ``--agent-concurrency`` / ``--use-vllm``: the first two change
+    throughput, not the binding (seeded rows are the same in every batch size); vLLM samples
+    other tokens, so it is bound through ``overrides["engine"]`` (rows carry
     ``engine.name == "vllm"``)."""
     cmd = [python or sys.executable, "-m", "ecredit_trl.agent.rollouts", "--model", model,
            "--tasks", split, "--n", str(n), "--out", str(rpath), "--seed", str(seed),

@@ -131,8 +131,13 @@ class EvalOptions:
     @property
     def overrides(self) -> dict:
         """The generation settings given (name → value, :data:`OVERRIDE_FIELDS` that are not
-        None): the rollout subprocess's flags and part of the binding."""
-        return {k: getattr(self, k) for k in OVERRIDE_FIELDS if getattr(self, k) is not None}
+        None): the rollout subprocess's flags and part of the binding; ``engine: "vllm"``
+        with ``use_vllm`` (vLLM samples other tokens from the same seeds, so its rows never
+        resume a transformers run's folder, nor the other way round)."""
+        out = {k: getattr(self, k) for k in OVERRIDE_FIELDS if getattr(self, k) is not None}
+        if self.use_vllm and self.rollouts is None:
+            out["engine"] = "vllm"
+        return out
 
     @classmethod
     def from_args(cls, args) -> EvalOptions:
