@@ -21,7 +21,6 @@ plus the snapshot the built-in tool also pays.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from ecredit_trl.agent.env import AgentContext, SWEAgentEnv, release
 from ecredit_trl.agent.scaffolds import get_scaffold
 from ecredit_trl.agent.scaffolds.mini_swe_agent import MiniSweAgentEnv
 from eval.tasks.splits import load_tasks
+from sandbox.bounds import ArgumentParser, Int
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import PodmanRuntime
 
@@ -65,8 +65,8 @@ def _episode(env, task, kind: str) -> list[float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5, help="episodes of each kind, interleaved")
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=Int(ge=1), default=5, help="episodes of each kind, interleaved")
     args = ap.parse_args()
     build_offline(log=lambda *_: None)
     task = load_tasks("bundled:train", purpose="train")[0]

@@ -51,6 +51,7 @@ from ecredit_trl.credit.planning import (
     is_truncated,
     policy_token_turns,
 )
+from ecredit_trl.policy.vllm_deferred import load_trl_vllm_names
 from ecredit_trl.policy.vllm_sync import colocate_engine, install_weight_route
 from ecredit_trl.runs.checkpoint_state import (
     ExactResumeMixin,
@@ -124,6 +125,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
+        if args.use_vllm:  # vLLM's names for TRL's engine and client (imported only now)
+            load_trl_vllm_names()
         with colocate_engine(args, model), \
                 server_generation(args, self.run_dir, lambda: self.state.global_step):
             # vLLM on CPU: colocate's dtype and eager mode; server mode's weight route by files

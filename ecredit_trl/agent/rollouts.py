@@ -87,7 +87,7 @@ from ecredit_trl.runs.records import append_jsonl, read_jsonl
 from eval.evaluation.templatecheck import CHAT_TEMPLATE_HELP
 from eval.tasks.splits import load_tasks
 from sandbox.backend import SandboxOptions, make_runtime
-from sandbox.bounds import ArgumentParser, Float, Int, ModelRef, OutFile, Source, Text
+from sandbox.bounds import ArgumentParser, Float, InFile, Int, ModelRef, OutFile, Source, Text
 from sandbox.cluster.dispatch import RayUnavailable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scaffold", default="ecredit", choices=SCAFFOLDS,
                     help="tool surface and prompt (docs/scaffolds.md)")
     ap.add_argument("--scaffold-config", "--scaffold_config", dest="scaffold_config",
-                    default=None, help="mini-swe-agent: its config YAML (default: its shipped "
+                    type=InFile("yaml"), default=None, help="mini-swe-agent: its config YAML (default: its shipped "
                     "SWE-bench config)")
     ap.add_argument("--use-vllm", dest="use_vllm", action="store_true",
                     help="generate through vllm.LLM (colocated, from the model path)")
