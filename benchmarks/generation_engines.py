@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandbox.bounds import ArgumentParser, InDir, Int, OutFile, Text
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -178,22 +180,27 @@ def table(results: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--new-tokens", dest="new_tokens", type=int, default=32)
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--prompt-tokens", dest="prompt_tokens", type=int, default=256)
-    ap.add_argument("--tool-tokens", dest="tool_tokens", type=int, default=64)
-    ap.add_argument("--family", default="qwen3")
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--model", nargs="*", default=None,
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=Int(ge=1), nargs="+", default=[1, 8, 32],
+                    help="batch sizes (prompts per generate call)")
+    ap.add_argument("--new-tokens", dest="new_tokens", type=Int(ge=1), default=32,
+                    help="ids generated per turn")
+    ap.add_argument("--turns", type=Int(ge=1), default=3, help="turns of a synthetic episode")
+    ap.add_argument("--prompt-tokens", dest="prompt_tokens", type=Int(ge=1), default=256,
+                    help="prompt ids per episode")
+    ap.add_argument("--tool-tokens", dest="tool_tokens", type=Int(ge=0), default=64,
+                    help="ids of the stand-in tool result appended after each turn")
+    ap.add_argument("--family", type=Text(), default="qwen3",
+                    help="TRL template family of the larger random model")
+    ap.add_argument("--hidden", type=Int(ge=32), default=512, help="its hidden size")
+    ap.add_argument("--layers", type=Int(ge=1), default=8, help="its layers")
+    ap.add_argument("--model", type=InDir(), nargs="*", default=None,
                     help="model dirs to run instead of the two built ones (e.g. a real model)")
     ap.add_argument("--compile", action="store_true", help="vLLM without enforce_eager")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", type=OutFile(), default=None, help="also write the rows here")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--label", default=None, help=argparse.SUPPRESS)
-    a, _ = ap.parse_known_args()
+    ap.add_argument("--label", type=Text(), default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
 
     if a.model:
         models = [(a.label or Path(m).name, m) for m in a.model]
