@@ -16,10 +16,11 @@ processed_logprobs``, ``--max-logprobs -1``, and on a CUDA host ``--weight-trans
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+
+from sandbox.bounds import ArgumentParser, Choice, Int, ModelRef, Text
 
 __all__ = ["WORKER_EXTENSION", "main", "serve_command"]
 
@@ -51,14 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(prog="python -m ecredit_trl.agent.vllm_serve",
+    ap = ArgumentParser(prog="python -m ecredit_trl.agent.vllm_serve",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="model directory (or hub id) to serve")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--dtype", default="auto", help="vLLM's --dtype (CPU: float32 matches a "
+    ap.add_argument("--model", type=ModelRef(), required=True, help="model directory (or hub id) to serve")
+    ap.add_argument("--host", type=Text(), default="127.0.0.1", help="address to listen on")
+    ap.add_argument("--port", type=Int(ge=1, le=65535), default=8000, help="TCP port")
+    ap.add_argument("--dtype", type=Choice("auto", "float32", "bfloat16", "float16"),
+                    default="auto", help="vLLM's --dtype (CPU: float32 matches a "
                     "float32 trainer; vLLM's auto is bfloat16 there)")
-    ap.add_argument("--max-model-len", dest="max_model_len", type=int, default=None)
+    ap.add_argument("--max-model-len", dest="max_model_len", type=Int(ge=1), default=None,
+                    help="vLLM's context length (default: the model's)")
     ap.add_argument("--no-enforce-eager", dest="enforce_eager", action="store_false",
                     help="let vLLM compile the model (longer start, faster decoding)")
     args = ap.parse_args(argv)
