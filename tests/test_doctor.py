@@ -138,6 +138,8 @@ def _timeout_trial(node_unheld):
 
     return TrialResult(trial_id="t", exit_class="timeout", limits=LIM, test_s=3.0,
                        failed_attempts=[{"exit_class": "timeout", "test_s": 3.0}],
+                       # the retry ran under the raised limit (the headroom rule's retry)
+                       retry_limits={**LIM, "timeout_s": 2 * LIM["timeout_s"]},
                        node_unheld=list(node_unheld))
 
 

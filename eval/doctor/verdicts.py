@@ -35,7 +35,8 @@ def trial_class(res, control) -> tuple[str | None, str | None, str]:
     control's facts, and :func:`eval.integrity.exits.exit_rule` of its exit class."""
     verdict = attribute_failure(res.exit_class, failed_attempts=res.failed_attempts,
                                 limits=res.limits, test_s=res.test_s,
-                                controls=[control_facts(control)])
+                                controls=[control_facts(control)],
+                                retry_limits=getattr(res, "retry_limits", None))
     return verdict.failure_class, verdict.unattributed, exit_rule(res.exit_class)
 
 
