@@ -261,6 +261,8 @@ def _format_problem(fmt: str, head: bytes) -> str | None:
         return "not UTF-8 text"
     if fmt == "jsonl":
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
+        if not first:  # no rows yet: a JSON Lines file (an append-only record starts empty)
+            return None
         try:
             return None if isinstance(json.loads(first), dict) else "not JSON Lines of objects"
         except ValueError:
