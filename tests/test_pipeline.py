@@ -57,10 +57,10 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
 
     real_spec = TrialPipelineMixin._spec
 
-    def spec(self, task, artifact, trial_id):  # rollout 2's factual trial cannot start
+    def spec(self, task, artifact, trial_id):  # rollout 3's factual trial cannot start
         s = real_spec(self, task, artifact, trial_id)
         return (dataclasses.replace(s, image="localhost/ecredit-no-such-image:0")
-                if trial_id == "f-2" else s)
+                if trial_id == "f-3" else s)
 
     monkeypatch.setattr(TrialPipelineMixin, "_spec", spec)
     seq, ovl = _run(tmp_path, "sequential"), _run(tmp_path, "overlapped")
@@ -69,9 +69,10 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     assert len(t_seq) == len(t_ovl) == 8 and [r["step"] for r in l_ovl] == [1, 2]
     assert [_strip(t) for t in t_ovl] == [_strip(t) for t in t_seq]
     assert any(t["contrast"] is not None for t in t_ovl)  # the comparison has substance
-    # rollout 2: admitted by its plan, factual infra failure -> no utility, no counterfactual
-    t2 = t_ovl[2]
-    assert t2["rollout_index"] == 2 and t2["selected_turn"] is not None
+    # rollout 3 (one the warm-started policy edits in, with these seeds): admitted by its plan,
+    # factual infra failure -> no utility, no counterfactual
+    t2 = t_ovl[3]
+    assert t2["rollout_index"] == 3 and t2["selected_turn"] is not None
     assert t2["factual_outcome"] == "infra_error" and t2["exclusion"] == "no_original_utility"
     assert t2["counterfactual"] is None and t2["contrast"] is None
     # ledger: the same counts; the overlapped run paid for one counterfactual it discarded
@@ -81,7 +82,7 @@ def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch,
     assert [keep(r) for r in l_ovl] == [keep(r) for r in l_seq]
     ids = {p: json.loads((run / "ranks" / "rank0.json").read_text())["trial_ids"]
            for p, run in (("sequential", seq), ("overlapped", ovl))}
-    assert set(ids["overlapped"]) - set(ids["sequential"]) == {"cf-2"}
+    assert set(ids["overlapped"]) - set(ids["sequential"]) == {"cf-3"}
     # the stage timings are on record and add up
     for r in l_ovl + l_seq:
         assert r["generation_busy_s"] > 0 and r["verifier_busy_s"] > 0 and r["tool_busy_s"] > 0
