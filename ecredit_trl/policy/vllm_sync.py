@@ -30,6 +30,8 @@ import contextlib
 import os
 import types
 
+from ecredit_trl.policy.vllm_deferred import load_trl_vllm_names
+
 __all__ = ["CPU_ENV_DEFAULTS", "checkpoint_weights", "colocate_engine", "colocate_llm_kwargs",
            "install_weight_route", "reload_weights", "training_device_type",
            "weight_route"]
@@ -65,9 +67,15 @@ def colocate_engine(args, model):
     """While TRL builds its colocated engine (``GRPOTrainer.__init__`` with ``args``, a
     GRPOConfig, and ``model``): on a CPU colocate run its ``LLM`` takes
     :func:`colocate_llm_kwargs` too and :data:`CPU_ENV_DEFAULTS` fill unset variables.
-    No effect otherwise (no vLLM, server mode, a CUDA host)."""
+    With ``use_vllm`` set, TRL's vLLM names are bound first
+    (:func:`~ecredit_trl.policy.vllm_deferred.load_trl_vllm_names`; ImportError without vLLM).
+    No other effect otherwise (no vLLM, server mode, a CUDA host)."""
     import torch
 
+    if args.use_vllm:
+        # TRL's vLLM names are bound only on demand (vllm_deferred): any trainer built in
+        # this block needs them, TRL's own GRPOTrainer as much as ours
+        load_trl_vllm_names()
     on = args.use_vllm and args.vllm_mode == "colocate"
     dtype = getattr(model, "dtype", torch.bfloat16 if args.bf16 else torch.float32)
     extra = colocate_llm_kwargs(training_device_type(args), dtype) if on else {}
