@@ -179,7 +179,8 @@ class ECreditConfig(GRPOConfig):
     scaffold_config: str | None = field(default=None, metadata={
         "bounds": InFile("yaml", nullable=True),
         "help": "mini-swe-agent: a config YAML of its shape (default: its shipped "
-                "SWE-bench config)"})
+                "SWE-bench config; with the embedded policy, no --model, the compact one "
+                "shipped in ecredit_trl/agent/scaffolds/configs)"})
     run_name_prefix: str = field(default="ecredit", metadata={"bounds": Text(),
                                                               "help": "runs/<prefix>-<arm>-..."})
     runs_dir: str = field(default="runs", metadata={"bounds": OutDir(),

@@ -162,7 +162,26 @@ def test_scaffold_config_errors_name_the_field(tmp_path):
     assert [t["function"]["name"] for t in sc.tools()] == ["bash"]
 
 
+def test_the_embedded_policy_gets_the_compact_config_of_the_shipped_shape():
+    from ecredit_trl.agent.scaffolds import default_scaffold_config, get_scaffold
+    from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG, shipped_config_path
+
+    assert default_scaffold_config("mini-swe-agent", None, embedded_policy=True) == EMBEDDED_CONFIG
+    assert default_scaffold_config("mini-swe-agent", None, embedded_policy=False) is None
+    assert default_scaffold_config("mini-swe-agent", "/x.yaml", embedded_policy=True) == "/x.yaml"
+    assert default_scaffold_config("ecredit", None, embedded_policy=True) is None
+    compact, shipped = get_scaffold("mini-swe-agent", EMBEDDED_CONFIG), get_scaffold("mini-swe-agent")
+    assert compact.source == EMBEDDED_CONFIG and shipped.source == shipped_config_path()
+    for sec in ("agent", "environment", "model"):  # mini-swe-agent's keys, nothing new
+        assert set(compact.config[sec]) <= set(shipped.config[sec])
+    assert compact.tools() == shipped.tools()  # the same action: one bash tool
+    task = type("T", (), {"problem_statement": "p", "instance_id": "t"})()
+    assert "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in compact.prompt(task)[1]["content"]
+    assert len(compact.prompt(task)[1]["content"]) * 10 < len(shipped.prompt(task)[1]["content"])
+
+
 def test_study_trains_and_evaluates_with_the_scaffold_of_its_train_section(tmp_path):
+    from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
     from ecredit_trl.study.config import config_from_dict
     from ecredit_trl.study.runner import eval_command, train_command
 
@@ -173,6 +192,13 @@ def test_study_trains_and_evaluates_with_the_scaffold_of_its_train_section(tmp_p
     assert tc[tc.index("--scaffold") + 1] == "mini-swe-agent"
     ev = eval_command(c, "/m", "bundled:train", tmp_path / "e")
     assert ev[ev.index("--scaffold") + 1] == "mini-swe-agent"
+    # the runs train the embedded policy, so they (and their evaluations) use the compact config
+    assert ev[ev.index("--scaffold-config") + 1] == EMBEDDED_CONFIG
+    with_model = config_from_dict({"arms": ["M"], "seeds": [0], "model": "/m",
+                                   "train": {"max_steps": 1, "scaffold": "mini-swe-agent"},
+                                   "eval": {"splits": ["bundled:train"], "n": 1}})
+    assert "--scaffold-config" not in eval_command(with_model, "/m", "bundled:train",
+                                                   tmp_path / "e3")
     assert "--scaffold" not in eval_command(
         config_from_dict({"arms": ["M"], "seeds": [0],
                           "eval": {"splits": ["bundled:train"], "n": 1}}),

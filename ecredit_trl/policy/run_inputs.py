@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ecredit_trl.agent.scaffolds import default_scaffold_config
 from ecredit_trl.policy.preflight import check_template, lora_config, model_location
 from ecredit_trl.policy.scaffold_warmstart import scaffold_policy
 from ecredit_trl.policy.warmstart import default_policy_tasks, ensure_default_policy
@@ -24,7 +25,10 @@ from sandbox.cluster.dispatch import connect
 def tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     """The training tasks (``--max_tasks`` of them) and the policy's path: ``--model``, or
     the embedded policy, built and warm-started on every training task on first use
-    (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`).
+    (:func:`ecredit_trl.policy.warmstart.default_policy_tasks`). Sets ``cfg.scaffold_config``
+    to the config the run uses (:func:`ecredit_trl.agent.scaffolds.default_scaffold_config`:
+    with the embedded policy and ``--scaffold mini-swe-agent`` without ``--scaffold_config``,
+    the compact config shipped in this package).
 
     Args:
         cfg: :class:`~ecredit_trl.config.ECreditConfig` (``tasks``, ``max_tasks``, the
@@ -46,6 +50,10 @@ def tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
         require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
                             cfg.tasks)
+    # the scaffold config of this run, set on cfg here so that every later get_scaffold (the
+    # trainer, the manifest, the prompt-length check) and the recorded config see it
+    cfg.scaffold_config = default_scaffold_config(cfg.scaffold, cfg.scaffold_config,
+                                                  embedded_policy=margs.model is None)
     if margs.model is None:
         # warm-started on every training task, so --max_tasks reuses the cached policy (image
         # tasks: on their bundled twins; other image-only sets need --model)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ecredit_trl.agent.scaffolds import default_scaffold_config
 from ecredit_trl.runs.resume import resume_checkpoint
 from ecredit_trl.study.config import StudyConfig, split_dirname
 from ecredit_trl.study.pool import check_train_pool
@@ -97,11 +98,15 @@ def eval_command(cfg: StudyConfig, model: str, split: str, out_dir: Path,
                       ("max_new_tokens", "--max-new-tokens")):
         if ev[key] is not None:
             cmd += [flag, str(ev[key])]
-    # evaluations use the scaffold the runs trained with (train.scaffold / scaffold_config)
-    if cfg.train.get("scaffold", "ecredit") != "ecredit":
-        cmd += ["--scaffold", cfg.train["scaffold"]]
-    if cfg.train.get("scaffold_config"):
-        cmd += ["--scaffold-config", str(cfg.train["scaffold_config"])]
+    # evaluations use the scaffold the runs trained with (train.scaffold / scaffold_config,
+    # resolved by the trainer's rule: the compact config for the embedded policy)
+    scaffold = cfg.train.get("scaffold", "ecredit")
+    if scaffold != "ecredit":
+        cmd += ["--scaffold", scaffold]
+    config = default_scaffold_config(scaffold, cfg.train.get("scaffold_config") or None,
+                                     embedded_policy=cfg.model is None)
+    if config:
+        cmd += ["--scaffold-config", str(config)]
     if ev.get("reuse_verdicts"):
         if verdicts is None:
             raise ValueError("eval.reuse_verdicts: true needs the study's verdicts folder")

@@ -9,8 +9,10 @@ its ``environment.env`` variables; the result is shown through its
 ``output.exception_info``); an episode ends when a command's output starts with
 ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` and it exits 0. Templates come from its shipped
 SWE-bench config (``minisweagent/config/benchmarks/swebench.yaml``, read from the installed
-package or from its wheel, :func:`shipped_config_path`; never copied here) or a user's YAML
-file of the same shape (``--scaffold_config``).
+package or from its wheel, :func:`shipped_config_path`; never copied here), a user's YAML
+file of the same shape (``--scaffold_config``), or, for the embedded tiny policy, the compact
+config of that shape shipped in this package (:data:`EMBEDDED_CONFIG`; which one a run uses
+is decided by :func:`ecredit_trl.agent.scaffolds.default_scaffold_config`).
 
 Stated rules where mini-swe-agent's own loop differs (history stays append-only, so the
 policy's tokens stay a prefix of every later prompt):
@@ -46,12 +48,17 @@ import yaml
 
 from ecredit_trl.agent.scaffolds.base import FormatError, Scaffold, ScaffoldEnv
 
-__all__ = ["MINI_SWE_AGENT_VERSION", "STOP_SIGNAL", "MiniSweAgentEnv", "MiniSweAgentScaffold",
+__all__ = ["EMBEDDED_CONFIG", "MINI_SWE_AGENT_VERSION", "STOP_SIGNAL", "MiniSweAgentEnv",
+           "MiniSweAgentScaffold",
            "load_config", "shipped_config_path"]
 
 MINI_SWE_AGENT_VERSION = "2.4.6"
 STOP_SIGNAL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 CONFIG_IN_PACKAGE = "minisweagent/config/benchmarks/swebench.yaml"
+#: The compact config of the embedded tiny policy: the shipped config's shape, action and stop
+#: signal with short templates (docs/scaffolds.md, "The embedded default"). Chosen only by
+#: :func:`ecredit_trl.agent.scaffolds.default_scaffold_config`.
+EMBEDDED_CONFIG = str(Path(__file__).resolve().parent / "configs" / "mini_swe_agent_embedded.yaml")
 DEFAULT_INTERPRETER = ["bash", "-lc"]
 _TIMEOUT_NOTE = re.compile(r"\n<command timed out after ([0-9.]+) s>$")
 _EXIT_NOTE = re.compile(r"\n<exit code (-?\d+)>$")
