@@ -6,16 +6,16 @@ call, as bash commands run for real in a fresh checkout of the task (their outpu
 through the scaffold's observation template):
 
 * ``view(path, line)`` → ``nl -ba PATH | sed -n 'A,Bp'`` (the same window as the editor's);
-* ``str_replace(path, old, new)`` → a ``python3`` heredoc that replaces the one occurrence
+* ``str_replace(path, old, new)`` → a ``python3`` heredoc that replaces the occurrence
   (raw triple-quoted strings when the text allows, so the edit's characters are written as
-  the built-in call's JSON arguments write them; ``repr`` otherwise); it exits 1 when the
-  text does not occur exactly once;
+  the built-in call's JSON arguments write them; ``repr`` otherwise); that the text occurs
+  exactly once, as the built-in tool requires, is checked before it runs;
 * ``submit()`` → ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff`` (the stop signal);
 * the closing message is kept: TRL's tool loop asks for one more turn after every result.
 
 The prompt is the scaffold's (:meth:`~ecredit_trl.agent.scaffolds.base.Scaffold.prompt`),
-the tools its schemas. Every command must exit 0 (checked; each edit command itself checks
-that its text occurs exactly once), so the checkout ends where the built-in calls leave it.
+the tools its schemas. Every command must exit 0 and every edit's text occur exactly once
+(checked), so the checkout ends where the built-in calls leave it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sandbox.workspace.session import truncate
 __all__ = ["edit_command", "mini_swe_agent_demos", "view_command"]
 
 #: Bump when the rendering changes (part of the scaffold warm start's cache key).
-SCAFFOLD_DEMO_VERSION = "mswea-demos-v1"
+SCAFFOLD_DEMO_VERSION = "mswea-demos-v2"
 MAX_OUTPUT_CHARS = 2000  # AgentContext.max_output_chars: the sandbox's cut
 
 
@@ -47,11 +47,11 @@ def _literal(text: str) -> str:
 
 
 def edit_command(path: str, old: str, new: str) -> str:
-    """The bash command that replaces the one occurrence of ``old`` in ``path`` by ``new``."""
+    """The bash command that replaces the first occurrence of ``old`` in ``path`` by ``new``
+    (the shortest such heredoc: the policy generates every token of it; that ``old`` occurs
+    exactly once is checked by :func:`render_demo` before the command runs)."""
     return (f"python3 - <<'EOF'\nfrom pathlib import Path\np = Path({path!r})\n"
-            f"s = p.read_text()\nold = {_literal(old)}\n"
-            f"assert s.count(old) == 1, 'old text must occur exactly once'\n"
-            f"p.write_text(s.replace(old, {_literal(new)}, 1))\nEOF")
+            f"p.write_text(p.read_text().replace({_literal(old)}, {_literal(new)}, 1))\nEOF")
 
 
 def view_command(path: str, line: int) -> str:
@@ -92,7 +92,12 @@ def render_demo(demo: dict, task, scaffold, workroot: str | None = None) -> dict
                 messages.append({"role": "assistant", "content": m["content"]})
             for c in m.get("tool_calls") or []:
                 fn = c["function"]
-                command = _command(fn["name"], json.loads(fn["arguments"]))
+                args = json.loads(fn["arguments"])
+                if fn["name"] == "str_replace":  # the built-in tool's rule: exactly once
+                    n = (root / args["path"]).read_text(encoding="utf-8").count(args["old_str"])
+                    if n != 1:
+                        raise DemoError(f"task {iid}: str_replace text occurs {n} times")
+                command = _command(fn["name"], args)
                 proc = subprocess.run(["bash", "-c", command], cwd=root, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
                 out = truncate(proc.stdout.decode("utf-8", errors="replace"), MAX_OUTPUT_CHARS)
