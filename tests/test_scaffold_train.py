@@ -1,6 +1,7 @@
 """The mini-swe-agent scaffold end to end (Podman): two real GRPO steps of arm M through
 ``accelerate launch ecredit_trl/train.py --scaffold mini-swe-agent`` on the embedded default
-(its warm start in the scaffold's format), then ``eval.run --scaffold mini-swe-agent``
+(its warm start in the scaffold's format, with the compact config the embedded policy gets),
+then ``eval.run --scaffold mini-swe-agent`` with that config
 (design page, "Generation engines and scaffolds")."""
 
 from __future__ import annotations
@@ -10,30 +11,33 @@ import json
 import pytest
 from test_train import _jsonl, _launch
 
-pytestmark = [pytest.mark.podman, pytest.mark.skip(
-    reason="the mini-swe-agent warm start (30 SFT steps) does not yet make valid bash calls "
-           "and costs ~30 min on the shared CPU: docs/scaffolds.md, 'The embedded default'")]
+pytestmark = pytest.mark.podman
 
 
 @pytest.fixture(scope="module")
 def mswea_policy():
-    """The embedded policy for mini-swe-agent (built on the cached built-in one, then reused)."""
+    """The embedded policy for mini-swe-agent (built on the cached built-in one, then reused),
+    trained with the compact config the run picks for it."""
     from ecredit_trl.agent.scaffolds import get_scaffold
+    from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
     from ecredit_trl.policy.scaffold_warmstart import ensure_scaffold_policy
     from ecredit_trl.policy.warmstart import ensure_default_policy
     from eval.tasks.splits import load_tasks
 
     tasks = load_tasks("bundled:train", purpose="train")
     return ensure_scaffold_policy(ensure_default_policy(tasks), tasks,
-                                  get_scaffold("mini-swe-agent"))
+                                  get_scaffold("mini-swe-agent", EMBEDDED_CONFIG))
 
 
 def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(tmp_path, mswea_policy):
+    from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
+
     run = _launch(tmp_path, "M", "--scaffold", "mini-swe-agent", "--max_steps", "2")
     man = json.loads((run / "manifest.json").read_text())
     assert man["scaffold"]["name"] == "mini-swe-agent"
     assert len(man["scaffold"]["config_hash"]) == 64
-    assert man["scaffold"]["config_source"].endswith("benchmarks/swebench.yaml")
+    # no --model and no --scaffold_config: the compact config shipped for the embedded policy
+    assert man["scaffold"]["config_source"] == EMBEDDED_CONFIG
     assert man["model"]["path"] == mswea_policy  # the scaffold's own warm start
     ledger = _jsonl(run / "ledger.jsonl")
     trajs = _jsonl(run / "trajectories.jsonl")
@@ -51,6 +55,7 @@ def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(tmp_path, mswea_poli
 
 
 def test_eval_run_grades_every_slot_with_mini_swe_agent(tmp_path, mswea_policy, podman_runtime):
+    from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
     from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
     from eval.tasks.schema import save_tasks
@@ -59,12 +64,15 @@ def test_eval_run_grades_every_slot_with_mini_swe_agent(tmp_path, mswea_policy, 
     split = tmp_path / "two.jsonl"
     save_tasks(load_tasks("bundled:train", purpose="train")[:2], split)
     res = evaluate(EvalOptions(model=mswea_policy, split=str(split), n=2, out=tmp_path / "ev",
-                               scaffold="mini-swe-agent", max_turns=3),
+                               scaffold="mini-swe-agent", scaffold_config=EMBEDDED_CONFIG,
+                               max_turns=3),
                    runtime=podman_runtime, log=lambda *_: None)
     s = res["summary"]
     assert s["denominator"]["slots"] == 4 and s["unknown"] == 0
     assert s["resolved"] + s["failed"] == 4
     assert res["overrides"]["scaffold"] == "mini-swe-agent"  # part of the binding
+    assert res["overrides"]["scaffold_config"] == EMBEDDED_CONFIG
     rows = [json.loads(x) for x in (tmp_path / "ev" / "rollouts.jsonl").read_text().splitlines()]
     assert {r["scaffold"]["name"] for r in rows} == {"mini-swe-agent"}
+    assert {r["scaffold"]["config_source"] for r in rows} == {EMBEDDED_CONFIG}
     assert {c["name"] for r in rows for c in r["tool_calls"]} == {"bash"}
