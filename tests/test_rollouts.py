@@ -143,6 +143,34 @@ def test_settings_validation():
     assert GenerationSettings(temperature=0).greedy and not GenerationSettings().greedy
 
 
+def test_rollouts_take_the_training_runs_scaffold_unless_told(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from ecredit_trl.agent.rollouts import scaffold_for
+    from eval.evaluation.modelref import ModelRef
+
+    def ref(ecredit):
+        return ModelRef(given="x", model_dir="x", run_dir=None, adapter=False, base_model=None,
+                        sha256="0", run_config=None if ecredit is None else {"ecredit": ecredit})
+
+    def cli(scaffold=None, config=None):
+        return NS(scaffold=scaffold, scaffold_config=config)
+
+    run = ref({"scaffold": "mini-swe-agent", "scaffold_config": "/c/compact.yaml"})
+    assert run.scaffold_defaults() == {"scaffold": "mini-swe-agent",
+                                       "scaffold_config": "/c/compact.yaml"}
+    assert scaffold_for(run, cli()) == ("mini-swe-agent", "/c/compact.yaml")
+    assert scaffold_for(run, cli(config="/u.yaml")) == ("mini-swe-agent", "/u.yaml")
+    # the run's config file goes with its scaffold only
+    assert scaffold_for(run, cli("ecredit")) == ("ecredit", None)
+    assert scaffold_for(run, cli("mini-swe-agent")) == ("mini-swe-agent", "/c/compact.yaml")
+    # a bare model directory, or a run from before scaffolds were recorded
+    for bare in (ref(None), ref({"arm": "B"})):
+        assert bare.scaffold_defaults() == {}
+        assert scaffold_for(bare, cli()) == ("ecredit", None)
+        assert scaffold_for(bare, cli("mini-swe-agent")) == ("mini-swe-agent", None)
+
+
 def test_resolve_run_dir_and_adapter(tiny, tmp_path):
     import shutil
 

@@ -1,7 +1,7 @@
 """The mini-swe-agent scaffold end to end (Podman): two real GRPO steps of arm M through
 ``accelerate launch ecredit_trl/train.py --scaffold mini-swe-agent`` on the embedded default
 (its warm start in the scaffold's format, with the compact config the embedded policy gets),
-then ``eval.run --scaffold mini-swe-agent`` with that config
+then ``eval.run`` of that run, which takes the run's scaffold and config file by default
 (design page, "Generation engines and scaffolds")."""
 
 from __future__ import annotations
@@ -29,10 +29,17 @@ def mswea_policy():
                                   get_scaffold("mini-swe-agent", EMBEDDED_CONFIG))
 
 
-def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(tmp_path, mswea_policy):
+@pytest.fixture(scope="module")
+def m_run(tmp_path_factory, mswea_policy):
+    """Two GRPO steps of arm M with ``--scaffold mini-swe-agent`` (the run directory)."""
+    return _launch(tmp_path_factory.mktemp("m"), "M", "--scaffold", "mini-swe-agent",
+                   "--max_steps", "2")
+
+
+def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(m_run, mswea_policy):
     from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
 
-    run = _launch(tmp_path, "M", "--scaffold", "mini-swe-agent", "--max_steps", "2")
+    run = m_run
     man = json.loads((run / "manifest.json").read_text())
     assert man["scaffold"]["name"] == "mini-swe-agent"
     assert len(man["scaffold"]["config_hash"]) == 64
@@ -54,7 +61,10 @@ def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(tmp_path, mswea_poli
     assert cf >= 1 and cf == sum(1 for t in trajs if t["counterfactual"])
 
 
-def test_eval_run_grades_every_slot_with_mini_swe_agent(tmp_path, mswea_policy, podman_runtime):
+def test_eval_run_of_the_run_grades_every_slot_with_its_scaffold(tmp_path, m_run,
+                                                                   podman_runtime):
+    """``eval.run --model RUN`` with no scaffold flag evaluates with the run's own scaffold and
+    config file (the compact one), as it reuses the run's rollout settings."""
     from ecredit_trl.agent.scaffolds.mini_swe_agent import EMBEDDED_CONFIG
     from eval.evaluation.options import EvalOptions
     from eval.run import evaluate
@@ -63,16 +73,14 @@ def test_eval_run_grades_every_slot_with_mini_swe_agent(tmp_path, mswea_policy, 
 
     split = tmp_path / "two.jsonl"
     save_tasks(load_tasks("bundled:train", purpose="train")[:2], split)
-    res = evaluate(EvalOptions(model=mswea_policy, split=str(split), n=2, out=tmp_path / "ev",
-                               scaffold="mini-swe-agent", scaffold_config=EMBEDDED_CONFIG,
-                               max_turns=3),
+    res = evaluate(EvalOptions(model=str(m_run), split=str(split), n=2, out=tmp_path / "ev"),
                    runtime=podman_runtime, log=lambda *_: None)
     s = res["summary"]
     assert s["denominator"]["slots"] == 4 and s["unknown"] == 0
     assert s["resolved"] + s["failed"] == 4
-    assert res["overrides"]["scaffold"] == "mini-swe-agent"  # part of the binding
-    assert res["overrides"]["scaffold_config"] == EMBEDDED_CONFIG
+    assert "scaffold" not in res["overrides"]  # none given: the run's, bound through the model
     rows = [json.loads(x) for x in (tmp_path / "ev" / "rollouts.jsonl").read_text().splitlines()]
-    assert {r["scaffold"]["name"] for r in rows} == {"mini-swe-agent"}
-    assert {r["scaffold"]["config_source"] for r in rows} == {EMBEDDED_CONFIG}
+    man = json.loads((m_run / "manifest.json").read_text())
+    assert [r["scaffold"] for r in rows] == [man["scaffold"]] * 4
+    assert man["scaffold"]["config_source"] == EMBEDDED_CONFIG
     assert {c["name"] for r in rows for c in r["tool_calls"]} == {"bash"}

@@ -223,6 +223,19 @@ def settings_for(ref, args) -> GenerationSettings:
     return GenerationSettings(**d)
 
 
+def scaffold_for(ref, args) -> tuple[str, str | None]:
+    """(scaffold name, config file or None) of the rollouts: the CLI's ``--scaffold`` /
+    ``--scaffold-config``, else the training run's (:meth:`ModelRef.scaffold_defaults`, as
+    :func:`settings_for` reuses its rollout settings), else ``ecredit``. The run's config file
+    goes with its scaffold only: ``--scaffold`` naming another scaffold drops it."""
+    run = ref.scaffold_defaults()
+    name = args.scaffold or run.get("scaffold") or "ecredit"
+    config = args.scaffold_config
+    if config is None and name == run.get("scaffold"):
+        config = run.get("scaffold_config")
+    return name, config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI (see the module docstring). Exit 0 on success, 2 on bad input."""
     ap = ArgumentParser(prog="python -m ecredit_trl.agent.rollouts",
@@ -253,10 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="threads running the episodes' tool calls (batched path)")
     ap.add_argument("--chat-template", "--chat_template", type=Text(), dest="chat_template", default=None,
                     metavar="NAME", help=CHAT_TEMPLATE_HELP)
-    ap.add_argument("--scaffold", default="ecredit", choices=SCAFFOLDS,
-                    help="tool surface and prompt (docs/scaffolds.md)")
+    ap.add_argument("--scaffold", default=None, choices=SCAFFOLDS,
+                    help="tool surface and prompt (docs/scaffolds.md; default: the training "
+                    "run's, else ecredit)")
     ap.add_argument("--scaffold-config", "--scaffold_config", dest="scaffold_config",
-                    type=InFile("yaml"), default=None, help="mini-swe-agent: its config YAML (default: its shipped "
+                    type=InFile("yaml"), default=None, help="mini-swe-agent: its config YAML "
+                    "(default: the training run's when it used that scaffold, else its shipped "
                     "SWE-bench config)")
     ap.add_argument("--use-vllm", dest="use_vllm", action="store_true",
                     help="generate through vllm.LLM (colocated, from the model path)")
@@ -279,8 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             require_vllm()
         policy = load_rollout_policy(args.model, device="cpu" if args.use_vllm else args.device,
                                      dtype=args.dtype, chat_template=args.chat_template)
-        if args.scaffold != "ecredit" or args.scaffold_config:
-            policy.use_scaffold(get_scaffold(args.scaffold, args.scaffold_config))
+        name, config = scaffold_for(policy.ref, args)
+        if name != "ecredit" or config:
+            policy.use_scaffold(get_scaffold(name, config))
         settings = settings_for(policy.ref, args)
         if args.use_vllm:
             engine = VLLMEngine.from_policy(policy, dtype=args.dtype)

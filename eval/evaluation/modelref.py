@@ -81,6 +81,17 @@ class ModelRef:
                  "bash_timeout_s": "bash_timeout_s"}
         return {ours: cfg[theirs] for theirs, ours in names.items() if cfg.get(theirs) is not None}
 
+    def scaffold_defaults(self) -> dict:
+        """The training run's scaffold (what eval uses when none is given, as it reuses the
+        run's rollout settings): ``{"scaffold": name, "scaffold_config": path or None}``
+        from the run config; empty for a bare model directory or a run without a scaffold
+        recorded. The config path is the one the run used (for the embedded policy, the
+        compact mini-swe-agent config: design page, "Generation engines and scaffolds")."""
+        cfg = (self.run_config or {}).get("ecredit") or {}
+        if not cfg.get("scaffold"):
+            return {}
+        return {"scaffold": cfg["scaffold"], "scaffold_config": cfg.get("scaffold_config")}
+
     def to_json(self) -> dict:
         return {"given": self.given, "model_dir": self.model_dir, "run_dir": self.run_dir,
                 "adapter": self.adapter, "base_model": self.base_model, "sha256": self.sha256,

@@ -76,7 +76,8 @@ class EvalOptions:
         batch_size, agent_concurrency, use_vllm: the rollout subprocess's flags of the same
             name (episodes in flight, tool-call threads, vLLM generation).
         reuse_verdicts: opt-in verdict store folder (:mod:`eval.evaluation.verdicts`).
-        scaffold, scaffold_config: the policy's tool surface and prompt (None: ``ecredit``)
+        scaffold, scaffold_config: the policy's tool surface and prompt (None: a training
+            run's own scaffold and config, else ``ecredit``)
             and mini-swe-agent's config file (design page, "Generation engines and scaffolds"); part of the binding.
 
     Raises: EvalInputError (a ValueError) from ``__post_init__``, naming the flag: a missing
@@ -105,11 +106,13 @@ class EvalOptions:
     chat_template: str | None = _opt(None, CHAT_TEMPLATE_HELP, metavar="NAME",
                                      aliases=("--chat_template",), bounds=Text())
     reuse_verdicts: str | Path | None = _opt(None, REUSE_HELP, metavar="DIR", bounds=OutDir())
-    scaffold: str | None = _opt(None, "tool surface and prompt: ecredit (default) or "
-                                      "mini-swe-agent (docs/scaffolds.md)",
+    scaffold: str | None = _opt(None, "tool surface and prompt: ecredit or mini-swe-agent "
+                                      "(docs/scaffolds.md; default: a training run's own, "
+                                      "else ecredit)",
                                 bounds=Text(nullable=True))  # the name is checked by the rollouts CLI
-    scaffold_config: str | None = _opt(None, "mini-swe-agent: its config YAML (default: its "
-                                             "shipped SWE-bench config)", metavar="FILE",
+    scaffold_config: str | None = _opt(None, "mini-swe-agent: its config YAML (default: a "
+                                             "training run's own, else its shipped SWE-bench "
+                                             "config)", metavar="FILE",
                                        aliases=("--scaffold_config",),
                                        bounds=InFile("yaml", nullable=True))
 
