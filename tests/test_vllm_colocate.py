@@ -10,7 +10,6 @@ Qwen2 of the qwen2_5 family with head size 32 (vLLM's CPU attention takes 32, 64
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -77,10 +76,23 @@ def _reward(completions, **kw):
     return [float(len(set(c))) / (1 + len(c)) for c in completions]
 
 
+@pytest.fixture(autouse=True)
+def _rendezvous(monkeypatch):
+    """A free MASTER_PORT for this test's engine; TRL's colocate mode writes RANK, WORLD_SIZE,
+    MASTER_ADDR, ... into this process's environment, and monkeypatch restores them after the
+    test, so later tests' subprocesses (a vLLM server, a trainer) never inherit one port."""
+    import socket
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
+
+
 def _trainer(model_dir, out, *, lora: bool, steps: int = 2) -> _Trainer:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    os.environ.setdefault("MASTER_PORT", "29731")
     args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, report_to="none",
                       save_strategy="no", max_steps=steps, learning_rate=0.2 if lora else 0.05,
                       per_device_train_batch_size=4, num_generations=4,

@@ -30,6 +30,17 @@ CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+#: torch.distributed rendezvous variables: a colocated engine earlier in the session (TRL sets
+#: them in the test process) must not hand its port to the server and the trainer, which would
+#: then both bind it (EADDRINUSE)
+DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _env(**extra) -> dict:
+    """This process's environment without :data:`DIST_ENV`, with ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k not in DIST_ENV}, **extra}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,7 +60,7 @@ def server(warm_policy, tmp_path_factory):
     """One server on the embedded policy (float32, eager) for the module; stopped after."""
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
+    env = _env(**{k: os.environ.get(k, v) for k, v in CPU_ENV.items()})
     with log.open("w") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "ecredit_trl.agent.vllm_serve",
                                  "--model", str(warm_policy), "--port", str(port),
@@ -146,7 +157,7 @@ def test_train_server_mode_reloads_each_step_and_refuses_stale_weights(server, t
            "ecredit_trl/train.py", "--arm", "O", "--runs_dir", str(runs), "--max_steps", "2",
            "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host", "127.0.0.1",
            "--vllm_server_port", str(server["port"]), "--vllm_server_timeout", "30"]
-    env = {**os.environ, **CPU_ENV}
+    env = _env(**CPU_ENV)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
                           env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -194,7 +205,7 @@ def test_server_mode_with_nothing_listening_is_one_line_before_any_rollout(tmp_p
            "--vllm_server_port", str(port)]
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **CPU_ENV})
+                          env=_env(**CPU_ENV))
     assert proc.returncode == 2, proc.stderr[-3000:]
     err = [x for x in proc.stderr.splitlines() if "error" in x]
     assert err == [f"train.py: error: vllm_server_host/vllm_server_port: nothing listens on "
