@@ -10,7 +10,6 @@ Qwen2 of the qwen2_5 family with head size 32 (vLLM's CPU attention takes 32, 64
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from peft import LoraConfig
