@@ -16,6 +16,7 @@ from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
 from datasets import Dataset
+from ecredit_trl.policy.sft import DIST_ENV
 from ecredit_trl.policy.vllm_sync import (
     colocate_engine,
     colocate_llm_kwargs,
@@ -82,7 +83,7 @@ def _rendezvous(monkeypatch):
     test, so later tests' subprocesses (a vLLM server, a trainer) never inherit one port."""
     import socket
 
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+    for name in DIST_ENV:
         monkeypatch.delenv(name, raising=False)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

