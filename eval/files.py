@@ -107,7 +107,11 @@ def read_jsonl(path: str | os.PathLike, error=ValueError) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    # rows end at "\n" alone: str.splitlines would also break a row at a U+2028, U+2029 or
+    # U+0085 inside a string, which json.dumps(ensure_ascii=False) writes as they are
+    lines = path.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    if lines[-1] == "":
+        lines.pop()
     rows = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
