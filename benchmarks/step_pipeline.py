@@ -1,7 +1,8 @@
 """Training-step pipeline: ``pipeline: sequential`` vs ``overlapped`` on one seeded config.
 
 Runs the main job twice from one invocation (each in its own process, same seed, same
-config: the embedded policy, the bundled train tasks, Podman, ``--rollouts`` rollouts
+config: the embedded policy, the bundled train tasks, Podman (or ``--runtime local`` on a
+host without it), ``--rollouts`` rollouts
 per step, ``--steps`` steps) and prints, per pipeline and step, from the run's own
 records (``ledger.jsonl`` timing fields, TRL's ``step_time`` in ``metrics.jsonl``):
 
@@ -26,7 +27,7 @@ With ``--repeats 2`` the runs go sequential, overlapped, overlapped, sequential 
 that drifts during the benchmark then weighs on both alike); figures are summed.
 
     python benchmarks/step_pipeline.py [--steps 3] [--rollouts 8] [--arm B] [--repeats 1]
-                                       [--json out.json]
+                                       [--runtime podman|local] [--json out.json]
 """
 
 from __future__ import annotations
@@ -289,15 +290,20 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def run(pipeline: str, args, runs_dir: Path) -> dict:
-    """One training run; returns its ledger rows, step times and record rows."""
-    cmd = [sys.executable, "-m", "ecredit_trl.train", "--arm", args.arm,
+def train_command(pipeline: str, args, runs_dir: Path) -> list[str]:
+    """The argv of one training run of the benchmark (``args``: its parsed flags)."""
+    return [sys.executable, "-m", "ecredit_trl.train", "--arm", args.arm,
            "--pipeline", pipeline, "--max_steps", str(args.steps),
            "--per_device_train_batch_size", str(args.rollouts),
            "--num_generations", str(args.num_generations), "--seed", str(args.seed),
            "--verifier_concurrency", str(args.verifier_concurrency),
            "--agent_concurrency", str(args.agent_concurrency),
-           "--save_strategy", "no", "--runs_dir", str(runs_dir)]
+           "--save_strategy", "no", "--runs_dir", str(runs_dir), "--runtime", args.runtime]
+
+
+def run(pipeline: str, args, runs_dir: Path) -> dict:
+    """One training run; returns its ledger rows, step times and record rows."""
+    cmd = train_command(pipeline, args, runs_dir)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf"))
@@ -385,7 +391,8 @@ def print_cpu(cpu: dict, seq: dict, ov: dict) -> None:
               f"{ov['round_wall'] / seq['round_wall']:.2f})")
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
+    """The benchmark's flags (every one declares its bounds)."""
     ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=Int(ge=1), default=3)
     ap.add_argument("--rollouts", type=Int(ge=1), default=8, help="rollouts per step")
@@ -395,8 +402,15 @@ def main(argv=None) -> int:
     ap.add_argument("--verifier-concurrency", type=Int(ge=1), default=2)
     ap.add_argument("--agent-concurrency", type=Int(ge=1), default=8)
     ap.add_argument("--repeats", type=Int(ge=1), default=1)
+    ap.add_argument("--runtime", type=Choice("podman", "local"), default="podman",
+                    help="sandbox runtime of both runs (local: a host without Podman; its "
+                         "container figures then read n/a)")
     ap.add_argument("--json", type=OutFile(), help="also write the results here")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
 
     results: dict = {}
     order = []
@@ -419,7 +433,8 @@ def main(argv=None) -> int:
             == [without_timings(r) for r in results["overlapped"]["ledger"]])
 
     print(f"\n{args.steps} steps x {args.rollouts} rollouts x {args.repeats} repeats, arm "
-          f"{args.arm}, load average {os.getloadavg()[0]:.1f} at the end, verifier "
+          f"{args.arm}, runtime {args.runtime}, load average {os.getloadavg()[0]:.1f} at the "
+          f"end, verifier "
           f"concurrency {args.verifier_concurrency}, agent concurrency {args.agent_concurrency}")
     for p, res in results.items():
         print(f"\n{p}: step  generation  tools  verification  round-wall  step-wall  "

@@ -16,7 +16,8 @@
 #      defaults), so tests/test_train.py (arm M) and tests/test_train_lora.py run there as they are;
 #   1b. caches (after the device check): the bundled tasks and the warm-started embedded policy (built on first use on a
 #      fresh host: minutes; reused after), so the timed steps measure training, not the builds;
-#   4. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores);
+#   4. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores),
+#      on the check's runtime (every step that runs trials takes GPU_CHECK_RUNTIME);
 #   5. family end to end in bf16 on CUDA: for each of GPU_CHECK_FAMILIES (default
 #      "llama3_2 gptoss qwen2_5", fastest first) benchmarks/family_e2e.py warm-starts the tiny
 #      family model on two bundled tasks (ecredit_trl.policy.family_warmstart, cached), trains
@@ -147,7 +148,8 @@ fi
 if [ -f benchmarks/step_pipeline.py ] && [ "$MODE" = dry ]; then
   step step-pipeline 60 "$PY" benchmarks/step_pipeline.py --help
 elif [ -f benchmarks/step_pipeline.py ]; then
-  step step-pipeline 200 "$PY" benchmarks/step_pipeline.py --steps 2 --verifier-concurrency 8 --agent-concurrency 8
+  step step-pipeline 200 "$PY" benchmarks/step_pipeline.py --steps 2 --verifier-concurrency 8 \
+    --agent-concurrency 8 --runtime "$GPU_CHECK_RUNTIME"
 else
   SUMMARY+=("step-pipeline: skipped (benchmarks/step_pipeline.py not in this checkout)")
 fi

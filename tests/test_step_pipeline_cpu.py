@@ -101,3 +101,19 @@ def test_train_sets_a_passive_openmp_wait_policy_before_torch(given, expected):
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == [expected, expected]
+
+
+def test_both_runs_take_the_runtime_flag(bench, tmp_path):
+    """On a host without Podman the benchmark runs on the local runtime (the GPU check passes
+    its own choice through); Podman stays the default."""
+    local = bench.parse_args(["--runtime", "local", "--steps", "2"])
+    cmd = bench.train_command("overlapped", local, tmp_path)
+    assert cmd[cmd.index("--runtime") + 1] == "local"
+    assert cmd[cmd.index("--pipeline") + 1] == "overlapped" and cmd[cmd.index("--max_steps") + 1] == "2"
+    default = bench.train_command("sequential", bench.parse_args([]), tmp_path)
+    assert default[default.index("--runtime") + 1] == "podman"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--runtime", "docker"])
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    step = script[script.index("step step-pipeline 200"):].split("\n\n")[0]
+    assert '--runtime "$GPU_CHECK_RUNTIME"' in step.split("else")[0]
