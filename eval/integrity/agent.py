@@ -79,17 +79,30 @@ MEMORY_SLACK_BYTES = 4 * 2**20
 reclaims and kills a little below the exact limit)."""
 
 
-def pids_exhausted(c: dict | None) -> bool:
-    """The container's pids cgroup is at its limit and refused a fork (rule 3, pids)."""
-    if not c or c.get("pids_current") is None or c.get("pids_max") is None:
+def _grew(c: dict, before: dict | None, key: str) -> bool:
+    """``c[key]`` (a counter that only grows) is above ``before[key]`` (0 when unknown)."""
+    now = c.get(key)
+    return now is not None and now > ((before or {}).get(key) or 0)
+
+
+def pids_exhausted(c: dict | None, before: dict | None = None) -> bool:
+    """The container's own processes hit its pids limit (rule 3, pids): a fork was refused at
+    the limit since ``before`` (the ``pids.events`` ``max`` counter, summed over the subtree,
+    grew; None: since the start, when the fresh cgroup's counter was 0), or the cgroup is at
+    its limit now (``pids_current`` within :data:`PIDS_SLACK` of ``pids_max``) and refused a
+    fork at some time. The counter only grows, so a limit hit during the window is seen
+    however fast the processes that hit it exit and are reaped afterwards (a bounded fork
+    bomb frees its pids within a second of ``timeout`` killing it). Source:
+    Documentation/admin-guide/cgroup-v2.rst ("PID": ``pids.events``); the fields are
+    :func:`sandbox.workspace.health.read_cgroup`'s."""
+    if not c:
+        return False
+    if _grew(c, before, "pids_max_events"):
+        return True
+    if c.get("pids_current") is None or c.get("pids_max") is None:
         return False
     return (c["pids_current"] >= c["pids_max"] - PIDS_SLACK
             and (c.get("pids_max_events") or 0) > 0)
-
-
-def _grew(c: dict, before: dict | None, key: str) -> bool:
-    now = c.get(key)
-    return now is not None and now > ((before or {}).get(key) or 0)
 
 
 def memory_limit_reached(c: dict | None, before: dict | None = None) -> bool:
@@ -110,13 +123,16 @@ def memory_limit_reached(c: dict | None, before: dict | None = None) -> bool:
 
 
 def memory_exhausted(c: dict | None, before: dict | None = None) -> bool:
-    """The OOM killer acted in the container's cgroup at its own limit (rule 3, memory):
-    ``oom_kill`` grew since ``before`` (an earlier sample; None: since the start, when the
-    fresh cgroup's counter was 0) and :func:`memory_limit_reached`."""
-    if not c or not c.get("oom_kill") or c.get("memory_limit_bytes") is None:
+    """The container's memory was exhausted at its own limit (rule 3, memory): since
+    ``before`` (an earlier sample; None: since the start, when the fresh cgroup's counters
+    were 0) the OOM killer acted in the container's cgroup (``oom_kill`` grew) or the cgroup
+    went OOM at a limit of its own (v2 ``memory.events`` ``oom`` grew: an allocation was
+    about to fail, also when no process could be killed and the exec got ``ENOMEM``), and
+    :func:`memory_limit_reached`."""
+    if not c or c.get("memory_limit_bytes") is None:
         return False
-    if not _grew(c, before, "oom_kill"):
-        return False  # an old OOM kill the agent recovered from says nothing of this failure
+    if not (_grew(c, before, "oom_kill") or _grew(c, before, "memory_oom_events")):
+        return False  # an old OOM the agent recovered from says nothing of this failure
     return memory_limit_reached(c, before)
 
 
@@ -127,33 +143,46 @@ def classify_exec_failure(evidence: dict) -> str | None:
         evidence: :meth:`sandbox.workspace.session.PodmanSession.diagnose`'s facts:
             ``service_ok`` (bool: the endpoint answered a ping), ``container``
             (``"running"``, ``"exited"``, ... or ``"missing"``), ``cgroup`` (counters now,
-            :func:`sandbox.workspace.health.read_cgroup`, None when gone), ``cgroup_last``
-            (the sample taken right after the last call that returned, None if unreadable)
-            and ``cgroup_prev`` (the sample before that one: after the call before, or at
-            start), and optionally ``memcg_oom``
+            :func:`sandbox.workspace.health.read_cgroup`, None when gone),
+            ``cgroup_at_failure`` (the counters read the moment the exec failed, before
+            anything else: None when unreadable), ``cgroup_last`` (the sample taken right
+            after the last call that returned, None if unreadable) and ``cgroup_prev`` (the
+            sample before that one: after the call before, or at start; None when no call
+            returned), and optionally ``memcg_oom``
             (:func:`sandbox.workspace.health.memcg_oom_logged` for the container's cgroup).
 
     Returns: ``"agent_pids"``, ``"agent_oom"``, or None (infrastructure: unavailable).
-    A running container is judged on its counters now (an OOM kill since the last call);
-    a stopped one on the last call's sample (an OOM kill during that call), since its
-    counters died with the cgroup.
+
+    Every limit hit is read from counters that only grow (``pids.events`` ``max``;
+    ``oom_kill`` and ``memory.events`` ``oom``), compared with a sample taken before the
+    window, so no timing (processes exiting, zombies reaped between the failure and the
+    reading) can hide one. The window of pids is the last call that returned and the
+    failing one (``cgroup_prev`` to now: a fork bomb in one call leaves the container full
+    of dying processes when the next exec starts); that of memory the failing call alone
+    (``cgroup_last`` to now: an OOM kill the agent recovered from says nothing).
+    A running container is judged on its counters now and at the failure; a stopped one
+    (only the OOM killer of its own limit can stop it from inside) on the counters at the
+    failure and the last call's sample, else the kernel's record, since its counters died
+    with the cgroup.
     """
     if not evidence.get("service_ok"):
         return None
     state = evidence.get("container")
+    at, last = evidence.get("cgroup_at_failure"), evidence.get("cgroup_last")
     if state == "running":
         now = evidence.get("cgroup")
-        if pids_exhausted(now):
+        base = evidence.get("cgroup_prev") or last
+        if pids_exhausted(now, base) or pids_exhausted(at, base):
             return "agent_pids"
-        if memory_exhausted(now, evidence.get("cgroup_last")):
+        if memory_exhausted(now, last) or memory_exhausted(at, last):
             return "agent_oom"
         return None
     if state in (None, "missing"):
         return None
-    # stopped: from inside only the OOM killer of its own limit can have done that
-    # (KEEPER_USER); the counters are gone with the cgroup, so read the last sample
-    last, prev = evidence.get("cgroup_last"), evidence.get("cgroup_prev")
-    return "agent_oom" if memory_exhausted(last, prev) or evidence.get("memcg_oom") else None
+    prev = evidence.get("cgroup_prev")
+    if memory_exhausted(at, last) or memory_exhausted(last, prev) or evidence.get("memcg_oom"):
+        return "agent_oom"
+    return None
 
 
 @dataclass(frozen=True)
