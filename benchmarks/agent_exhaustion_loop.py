@@ -81,11 +81,15 @@ def _busy(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
-def episode(case: str, task, runtime, workroot: str, show=None) -> str:
-    """One episode of ``case``: ``"agent"``, ``"none"``, ``"masked"`` or ``"other: ..."``;
-    ``show`` (a callable), when given, gets the failure and its evidence of a masked one."""
+def episode(case: str, task, runtime, workroot: str, limits: Limits | None = None,
+            show=None) -> tuple[str, dict | None]:
+    """One episode of ``case`` under ``limits`` (default :data:`LIMITS`): its outcome
+    (``"agent"``, ``"none"``, ``"masked"`` or ``"other: <reason>"``) and the container's
+    counters (:func:`sandbox.workspace.health.read_cgroup`: the failed exec's evidence, else
+    the sample after the last call; None when unread). ``show`` (a callable), when given,
+    gets the failure and its evidence of a masked episode."""
     ctx = AgentContext(tasks={task.instance_id: task}, runtime=runtime, workroot=workroot,
-                       limits=LIMITS[case], bash_timeout_s=30)
+                       limits=limits or LIMITS[case], bash_timeout_s=30)
     env = SWEAgentEnv(ctx)
     try:
         env.reset(instance_id=task.instance_id)
@@ -94,14 +98,16 @@ def episode(case: str, task, runtime, workroot: str, show=None) -> str:
         if env.failure is None:
             env.bash("echo next")
         if env.failure is None:
-            return "none"
+            return "none", env.ws.session.sample()
+        ev = env.failure_evidence or {}
+        counters = ev.get("cgroup") or ev.get("cgroup_at_failure") or ev.get("cgroup_last")
         if env.failure_class in AGENT_FAILURE_CLASSES:
-            return "agent"
+            return "agent", counters
         if env.failure[0] == "sandbox_error":
             if show is not None:
-                show(f"  masked: {env.failure}\n  evidence: {env.failure_evidence}")
-            return "masked"
-        return f"other: {env.failure[0]}"
+                show(f"  masked: {env.failure}\n  evidence: {ev}")
+            return "masked", counters
+        return f"other: {env.failure[0]}", counters
     finally:
         release(env)
 
@@ -133,8 +139,8 @@ def main(argv=None) -> int:
                 busy = _busy(args.busy_s) if i % 2 else None
                 t0 = time.monotonic()
                 try:
-                    got = episode(case, task, rt, str(Path(d) / f"w-{case}-{i}"),
-                                  show=print if args.verbose else None)
+                    got, _ = episode(case, task, rt, str(Path(d) / f"w-{case}-{i}"),
+                                     show=print if args.verbose else None)
                 finally:
                     if busy is not None:
                         busy.kill()
