@@ -17,7 +17,8 @@ from conftest import REPO_ROOT
 from sandbox.doctor.facts import KEY_FIELDS, cgroup_version, facts_key, host_facts
 from sandbox.doctor.gate import NODE_UNHELD, decide, load_report, node_verdict, save_report
 
-AGENT_LINES = ("pids: held", "memory_running: held", "oom_record: held", "memory_stopped: held",
+AGENT_LINES = ("pids: held", "fork_bomb: held", "exhaustion_evidence: held",
+               "memory_running: held", "oom_record: held", "memory_stopped: held",
                "disk: held", "history: held", "overlay_opacity: held")
 TRIAL_LINES = ("trial_timeout: held", "trial_oom: held", "trial_output_limit: held",
                "trial_truncated_log: held")
@@ -42,6 +43,7 @@ def test_doctor_holds_every_rule_here_and_caches_its_report(tmp_path):
     assert facts["kernel"] == os.uname().release
     assert facts["oci_runtime"] == "runc" and facts["storage_driver"] == "overlay"
     assert facts["kmsg_readable"] == "True" and facts["pids_counted_in"] == "."
+    assert facts["exhaustion_counters"].startswith("pids.events max, oom_kill")
     assert lines[-1].startswith("all held (")
     key = lines[-1].rsplit(" ", 1)[-1].rstrip(")")
     cached = json.loads((tmp_path / "cache" / "doctor" / f"{key}.json").read_text())
@@ -174,3 +176,32 @@ def test_a_failure_on_a_node_serving_with_rules_not_held_is_never_charged():
            "memcg_oom": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/x"}
     assert exec_failure_class(oom) == "agent_oom"
     assert exec_failure_class({**oom, "node_unheld": ["oom_record"]}) is None
+
+
+def _bomb(failed, cls=None, refused=0):
+    counters = {"pids_max_events": refused}
+    return {"failed": failed, "class": cls, "counters": counters,
+            "evidence": {"cgroup": counters} if failed else {}}
+
+
+KEPT = {"pids_max_events": True, "oom_kill": True, "memory_oom_events": False}
+
+
+@pytest.mark.parametrize("runs, have, bomb, evidence", [
+    ([_bomb(True, "agent_pids", 9), _bomb(False, refused=3)], KEPT, True, True),
+    # one bomb charged to the infrastructure: the rule does not hold here
+    ([_bomb(True, "agent_pids", 9), _bomb(True, None, 9)], KEPT, False, True),
+    # no bomb ever hit the limit: nothing was proven
+    ([_bomb(False), _bomb(False)], KEPT, False, True),
+    # a host whose cgroups keep no pids.events: the doctor says so
+    ([_bomb(False), _bomb(False)], {**KEPT, "pids_max_events": False}, False, False),
+    ([_bomb(True, "agent_pids", 9)], None, True, False),
+])
+def test_fork_bomb_probe_verdicts(runs, have, bomb, evidence):
+    from eval.doctor.probes import fork_bomb_verdicts
+
+    got = fork_bomb_verdicts(runs, have)
+    assert [r.name for r in got] == ["fork_bomb", "exhaustion_evidence"]
+    assert (got[0].held, got[1].held) == (bomb, evidence), [r.line() for r in got]
+    if not evidence:
+        assert got[1].reason.startswith("this host keeps no pids.events max"), got[1].reason

@@ -194,6 +194,14 @@ def probe_fork_bomb(site, task, attempts: int = 3) -> list[ProbeResult]:
             runs.append(run)
         finally:
             ws.release()
+    return fork_bomb_verdicts(runs, have)
+
+
+def fork_bomb_verdicts(runs: list[dict], have: dict | None) -> list[ProbeResult]:
+    """The ``fork_bomb`` and ``exhaustion_evidence`` verdicts (pure) of the bomb's ``runs``
+    (``{"failed": bool, "class": str | None, "evidence": dict, "counters": dict | None}``
+    each) and of ``have`` (:func:`sandbox.workspace.health.exhaustion_evidence` of the probe
+    container; None: unread)."""
     masked = [r for r in runs if r["failed"] and r["class"] != "agent_pids"]
     hit = [r for r in runs if r["failed"] or ((r["counters"] or {}).get("pids_max_events") or 0)]
     if masked:
@@ -209,8 +217,9 @@ def probe_fork_bomb(site, task, attempts: int = 3) -> list[ProbeResult]:
                if not (have or {}).get(k)]
     if missing:
         ev = ProbeResult("exhaustion_evidence", False, "this host keeps no "
-                         + " / ".join(missing) + " counter for a container: an exhaustion "
-                         "the agent causes cannot be told from the infrastructure's",
+                         + " / ".join(missing) + " counter for a container's cgroup: an "
+                         "exhaustion the agent causes cannot be told from the "
+                         "infrastructure's",
                          {"counters": have})
     else:
         ev = ProbeResult("exhaustion_evidence", True, detail={"counters": have})
@@ -437,5 +446,6 @@ def agent_probes(runtime, root: Path) -> list[ProbeResult]:
 
 
 __all__ = ["FLOOD", "FORK_BOMB", "MARK", "PROBE_BUDGET_BYTES", "PROBE_LIMITS", "ProbeResult",
-           "agent_probes", "history_image", "probe_disk", "probe_fork_bomb", "probe_history",
+           "agent_probes", "fork_bomb_verdicts", "history_image", "probe_disk",
+           "probe_fork_bomb", "probe_history",
            "probe_memory_running", "probe_memory_stopped", "probe_pids", "probe_task"]
