@@ -274,6 +274,17 @@ def _cg(**kw):
     ({"service_ok": True, "container": "running",
       "cgroup": _cg(memory_oom_events=2, memory_current_bytes=2**30 - 2**20),
       "cgroup_last": _cg(memory_oom_events=0)}, "agent_oom"),
+    # OOM kills while the last call that returned filled /tmp, then the next exec's setns
+    # failed with no further kill (seen live: the counters of one such episode)
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                    memory_current_bytes=21139456, oom_kill=2),
+      "cgroup_at_failure": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                               memory_current_bytes=25583616, oom_kill=2),
+      "cgroup_last": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                         memory_current_bytes=100507648, oom_kill=2),
+      "cgroup_prev": _cg(memory_limit_bytes=100663296, memory_peak_bytes=4681728,
+                         memory_current_bytes=593920, oom_kill=0)}, "agent_oom"),
     # stopped by the OOM killer during the failing call: the counters read at the failure
     ({"service_ok": True, "container": "exited", "cgroup": None,
       "cgroup_at_failure": _cg(oom_kill=1, memory_peak_bytes=2**30),

@@ -20,19 +20,22 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
    memory evidence was stopped by someone else;
 3. **the container hit its own limit**, read on the host from its own cgroup (the agent
    cannot write cgroup files: they are read-only inside, and the host reads the
-   service-reported ``CgroupPath``):
+   service-reported ``CgroupPath``). Every hit is read from a counter that only grows, over the container's cgroup subtree,
+   against the sample before the last call that returned (:func:`classify_exec_failure`),
+   so processes exiting or reaped before the reading hide nothing:
 
-   * pids: ``pids.current`` within :data:`PIDS_SLACK` of ``pids.max`` and the
-     ``pids.events`` "max" counter above zero (a fork was refused at the limit);
-   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` grew) **and** its
+   * pids: the ``pids.events`` "max" counter grew (a fork was refused at the limit), or
+     ``pids.current`` is within :data:`PIDS_SLACK` of ``pids.max`` now after a refusal;
+   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` grew, or v2
+     ``memory.events`` ``oom``: the cgroup went OOM at its own limit) **and** its
      usage reached its own limit (:func:`memory_limit_reached`: the peak or the usage
      within :data:`MEMORY_SLACK_BYTES` of it, or the cgroup's own counters of hitting it
      grew: v2 ``memory.events`` ``max`` / ``oom``, v1 ``memory.failcnt``; the counters hold
      where ``memory.peak`` does not exist, cgroup v2 before kernel 5.19). That rules out a
      host-wide OOM kill (which also counts in ``oom_kill``) of a container below its
      limit. The counters die with the cgroup, so a container that the OOM killer stopped
-     is judged on the last sample taken after a call
-     (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
+     is judged on the counters read the moment the exec failed and the last sample taken
+     after a call (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
      when the kill came during the failing call itself (the sample after it found no
      cgroup left: a race lost under load), on the kernel's own record of it: an
      ``oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=<the container's cgroup>`` line in
@@ -155,11 +158,13 @@ def classify_exec_failure(evidence: dict) -> str | None:
 
     Every limit hit is read from counters that only grow (``pids.events`` ``max``;
     ``oom_kill`` and ``memory.events`` ``oom``), compared with a sample taken before the
-    window, so no timing (processes exiting, zombies reaped between the failure and the
-    reading) can hide one. The window of pids is the last call that returned and the
-    failing one (``cgroup_prev`` to now: a fork bomb in one call leaves the container full
-    of dying processes when the next exec starts); that of memory the failing call alone
-    (``cgroup_last`` to now: an OOM kill the agent recovered from says nothing).
+    window, so no timing (processes exiting, zombies reaped, memory freed between the
+    failure and the reading) can hide one. The window is the last call that returned and
+    the failing one (``cgroup_prev`` to now): a fork bomb or a memory blow-up in one call
+    leaves the container full of dying processes, or of memory, when the next exec starts
+    (seen live: OOM kills during the call that filled ``/tmp``, then the next exec's
+    ``setns`` failed with no further kill). A limit hit the agent recovered from (a call
+    returned after it) says nothing of this failure.
     A running container is judged on its counters now and at the failure; a stopped one
     (only the OOM killer of its own limit can stop it from inside) on the counters at the
     failure and the last call's sample, else the kernel's record, since its counters died
@@ -169,18 +174,18 @@ def classify_exec_failure(evidence: dict) -> str | None:
         return None
     state = evidence.get("container")
     at, last = evidence.get("cgroup_at_failure"), evidence.get("cgroup_last")
+    base = evidence.get("cgroup_prev") or last
     if state == "running":
         now = evidence.get("cgroup")
-        base = evidence.get("cgroup_prev") or last
         if pids_exhausted(now, base) or pids_exhausted(at, base):
             return "agent_pids"
-        if memory_exhausted(now, last) or memory_exhausted(at, last):
+        if memory_exhausted(now, base) or memory_exhausted(at, base):
             return "agent_oom"
         return None
     if state in (None, "missing"):
         return None
-    prev = evidence.get("cgroup_prev")
-    if memory_exhausted(at, last) or memory_exhausted(last, prev) or evidence.get("memcg_oom"):
+    if (memory_exhausted(at, base) or memory_exhausted(last, evidence.get("cgroup_prev"))
+            or evidence.get("memcg_oom")):
         return "agent_oom"
     return None
 
