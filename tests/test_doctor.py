@@ -60,10 +60,12 @@ def test_doctor_holds_every_rule_here_and_caches_its_report(tmp_path):
 def test_a_kernel_log_without_the_oom_record_fails_the_probe_and_exits_1(tmp_path):
     """/dev/kmsg replaced by an empty file (a private mount namespace, as on a node whose
     kernel log is a stand-in): the kernel's OOM record of the container is not found, so
-    ``oom_record`` is FAILED with that reason, and so is ``memory_stopped`` (a container the
-    OOM killer stopped between two calls has no sample of the kill: only the record could
-    charge it, so it stays infrastructure); the doctor exits 1, the other probes of the
-    group still hold. ``--json`` is the machine-readable report."""
+    ``oom_record`` is FAILED with that reason; ``memory_stopped`` (a container the OOM killer
+    stopped between two calls: no sample after a call saw the kill) holds only on the
+    counters read the moment the next exec failed, while the stopped container's cgroup is
+    still there (as on this host), else it is FAILED as infrastructure (only the record could
+    charge it); the doctor exits 1, the other probes of the group still hold. ``--json`` is
+    the machine-readable report."""
     fake = tmp_path / "kmsg"
     fake.write_text("")
     cmd = (f"mount --bind {fake} /dev/kmsg && exec {sys.executable} -m sandbox doctor "
@@ -79,9 +81,15 @@ def test_a_kernel_log_without_the_oom_record_fails_the_probe_and_exits_1(tmp_pat
     assert verdicts["oom_record"][0] is False
     assert verdicts["oom_record"][1].startswith("the kernel log (/dev/kmsg) holds no "
                                                 "CONSTRAINT_MEMCG record naming the container")
-    assert verdicts["memory_stopped"][0] is False
-    assert verdicts["memory_stopped"][1].startswith("classified infrastructure")
-    assert {n for n, (held, _) in verdicts.items() if held} == \
+    stopped = next(p for p in report["probes"] if p["name"] == "memory_stopped")
+    at = (stopped["detail"].get("evidence") or {}).get("cgroup_at_failure")
+    if at is not None:  # read before the cgroup went: the kill is in its counters
+        assert stopped["held"] is True and at["oom_kill"] > 0, stopped
+        assert at["memory_peak_bytes"] >= at["memory_limit_bytes"] - 4 * 2**20, stopped
+    else:
+        assert stopped["held"] is False, stopped
+        assert stopped["reason"].startswith("classified infrastructure"), stopped
+    assert {n for n, (held, _) in verdicts.items() if held} - {"memory_stopped"} == \
         {ln.split(":")[0] for ln in AGENT_LINES} - {"oom_record", "memory_stopped"}
     assert not (tmp_path / "cache" / "doctor").exists()  # a partial run is never cached
 
