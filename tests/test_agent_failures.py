@@ -240,6 +240,60 @@ def _cg(**kw):
      "agent_oom"),
     ({"service_ok": True, "container": "exited", "cgroup": None, "cgroup_last": None,
       "memcg_oom": None}, None),
+    # -- counters that only grow decide, however the pids were freed by the time of the read
+    # a fork bomb that started in the last call that returned and filled the limit in the
+    # failing one: 953 of 1024 pids left by the time of the read (seen live), 1001 refusals
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(pids_current=953, pids_max_events=1001),
+      "cgroup_last": _cg(pids_current=56), "cgroup_prev": _cg(pids_current=2)}, "agent_pids"),
+    # the bomb hit the limit during the last call that returned; its processes were reaped
+    # before the read
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(pids_current=5, pids_max_events=40),
+      "cgroup_last": _cg(pids_current=700, pids_max_events=40),
+      "cgroup_prev": _cg(pids_max_events=0)}, "agent_pids"),
+    # refusals before the window (two calls back) and none since: not this failure
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(pids_current=5, pids_max_events=40),
+      "cgroup_last": _cg(pids_max_events=40), "cgroup_prev": _cg(pids_max_events=40)}, None),
+    # no call returned yet: the window starts at the session's first sample
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(pids_current=5, pids_max_events=3), "cgroup_last": _cg()}, "agent_pids"),
+    # the counters now unreadable; those read the moment the exec failed show the refusals
+    ({"service_ok": True, "container": "running", "cgroup": None,
+      "cgroup_at_failure": _cg(pids_current=1000, pids_max_events=7),
+      "cgroup_last": _cg()}, "agent_pids"),
+    # the same counters, but the service is dead, or the container gone: infrastructure
+    ({"service_ok": False, "container": "running",
+      "cgroup": _cg(pids_current=953, pids_max_events=1001), "cgroup_last": _cg()}, None),
+    ({"service_ok": True, "container": "missing",
+      "cgroup_at_failure": _cg(pids_current=953, pids_max_events=1001),
+      "cgroup_last": _cg()}, None),
+    # the cgroup went OOM at its own limit (v2 memory.events oom) with nothing killed: the
+    # exec got ENOMEM
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(memory_oom_events=2, memory_current_bytes=2**30 - 2**20),
+      "cgroup_last": _cg(memory_oom_events=0)}, "agent_oom"),
+    # OOM kills while the last call that returned filled /tmp, then the next exec's setns
+    # failed with no further kill (seen live: the counters of one such episode)
+    ({"service_ok": True, "container": "running",
+      "cgroup": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                    memory_current_bytes=21139456, oom_kill=2),
+      "cgroup_at_failure": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                               memory_current_bytes=25583616, oom_kill=2),
+      "cgroup_last": _cg(memory_limit_bytes=100663296, memory_peak_bytes=100663296,
+                         memory_current_bytes=100507648, oom_kill=2),
+      "cgroup_prev": _cg(memory_limit_bytes=100663296, memory_peak_bytes=4681728,
+                         memory_current_bytes=593920, oom_kill=0)}, "agent_oom"),
+    # stopped by the OOM killer during the failing call: the counters read at the failure
+    ({"service_ok": True, "container": "exited", "cgroup": None,
+      "cgroup_at_failure": _cg(oom_kill=1, memory_peak_bytes=2**30),
+      "cgroup_last": _cg(), "cgroup_prev": _cg()}, "agent_oom"),
+    # stopped, an OOM kill the agent recovered from before the failing call: not this one
+    ({"service_ok": True, "container": "exited", "cgroup": None,
+      "cgroup_at_failure": _cg(oom_kill=1, memory_peak_bytes=2**30),
+      "cgroup_last": _cg(oom_kill=1, memory_peak_bytes=2**30),
+      "cgroup_prev": _cg(oom_kill=1, memory_peak_bytes=2**30)}, None),
 ])
 def test_classify_exec_failure(evidence, expected):
     assert classify_exec_failure(evidence) == expected
@@ -273,3 +327,14 @@ def test_failure_value_is_the_contracts():
         (False, -1.0, -1.0, 0.0)
     with pytest.raises(ValueError, match="failure_class"):
         agent_failure_verdict(t, "artifact_timeout")
+
+
+def test_exhaustion_evidence_names_the_counters_a_host_keeps():
+    """v2 keeps all three; v1 has no ``memory.events`` ``oom``; no reading keeps none."""
+    from sandbox.workspace.health import EXHAUSTION_COUNTERS, exhaustion_evidence
+
+    assert exhaustion_evidence(_cg(memory_oom_events=0)) == dict.fromkeys(EXHAUSTION_COUNTERS,
+                                                                          True)
+    assert exhaustion_evidence(_cg(memory_oom_events=None)) == {
+        "pids_max_events": True, "oom_kill": True, "memory_oom_events": False}
+    assert exhaustion_evidence(None) == dict.fromkeys(EXHAUSTION_COUNTERS, False)

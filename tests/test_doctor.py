@@ -17,7 +17,8 @@ from conftest import REPO_ROOT
 from sandbox.doctor.facts import KEY_FIELDS, cgroup_version, facts_key, host_facts
 from sandbox.doctor.gate import NODE_UNHELD, decide, load_report, node_verdict, save_report
 
-AGENT_LINES = ("pids: held", "memory_running: held", "oom_record: held", "memory_stopped: held",
+AGENT_LINES = ("pids: held", "fork_bomb: held", "exhaustion_evidence: held",
+               "memory_running: held", "oom_record: held", "memory_stopped: held",
                "disk: held", "history: held", "overlay_opacity: held")
 TRIAL_LINES = ("trial_timeout: held", "trial_oom: held", "trial_output_limit: held",
                "trial_truncated_log: held")
@@ -42,6 +43,7 @@ def test_doctor_holds_every_rule_here_and_caches_its_report(tmp_path):
     assert facts["kernel"] == os.uname().release
     assert facts["oci_runtime"] == "runc" and facts["storage_driver"] == "overlay"
     assert facts["kmsg_readable"] == "True" and facts["pids_counted_in"] == "."
+    assert facts["exhaustion_counters"].startswith("pids.events max, oom_kill")
     assert lines[-1].startswith("all held (")
     key = lines[-1].rsplit(" ", 1)[-1].rstrip(")")
     cached = json.loads((tmp_path / "cache" / "doctor" / f"{key}.json").read_text())
@@ -58,10 +60,12 @@ def test_doctor_holds_every_rule_here_and_caches_its_report(tmp_path):
 def test_a_kernel_log_without_the_oom_record_fails_the_probe_and_exits_1(tmp_path):
     """/dev/kmsg replaced by an empty file (a private mount namespace, as on a node whose
     kernel log is a stand-in): the kernel's OOM record of the container is not found, so
-    ``oom_record`` is FAILED with that reason, and so is ``memory_stopped`` (a container the
-    OOM killer stopped between two calls has no sample of the kill: only the record could
-    charge it, so it stays infrastructure); the doctor exits 1, the other probes of the
-    group still hold. ``--json`` is the machine-readable report."""
+    ``oom_record`` is FAILED with that reason; ``memory_stopped`` (a container the OOM killer
+    stopped between two calls: no sample after a call saw the kill) holds only on the
+    counters read the moment the next exec failed, while the stopped container's cgroup is
+    still there (as on this host), else it is FAILED as infrastructure (only the record could
+    charge it); the doctor exits 1, the other probes of the group still hold. ``--json`` is
+    the machine-readable report."""
     fake = tmp_path / "kmsg"
     fake.write_text("")
     cmd = (f"mount --bind {fake} /dev/kmsg && exec {sys.executable} -m sandbox doctor "
@@ -77,9 +81,15 @@ def test_a_kernel_log_without_the_oom_record_fails_the_probe_and_exits_1(tmp_pat
     assert verdicts["oom_record"][0] is False
     assert verdicts["oom_record"][1].startswith("the kernel log (/dev/kmsg) holds no "
                                                 "CONSTRAINT_MEMCG record naming the container")
-    assert verdicts["memory_stopped"][0] is False
-    assert verdicts["memory_stopped"][1].startswith("classified infrastructure")
-    assert {n for n, (held, _) in verdicts.items() if held} == \
+    stopped = next(p for p in report["probes"] if p["name"] == "memory_stopped")
+    at = (stopped["detail"].get("evidence") or {}).get("cgroup_at_failure")
+    if at is not None:  # read before the cgroup went: the kill is in its counters
+        assert stopped["held"] is True and at["oom_kill"] > 0, stopped
+        assert at["memory_peak_bytes"] >= at["memory_limit_bytes"] - 4 * 2**20, stopped
+    else:
+        assert stopped["held"] is False, stopped
+        assert stopped["reason"].startswith("classified infrastructure"), stopped
+    assert {n for n, (held, _) in verdicts.items() if held} - {"memory_stopped"} == \
         {ln.split(":")[0] for ln in AGENT_LINES} - {"oom_record", "memory_stopped"}
     assert not (tmp_path / "cache" / "doctor").exists()  # a partial run is never cached
 
@@ -174,3 +184,32 @@ def test_a_failure_on_a_node_serving_with_rules_not_held_is_never_charged():
            "memcg_oom": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/x"}
     assert exec_failure_class(oom) == "agent_oom"
     assert exec_failure_class({**oom, "node_unheld": ["oom_record"]}) is None
+
+
+def _bomb(failed, cls=None, refused=0):
+    counters = {"pids_max_events": refused}
+    return {"failed": failed, "class": cls, "counters": counters,
+            "evidence": {"cgroup": counters} if failed else {}}
+
+
+KEPT = {"pids_max_events": True, "oom_kill": True, "memory_oom_events": False}
+
+
+@pytest.mark.parametrize("runs, have, bomb, evidence", [
+    ([_bomb(True, "agent_pids", 9), _bomb(False, refused=3)], KEPT, True, True),
+    # one bomb charged to the infrastructure: the rule does not hold here
+    ([_bomb(True, "agent_pids", 9), _bomb(True, None, 9)], KEPT, False, True),
+    # no bomb ever hit the limit: nothing was proven
+    ([_bomb(False), _bomb(False)], KEPT, False, True),
+    # a host whose cgroups keep no pids.events: the doctor says so
+    ([_bomb(False), _bomb(False)], {**KEPT, "pids_max_events": False}, False, False),
+    ([_bomb(True, "agent_pids", 9)], None, True, False),
+])
+def test_fork_bomb_probe_verdicts(runs, have, bomb, evidence):
+    from eval.doctor.probes import fork_bomb_verdicts
+
+    got = fork_bomb_verdicts(runs, have)
+    assert [r.name for r in got] == ["fork_bomb", "exhaustion_evidence"]
+    assert (got[0].held, got[1].held) == (bomb, evidence), [r.line() for r in got]
+    if not evidence:
+        assert got[1].reason.startswith("this host keeps no pids.events max"), got[1].reason

@@ -24,6 +24,7 @@ from sandbox.doctor.facts import facts_key, host_facts
 from sandbox.doctor.gate import save_report
 from sandbox.images import build_offline
 from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
+from sandbox.workspace.health import EXHAUSTION_COUNTERS
 
 GROUPS = ("agent", "trials")
 """Probe groups ``--only`` selects: the agent's container and tree, the verifier trials."""
@@ -56,6 +57,10 @@ def run_doctor(groups=GROUPS, workroot: str | None = None) -> dict:
     for r in results:
         if r.name == "pids" and r.detail.get("processes_cgroup"):
             facts["pids_counted_in"] = r.detail["processes_cgroup"]
+        if r.name == "exhaustion_evidence" and r.detail.get("counters"):
+            facts["exhaustion_counters"] = ", ".join(
+                EXHAUSTION_COUNTERS[k] for k, kept in r.detail["counters"].items() if kept) \
+                or "none"
     return {"facts": facts, "facts_key": facts_key(facts),
             "probes": [{"name": r.name, "held": r.held, "reason": r.reason,
                         "detail": r.detail} for r in results],

@@ -10,6 +10,12 @@ and on the exec failure that follows gathers the session's evidence
 the rule promises (the policy's own failure, never excluded as infrastructure):
 
 * ``pids``: a fork flood fills the pids limit of a running container → ``agent_pids``;
+* ``fork_bomb``: a classic shell fork bomb bounded by ``timeout``, then the next call, a few
+  times: every episode it ends is ``agent_pids`` (or the container survived), never
+  infrastructure; ``exhaustion_evidence``: the counters that only grow this host's kernel
+  keeps for a container (:data:`sandbox.workspace.health.EXHAUSTION_COUNTERS`); the pids
+  rule needs ``pids.events`` and the memory rule ``oom_kill``, so a host without them cannot
+  tell an agent's exhaustion from the infrastructure's;
 * ``memory_running``: ``/tmp`` (memory-backed) filled to just under the memory limit, the
   next exec is OOM-killed while the container runs → ``agent_oom``; ``oom_record``: the
   kernel log holds the ``CONSTRAINT_MEMCG`` record of that container's cgroup, and it alone
@@ -39,7 +45,12 @@ from sandbox.images import default_image
 from sandbox.runtimes.podman_store import podman_env
 from sandbox.snapshots.gitsafe import git_env
 from sandbox.trials.trial import Limits
-from sandbox.workspace.health import memcg_oom_logged
+from sandbox.workspace.health import (
+    EXHAUSTION_COUNTERS,
+    exhaustion_evidence,
+    memcg_oom_logged,
+    read_cgroup,
+)
 from sandbox.workspace.rollout import WorkspaceSite
 from sandbox.workspace.session import SandboxExecError
 
@@ -56,6 +67,9 @@ FLOOD = ("python3 -c \"import os, time\nos.setsid()\nn = 0\nwhile n < 5000:\n tr
          " except OSError:\n  time.sleep(0.001)\" >/dev/null 2>&1 &\n"
          "g=/sys/fs/cgroup/pids; read max < $g/pids.max; read cur < $g/pids.current\n"
          "while [ $cur -lt $max ]; do read cur < $g/pids.current; done; echo full $cur")
+FORK_BOMB = "timeout 5 bash -c ':(){ :|:& };:'; echo bomb-done"
+"""The fork bomb of the ``fork_bomb`` probe (bounded: its processes outlive the call only
+until their forks fail)."""
 HISTORY_SH = f"""set -e
 export GIT_AUTHOR_NAME=d GIT_AUTHOR_EMAIL=d@e GIT_COMMITTER_NAME=d GIT_COMMITTER_EMAIL=d@e
 export GIT_CONFIG_NOSYSTEM=1 HOME=/tmp
@@ -151,6 +165,65 @@ def probe_pids(site, task) -> ProbeResult:
         return ProbeResult("pids", False, f"classified {cls or 'infrastructure'} (pids "
                            f"counters {(ev.get('cgroup') or {})}, processes in {where})", detail)
     return ProbeResult("pids", True, detail=detail)
+
+
+def probe_fork_bomb(site, task, attempts: int = 3) -> list[ProbeResult]:
+    """The bounded fork bomb, then ``echo``, ``attempts`` times (module docstring): the
+    ``fork_bomb`` probe holds when no episode it ended was charged to the infrastructure and
+    at least one shows the limit hit; ``exhaustion_evidence`` when the container's cgroup has
+    ``pids.events`` and ``oom_kill`` counters (detail: every counter, True when kept)."""
+    runs, have = [], None
+    for _ in range(attempts):
+        ws = site.open_here(task)
+        try:
+            if ws.setup_error:
+                fail = f"the workspace did not open: {ws.setup_error}"
+                return [ProbeResult("fork_bomb", False, fail),
+                        ProbeResult("exhaustion_evidence", False, fail)]
+            if have is None:
+                have = exhaustion_evidence(read_cgroup(ws.session.cgroup_path))
+            run = {"class": None, "failed": False}
+            try:
+                ws.run(FORK_BOMB, timeout_s=60, max_output_chars=200)
+                ws.run("echo alive", timeout_s=30, max_output_chars=200)
+            except SandboxExecError as exc:
+                ev = ws.diagnose() or {}
+                run = {"class": exec_class(ev), "failed": True, "error": str(exc)[:200],
+                       "evidence": ev}
+            run["counters"] = read_cgroup(ws.session.cgroup_path)
+            runs.append(run)
+        finally:
+            ws.release()
+    return fork_bomb_verdicts(runs, have)
+
+
+def fork_bomb_verdicts(runs: list[dict], have: dict | None) -> list[ProbeResult]:
+    """The ``fork_bomb`` and ``exhaustion_evidence`` verdicts (pure) of the bomb's ``runs``
+    (``{"failed": bool, "class": str | None, "evidence": dict, "counters": dict | None}``
+    each) and of ``have`` (:func:`sandbox.workspace.health.exhaustion_evidence` of the probe
+    container; None: unread)."""
+    masked = [r for r in runs if r["failed"] and r["class"] != "agent_pids"]
+    hit = [r for r in runs if r["failed"] or ((r["counters"] or {}).get("pids_max_events") or 0)]
+    if masked:
+        bomb = ProbeResult("fork_bomb", False, f"{len(masked)} of {len(runs)} fork bombs "
+                           f"classified {masked[0]['class'] or 'infrastructure'} (counters "
+                           f"{(masked[0]['evidence'].get('cgroup') or {})})", {"runs": runs})
+    elif not hit:
+        bomb = ProbeResult("fork_bomb", False, f"no fork bomb of {len(runs)} hit the pids "
+                           "limit (no refused fork counted)", {"runs": runs})
+    else:
+        bomb = ProbeResult("fork_bomb", True, detail={"runs": runs})
+    missing = [EXHAUSTION_COUNTERS[k] for k in ("pids_max_events", "oom_kill")
+               if not (have or {}).get(k)]
+    if missing:
+        ev = ProbeResult("exhaustion_evidence", False, "this host keeps no "
+                         + " / ".join(missing) + " counter for a container's cgroup: an "
+                         "exhaustion the agent causes cannot be told from the "
+                         "infrastructure's",
+                         {"counters": have})
+    else:
+        ev = ProbeResult("exhaustion_evidence", True, detail={"counters": have})
+    return [bomb, ev]
 
 
 def probe_memory_running(site, task, attempts: int = 3) -> list[ProbeResult]:
@@ -361,7 +434,8 @@ def agent_probes(runtime, root: Path) -> list[ProbeResult]:
                          tree_budget_bytes=PROBE_BUDGET_BYTES)
     task = probe_task(root / "task")
     out = []
-    for fn in (probe_pids, probe_memory_running, probe_memory_stopped, probe_disk):
+    for fn in (probe_pids, probe_fork_bomb, probe_memory_running, probe_memory_stopped,
+               probe_disk):
         t0 = time.monotonic()
         got = fn(site, task)
         for r in got if isinstance(got, list) else [got]:
@@ -371,6 +445,7 @@ def agent_probes(runtime, root: Path) -> list[ProbeResult]:
     return out
 
 
-__all__ = ["FLOOD", "MARK", "PROBE_BUDGET_BYTES", "PROBE_LIMITS", "ProbeResult",
-           "agent_probes", "history_image", "probe_disk", "probe_history",
+__all__ = ["FLOOD", "FORK_BOMB", "MARK", "PROBE_BUDGET_BYTES", "PROBE_LIMITS", "ProbeResult",
+           "agent_probes", "fork_bomb_verdicts", "history_image", "probe_disk",
+           "probe_fork_bomb", "probe_history",
            "probe_memory_running", "probe_memory_stopped", "probe_pids", "probe_task"]

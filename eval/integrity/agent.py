@@ -20,19 +20,22 @@ An exec failure is the **agent's** (``agent_pids`` / ``agent_oom``) only when al
    memory evidence was stopped by someone else;
 3. **the container hit its own limit**, read on the host from its own cgroup (the agent
    cannot write cgroup files: they are read-only inside, and the host reads the
-   service-reported ``CgroupPath``):
+   service-reported ``CgroupPath``). Every hit is read from a counter that only grows, over the container's cgroup subtree,
+   against the sample before the last call that returned (:func:`classify_exec_failure`),
+   so processes exiting or reaped before the reading hide nothing:
 
-   * pids: ``pids.current`` within :data:`PIDS_SLACK` of ``pids.max`` and the
-     ``pids.events`` "max" counter above zero (a fork was refused at the limit);
-   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` grew) **and** its
+   * pids: the ``pids.events`` "max" counter grew (a fork was refused at the limit), or
+     ``pids.current`` is within :data:`PIDS_SLACK` of ``pids.max`` now after a refusal;
+   * memory: the OOM killer acted in the container's cgroup (``oom_kill`` grew, or v2
+     ``memory.events`` ``oom``: the cgroup went OOM at its own limit) **and** its
      usage reached its own limit (:func:`memory_limit_reached`: the peak or the usage
      within :data:`MEMORY_SLACK_BYTES` of it, or the cgroup's own counters of hitting it
      grew: v2 ``memory.events`` ``max`` / ``oom``, v1 ``memory.failcnt``; the counters hold
      where ``memory.peak`` does not exist, cgroup v2 before kernel 5.19). That rules out a
      host-wide OOM kill (which also counts in ``oom_kill``) of a container below its
      limit. The counters die with the cgroup, so a container that the OOM killer stopped
-     is judged on the last sample taken after a call
-     (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
+     is judged on the counters read the moment the exec failed and the last sample taken
+     after a call (:meth:`sandbox.workspace.session.PodmanSession.sample`), or,
      when the kill came during the failing call itself (the sample after it found no
      cgroup left: a race lost under load), on the kernel's own record of it: an
      ``oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=<the container's cgroup>`` line in
@@ -79,17 +82,30 @@ MEMORY_SLACK_BYTES = 4 * 2**20
 reclaims and kills a little below the exact limit)."""
 
 
-def pids_exhausted(c: dict | None) -> bool:
-    """The container's pids cgroup is at its limit and refused a fork (rule 3, pids)."""
-    if not c or c.get("pids_current") is None or c.get("pids_max") is None:
+def _grew(c: dict, before: dict | None, key: str) -> bool:
+    """``c[key]`` (a counter that only grows) is above ``before[key]`` (0 when unknown)."""
+    now = c.get(key)
+    return now is not None and now > ((before or {}).get(key) or 0)
+
+
+def pids_exhausted(c: dict | None, before: dict | None = None) -> bool:
+    """The container's own processes hit its pids limit (rule 3, pids): a fork was refused at
+    the limit since ``before`` (the ``pids.events`` ``max`` counter, summed over the subtree,
+    grew; None: since the start, when the fresh cgroup's counter was 0), or the cgroup is at
+    its limit now (``pids_current`` within :data:`PIDS_SLACK` of ``pids_max``) and refused a
+    fork at some time. The counter only grows, so a limit hit during the window is seen
+    however fast the processes that hit it exit and are reaped afterwards (a bounded fork
+    bomb frees its pids within a second of ``timeout`` killing it). Source:
+    Documentation/admin-guide/cgroup-v2.rst ("PID": ``pids.events``); the fields are
+    :func:`sandbox.workspace.health.read_cgroup`'s."""
+    if not c:
+        return False
+    if _grew(c, before, "pids_max_events"):
+        return True
+    if c.get("pids_current") is None or c.get("pids_max") is None:
         return False
     return (c["pids_current"] >= c["pids_max"] - PIDS_SLACK
             and (c.get("pids_max_events") or 0) > 0)
-
-
-def _grew(c: dict, before: dict | None, key: str) -> bool:
-    now = c.get(key)
-    return now is not None and now > ((before or {}).get(key) or 0)
 
 
 def memory_limit_reached(c: dict | None, before: dict | None = None) -> bool:
@@ -110,13 +126,16 @@ def memory_limit_reached(c: dict | None, before: dict | None = None) -> bool:
 
 
 def memory_exhausted(c: dict | None, before: dict | None = None) -> bool:
-    """The OOM killer acted in the container's cgroup at its own limit (rule 3, memory):
-    ``oom_kill`` grew since ``before`` (an earlier sample; None: since the start, when the
-    fresh cgroup's counter was 0) and :func:`memory_limit_reached`."""
-    if not c or not c.get("oom_kill") or c.get("memory_limit_bytes") is None:
+    """The container's memory was exhausted at its own limit (rule 3, memory): since
+    ``before`` (an earlier sample; None: since the start, when the fresh cgroup's counters
+    were 0) the OOM killer acted in the container's cgroup (``oom_kill`` grew) or the cgroup
+    went OOM at a limit of its own (v2 ``memory.events`` ``oom`` grew: an allocation was
+    about to fail, also when no process could be killed and the exec got ``ENOMEM``), and
+    :func:`memory_limit_reached`."""
+    if not c or c.get("memory_limit_bytes") is None:
         return False
-    if not _grew(c, before, "oom_kill"):
-        return False  # an old OOM kill the agent recovered from says nothing of this failure
+    if not (_grew(c, before, "oom_kill") or _grew(c, before, "memory_oom_events")):
+        return False  # an old OOM the agent recovered from says nothing of this failure
     return memory_limit_reached(c, before)
 
 
@@ -127,33 +146,48 @@ def classify_exec_failure(evidence: dict) -> str | None:
         evidence: :meth:`sandbox.workspace.session.PodmanSession.diagnose`'s facts:
             ``service_ok`` (bool: the endpoint answered a ping), ``container``
             (``"running"``, ``"exited"``, ... or ``"missing"``), ``cgroup`` (counters now,
-            :func:`sandbox.workspace.health.read_cgroup`, None when gone), ``cgroup_last``
-            (the sample taken right after the last call that returned, None if unreadable)
-            and ``cgroup_prev`` (the sample before that one: after the call before, or at
-            start), and optionally ``memcg_oom``
+            :func:`sandbox.workspace.health.read_cgroup`, None when gone),
+            ``cgroup_at_failure`` (the counters read the moment the exec failed, before
+            anything else: None when unreadable), ``cgroup_last`` (the sample taken right
+            after the last call that returned, None if unreadable) and ``cgroup_prev`` (the
+            sample before that one: after the call before, or at start; None when no call
+            returned), and optionally ``memcg_oom``
             (:func:`sandbox.workspace.health.memcg_oom_logged` for the container's cgroup).
 
     Returns: ``"agent_pids"``, ``"agent_oom"``, or None (infrastructure: unavailable).
-    A running container is judged on its counters now (an OOM kill since the last call);
-    a stopped one on the last call's sample (an OOM kill during that call), since its
-    counters died with the cgroup.
+
+    Every limit hit is read from counters that only grow (``pids.events`` ``max``;
+    ``oom_kill`` and ``memory.events`` ``oom``), compared with a sample taken before the
+    window, so no timing (processes exiting, zombies reaped, memory freed between the
+    failure and the reading) can hide one. The window is the last call that returned and
+    the failing one (``cgroup_prev`` to now): a fork bomb or a memory blow-up in one call
+    leaves the container full of dying processes, or of memory, when the next exec starts
+    (seen live: OOM kills during the call that filled ``/tmp``, then the next exec's
+    ``setns`` failed with no further kill). A limit hit the agent recovered from (a call
+    returned after it) says nothing of this failure.
+    A running container is judged on its counters now and at the failure; a stopped one
+    (only the OOM killer of its own limit can stop it from inside) on the counters at the
+    failure and the last call's sample, else the kernel's record, since its counters died
+    with the cgroup.
     """
     if not evidence.get("service_ok"):
         return None
     state = evidence.get("container")
+    at, last = evidence.get("cgroup_at_failure"), evidence.get("cgroup_last")
+    base = evidence.get("cgroup_prev") or last
     if state == "running":
         now = evidence.get("cgroup")
-        if pids_exhausted(now):
+        if pids_exhausted(now, base) or pids_exhausted(at, base):
             return "agent_pids"
-        if memory_exhausted(now, evidence.get("cgroup_last")):
+        if memory_exhausted(now, base) or memory_exhausted(at, base):
             return "agent_oom"
         return None
     if state in (None, "missing"):
         return None
-    # stopped: from inside only the OOM killer of its own limit can have done that
-    # (KEEPER_USER); the counters are gone with the cgroup, so read the last sample
-    last, prev = evidence.get("cgroup_last"), evidence.get("cgroup_prev")
-    return "agent_oom" if memory_exhausted(last, prev) or evidence.get("memcg_oom") else None
+    if (memory_exhausted(at, base) or memory_exhausted(last, evidence.get("cgroup_prev"))
+            or evidence.get("memcg_oom")):
+        return "agent_oom"
+    return None
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,19 @@ def read_cgroup(cgroup_path: str | None, root: Path = CGROUP_ROOT) -> dict | Non
     return {**_pids(dirs), **_memory_v2(dirs), "cgroups_read": len(dirs)}
 
 
+EXHAUSTION_COUNTERS = {"pids_max_events": "pids.events max",
+                       "oom_kill": "oom_kill (v2 memory.events, v1 memory.oom_control)",
+                       "memory_oom_events": "memory.events oom (v2 only)"}
+"""The counters of :func:`read_cgroup` that only grow and record an exhaustion the moment it
+happens (field → what the kernel calls it): the agent rule reads a limit hit from them."""
+
+
+def exhaustion_evidence(counters: dict | None) -> dict[str, bool]:
+    """Which of :data:`EXHAUSTION_COUNTERS` a :func:`read_cgroup` reading holds (True: the
+    host's kernel keeps it for a container's cgroup); all False for no reading (pure)."""
+    return {k: (counters or {}).get(k) is not None for k in EXHAUSTION_COUNTERS}
+
+
 _OOM_MEMCG = re.compile(r"[,:]oom_memcg=([^,\s]*)")
 _OLD_MEMCG = re.compile(r"killed as a result of limit of (\S+)")
 
@@ -265,5 +278,6 @@ def memcg_oom_logged(cgroup_path: str | None, kmsg: str = "/dev/kmsg") -> str | 
     return memcg_oom_record(cgroup_path, kmsg)[0]
 
 
-__all__ = ["CGROUP_ROOT", "KEEPER_USER", "MAX_SUBTREE_CGROUPS", "memcg_oom_logged",
+__all__ = ["CGROUP_ROOT", "EXHAUSTION_COUNTERS", "KEEPER_USER", "MAX_SUBTREE_CGROUPS",
+           "exhaustion_evidence", "memcg_oom_logged",
            "memcg_oom_record", "path_matches", "read_cgroup", "subtree"]

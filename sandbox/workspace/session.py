@@ -180,6 +180,7 @@ class PodmanSession:
         # counters after each call that ran (the last two): a container the OOM killer
         # stopped has no cgroup left to read (sandbox.workspace.health)
         self._samples = [read_cgroup(self.cgroup_path)]
+        self._at_failure: dict | None = None
 
     def run(self, command: str, *, timeout_s: float = 60.0, max_output_chars: int = 4000) -> str:
         """Run ``command`` with bash in the container; returns the (truncated) output.
@@ -203,6 +204,7 @@ class PodmanSession:
                 ["timeout", "-s", "KILL", f"{timeout_s:g}", *shell, script],
                 workdir=self.workdir, demux=True, user=self.exec_user)
         except Exception as exc:  # podman-py APIError, connection lost
+            self._at_failure = read_cgroup(self.cgroup_path)
             raise SandboxExecError(f"exec failed in {self.name}: {type(exc).__name__}: "
                                    f"{exc}") from exc
         out, err = out or b"", err or b""
@@ -213,6 +215,9 @@ class PodmanSession:
         if self.login_shell and marker in out:  # what the image's profile printed goes
             out = out[out.index(marker):]
         if not out.startswith(marker):
+            # the counters the moment the exec failed, before anything else: a stopped
+            # container's die with its cgroup (sandbox.workspace.health)
+            self._at_failure = read_cgroup(self.cgroup_path)
             said = (out + err).decode("utf-8", errors="replace").strip()[-1000:]
             raise SandboxExecError(f"exec did not start in {self.name} (exit status {code}): "
                                    f"{said or 'no output'}")
@@ -233,14 +238,16 @@ class PodmanSession:
         """Evidence of who caused a failed exec (call it at once, before :meth:`close`).
 
         Returns: ``{"service_ok", "container": state or "missing", "exit_code", "cgroup"
-        (counters now), "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"},
+        (counters now), "cgroup_at_failure" (read the moment the failed exec returned),
+        "cgroup_last", "cgroup_prev", "limits": {"pids", "memory"},
         "endpoint"}`` and, for a stopped container, ``"memcg_oom"`` (and ``"kmsg_unreadable"``,
         why the kernel log could not be read, when it could not): facts only, judged by
         :func:`eval.integrity.agent.classify_exec_failure`. Never raises: what it could not
         read is None / False.
         """
         ev = {"endpoint": self.endpoint, "service_ok": False, "container": None,
-              "exit_code": None, "cgroup": None, "cgroup_last": self._samples[-1],
+              "exit_code": None, "cgroup": None, "cgroup_at_failure": self._at_failure,
+              "cgroup_last": self._samples[-1],
               "cgroup_prev": self._samples[0] if len(self._samples) > 1 else None,
               "limits": {"pids": self.limits.pids, "memory": self.limits.memory}}
         try:
