@@ -138,6 +138,31 @@ def test_backend_options_reach_the_cli(tmp_path):
          "--sandbox_max_in_flight", "8", "--ray_image_registry", "mirror.local:5000"])
     assert (c.sandbox_backend, c.sandbox_max_in_flight, c.ray_image_registry) == (
         "ray", 8, "mirror.local:5000")
+    assert c.ray_options().allow_unauthenticated is False  # refused unless asked for
+
+
+def test_allowing_an_unauthenticated_cluster_is_one_explicit_flag_on_every_face(tmp_path):
+    """``sandbox_allow_unauthenticated`` (trainer) / ``--sandbox-allow-unauthenticated``
+    (CLIs) reaches the Ray options, and a child process's flags carry it (eval.run's rollout
+    subprocess joins with the parent's setting); off by default everywhere."""
+    import argparse
+
+    from transformers import HfArgumentParser
+
+    from ecredit_trl.config import ECreditConfig
+
+    (c,) = HfArgumentParser(ECreditConfig).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false",
+         "--report_to", "none", "--sandbox_backend", "ray", "--ray_address", "127.0.0.1:6379",
+         "--sandbox_allow_unauthenticated", "true"])
+    assert c.ray_options() == RayOptions(address="127.0.0.1:6379", allow_unauthenticated=True)
+    ap = argparse.ArgumentParser()
+    SandboxOptions.add_args(ap)
+    opts = SandboxOptions.from_args(ap.parse_args(c.sandbox_options().argv()))
+    assert opts.allow_unauthenticated is True and opts.ray_options() == c.ray_options()
+    plain = SandboxOptions.from_args(ap.parse_args(["--sandbox-backend", "ray"]))
+    assert plain.allow_unauthenticated is False
+    assert "--sandbox-allow-unauthenticated" not in plain.argv()
 
 
 def _unshare_ok() -> str | None:
@@ -405,6 +430,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     cfg = json.loads((run / "config.json").read_text())["ecredit"]
     # 6: the 4 agent sandboxes of a round hold slots too (the cap counts both kinds)
     assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 6)
+    # the run used a token cluster: the recorded config says no exception was allowed
+    assert cfg["sandbox_allow_unauthenticated"] is False
     ledger = _jsonl(run / "ledger.jsonl")
     assert [r["step"] for r in ledger] == [1, 2] and sum(r["infra_errors"] for r in ledger) == 0
     # the recorded image digests are read from the sandbox nodes' storage (no local check)
