@@ -58,11 +58,13 @@ def gcs_auth_mode(gcs_address: str, token: str | None = None, timeout_s: float =
     return DISABLED
 
 
-def own_token() -> str | None:
+def own_token(address: str) -> str | None:
     """This process's Ray token as Ray reads it (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``,
-    ``~/.ray/auth_token``), or None when Ray would send none (``RAY_AUTH_MODE`` is not
-    ``token``, or no token is found)."""
-    if os.environ.get("RAY_AUTH_MODE", "").lower() != TOKEN:
+    ``~/.ray/auth_token``), or None when ``ray.init(address)`` would send none:
+    ``RAY_AUTH_MODE`` is not ``token`` (unset with ``address="auto"``: Ray then uses a token
+    it finds, as ``ray.init`` does for a cluster it finds itself), or no token is found."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if not (mode is not None and mode.lower() == TOKEN or mode is None and address == "auto"):
         return None
     from ray._raylet import AuthenticationTokenLoader
 
@@ -108,7 +110,7 @@ def require_token_auth(address: str, gcs_address: str, allow_unauthenticated: bo
             f"ray_address={address!r}: the Ray cluster does not enforce token authentication, "
             "so anyone who reaches its ports can run code on its nodes; refused (to allow it "
             "on a loopback-only test cluster: --sandbox-allow-unauthenticated); " + AUTH_FIX)
-    token = own_token()
+    token = own_token(address)
     if token is None:
         raise ClusterAuthError(
             f"ray_address={address!r}: the Ray cluster requires its token and this process "
