@@ -285,8 +285,10 @@ def connect(address: str, allow_unauthenticated: bool = False):
     try:
         if gcs is not None:
             require_token_auth(address, gcs, allow_unauthenticated)
-    except (ClusterAuthError, ConnectionError) as exc:
+    except ClusterAuthError as exc:
         raise RayUnavailable(str(exc)) from None
+    except ConnectionError as exc:
+        raise RayUnavailable(f"ray_address={address!r}: {exc}") from None
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="warning", configure_logging=False)
