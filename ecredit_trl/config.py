@@ -125,6 +125,11 @@ class ECreditConfig(GRPOConfig):
         "help": "sandbox_backend=ray: let a sandbox node where a reward-integrity rule did not "
                 "hold (python -m sandbox doctor) serve anyway, its trials marked with the "
                 "rules it lacks (node_rule_unheld); default: such a node is refused"})
+    sandbox_allow_unauthenticated: bool = field(default=SANDBOX.allow_unauthenticated, metadata={
+        "help": "sandbox_backend=ray: use a Ray cluster that does not enforce token "
+                "authentication (RAY_AUTH_MODE=token), e.g. a loopback-only test cluster; "
+                "recorded in the run's config; default: such a cluster is refused before any "
+                "work (docs/scale-out.md)"})
     verifier_concurrency: int = field(default=2, metadata={"bounds": Int(ge=1),
                                                            "help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"bounds": Int(ge=0),

@@ -434,7 +434,8 @@ def _node_image_ids(cfg, run_name: str):
         return None
 
     def lookup(images):
-        connect(cfg.ray_address)  # the runtime made next reuses this connection
+        # the runtime made next reuses this connection
+        connect(cfg.ray_address, cfg.sandbox_allow_unauthenticated)
         return cluster_image_ids(images, run_id=run_name, podman_url=cfg.ray_podman_url)
     return lookup
 

@@ -9,7 +9,10 @@ every sandbox node of a Ray cluster (:func:`sandbox.cluster.dispatch.gc_cluster`
 gone (:func:`sandbox.runtimes.tempdirs.gc_temp_dirs`); a live run's directories are kept.
 
 ``doctor`` prints the host's facts and one line per live probe (``held`` / ``FAILED
-<reason>``), exit 0 only when all hold (design page, "Threat model"). The probes are judged
+<reason>``), exit 0 only when all hold (design page, "Threat model"); with ``--ray-address``
+first the cluster's Ray authentication mode, a failed check unless it is ``token`` (or
+``--sandbox-allow-unauthenticated``); a failed one probes no node (nothing runs on such a
+cluster). The probes are judged
 by the integrity rules of ``eval``, which ``sandbox`` does not import: this command runs
 ``python -m eval.doctor`` as a subprocess (:func:`sandbox.doctor.gate.doctor_command`), here
 or, with ``--ray-address``, as one pinned task per sandbox node
@@ -23,9 +26,11 @@ import subprocess
 import sys
 
 from sandbox.bounds import ArgumentParser, InDir, Text
+from sandbox.cluster.auth import AUTH_FIX, TOKEN
 from sandbox.cluster.dispatch import doctor_cluster, gc_cluster
 from sandbox.doctor.gate import doctor_command
 from sandbox.runtimes.podman_runtime import gc
+from sandbox.runtimes.protocol import FLAGS
 from sandbox.runtimes.tempdirs import gc_temp_dirs
 
 
@@ -42,6 +47,8 @@ def main(argv=None) -> int:
     g.add_argument("--ray-address", type=Text(), default=None,
                    help="also remove the containers on every sandbox node of this running Ray "
                         "cluster (auto, HOST:PORT): one pinned task per node")
+    g.add_argument(FLAGS["allow_unauthenticated"], action="store_true",
+                   help="--ray-address: use a cluster without Ray token authentication")
     d = sub.add_parser("doctor", help="report this host's facts and prove each reward-integrity "
                                       "rule with a live probe (exit 0 only when all hold)")
     d.add_argument("--json", action="store_true", help="print one JSON report")
@@ -49,12 +56,18 @@ def main(argv=None) -> int:
                    help="run only this probe group (repeatable; default: all)")
     d.add_argument("--ray-address", type=Text(), default=None,
                    help="run it on every sandbox node of this running Ray cluster (auto, "
-                        "HOST:PORT) instead of here: one pinned task per node")
+                        "HOST:PORT) instead of here: one pinned task per node; also reports "
+                        "the cluster's Ray authentication mode, a failed check when it is not "
+                        "token")
+    d.add_argument(FLAGS["allow_unauthenticated"], action="store_true",
+                   help="--ray-address: a cluster without Ray token authentication passes "
+                        "the authentication check (a loopback-only test cluster)")
     args = ap.parse_args(argv)
     if args.cmd == "doctor":
         return _doctor(args)
     if args.cmd == "gc" and args.ray_address:
-        for node, names in gc_cluster(args.ray_address, args.run_id):
+        for node, names in gc_cluster(args.ray_address, args.run_id,
+                                      args.sandbox_allow_unauthenticated):
             print(f"node {node[:12]}: removed {len(names)} container(s)"
                   + (": " + " ".join(names) if names else ""))
     if args.cmd == "gc":
@@ -71,11 +84,17 @@ def _doctor(args) -> int:
     extra = [f"--only={g}" for g in args.only or ()]
     if not args.ray_address:
         return subprocess.call(doctor_command(["--json"] if args.json else [], extra))
-    reports = doctor_cluster(args.ray_address, extra)
-    held = bool(reports) and all(r.get("held") for r in reports.values())
+    cluster = doctor_cluster(args.ray_address, extra, args.sandbox_allow_unauthenticated)
+    reports, mode = cluster["nodes"], cluster["auth_mode"]
+    auth_held = mode == TOKEN or args.sandbox_allow_unauthenticated
+    held = bool(reports) and all(r.get("held") for r in reports.values()) and auth_held
     if args.json:
-        print(json.dumps(reports, sort_keys=True, default=str))
+        print(json.dumps({**cluster, "auth_held": auth_held}, sort_keys=True, default=str))
         return 0 if held else 1
+    print(f"cluster: ray_auth_mode={mode}: " + (
+        "held" if mode == TOKEN else "allowed (--sandbox-allow-unauthenticated)" if auth_held
+        else "FAILED anyone who reaches the cluster's ports can run code on its nodes (its "
+             "nodes were not probed); " + AUTH_FIX))
     for node, rep in sorted(reports.items()):
         for p in rep.get("probes", []):
             print(f"node {node[:12]}: {p['name']}: "

@@ -44,7 +44,8 @@ CONFIG_FIELDS = {"kind": "runtime", "backend": "sandbox_backend", "ray_address":
                  "max_in_flight": "sandbox_max_in_flight", "podman_url": "ray_podman_url",
                  "image_registry": "ray_image_registry", "agent_endpoints": "agent_endpoints",
                  "verifier_endpoints": "verifier_endpoints", "run_id": "sandbox_run_id",
-                 "allow_unheld": "sandbox_allow_unheld"}
+                 "allow_unheld": "sandbox_allow_unheld",
+                 "allow_unauthenticated": "sandbox_allow_unauthenticated"}
 """:class:`SandboxOptions` field → the trainer's config field of the same meaning (the names
 errors use by default; a CLI flag is the same name with dashes, :data:`FLAGS`)."""
 STUDY_KEYS = ("backend", "ray_address", "max_in_flight", "podman_url", "image_registry")
@@ -89,6 +90,9 @@ class SandboxOptions:
         allow_unheld: ray: let a sandbox node whose doctor report has a rule not held serve
             anyway, its trials marked with the rules it lacks (default: such a node is
             refused; :mod:`sandbox.doctor.gate`).
+        allow_unauthenticated: ray: use a cluster that does not enforce Ray token
+            authentication (only a loopback-only test cluster should); default: refused
+            before any work, naming the fix (:mod:`sandbox.cluster.auth`).
 
     Frozen (usable as a default argument); :meth:`validate` checks it.
     """
@@ -103,6 +107,7 @@ class SandboxOptions:
     verifier_endpoints: tuple[str, ...] = ()
     run_id: str | None = None
     allow_unheld: bool = False
+    allow_unauthenticated: bool = False
 
     # -- checks ---------------------------------------------------------------
     def validate(self, names: Mapping[str, str] | None = None) -> SandboxOptions:
@@ -155,7 +160,8 @@ class SandboxOptions:
         """The Ray part (:class:`sandbox.cluster.dispatch.RayOptions`)."""
         return RayOptions(address=self.ray_address, max_in_flight=self.max_in_flight,
                           podman_url=self.podman_url, registry=self.image_registry,
-                          allow_unheld=self.allow_unheld)
+                          allow_unheld=self.allow_unheld,
+                          allow_unauthenticated=self.allow_unauthenticated)
 
     # -- the three faces ------------------------------------------------------
     def study_section(self) -> dict:
@@ -170,7 +176,8 @@ class SandboxOptions:
         return runtime_flags(self.kind, self.backend, ray_address=self.ray_address,
                              max_in_flight=self.max_in_flight, podman_url=self.podman_url,
                              image_registry=self.image_registry, run_id=self.run_id,
-                             allow_unheld=self.allow_unheld)
+                             allow_unheld=self.allow_unheld,
+                             allow_unauthenticated=self.allow_unauthenticated)
 
     @staticmethod
     def add_args(ap: argparse.ArgumentParser) -> None:
@@ -196,6 +203,10 @@ class SandboxOptions:
                         help="ray: let a sandbox node where a reward-integrity rule did not "
                              "hold (python -m sandbox doctor) serve anyway, its trials marked; "
                              "default: such a node is refused")
+        ap.add_argument(FLAGS["allow_unauthenticated"], action="store_true",
+                        help="ray: use a cluster that does not enforce Ray token "
+                             "authentication (a loopback-only test cluster); default: refused "
+                             "(docs/scale-out.md)")
         # internal: eval.run's rollout subprocess joins the evaluation's dispatcher (its cap
         # and its cleanup) instead of making a new one
         ap.add_argument(FLAGS["run_id"], type=Text(), default=d.run_id, help=argparse.SUPPRESS)
@@ -207,7 +218,9 @@ class SandboxOptions:
                    ray_address=args.ray_address, max_in_flight=args.sandbox_max_in_flight,
                    podman_url=args.ray_podman_url, image_registry=args.ray_image_registry,
                    run_id=getattr(args, "sandbox_run_id", None),
-                   allow_unheld=bool(getattr(args, "sandbox_allow_unheld", False)))
+                   allow_unheld=bool(getattr(args, "sandbox_allow_unheld", False)),
+                   allow_unauthenticated=bool(getattr(args, "sandbox_allow_unauthenticated",
+                                                      False)))
 
     @classmethod
     def from_config(cls, cfg) -> SandboxOptions:

@@ -32,7 +32,12 @@ from conftest import make_tar  # noqa: E402
 from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
 
 from eval.integrity.retry import RetryPolicy  # noqa: E402
-from sandbox.cluster.dispatch import RayOptions, RayUnavailable, connect  # noqa: E402
+from sandbox.cluster.dispatch import (  # noqa: E402
+    RayOptions,
+    RayUnavailable,
+    cluster_auth_mode,
+    connect,
+)
 from sandbox.cluster.trials import RayTrials  # noqa: E402
 from sandbox.doctor.facts import facts_key, host_facts  # noqa: E402
 from sandbox.doctor.gate import NODE_UNHELD, save_report  # noqa: E402
@@ -559,6 +564,7 @@ def main(out_path: str) -> None:
         cluster.wait_for_nodes()
         report["nodes"] = {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}
         report["cluster_start_s"] = round(time.monotonic() - t0, 2)
+        report["auth_mode"] = cluster_auth_mode(cluster.address)  # GCS, asked without token
         only = [x for x in os.environ.get("ECREDIT_RAY_ONLY", "").split(",") if x]
         for name, fn in (("spread", lambda: spread(cluster.address, image)),
                          ("cap", lambda: cap(cluster.address, image, __file__)),
@@ -822,6 +828,138 @@ def tools(out_path: str, work: str) -> None:
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "scale-out.md"
+TOKEN_BLOCK = "<!-- ray-token-cluster:"
+
+
+def docs_token_block() -> str:
+    """The scale-out page's token-cluster command block (the bash block after its
+    ``ray-token-cluster`` marker), as written."""
+    text = DOCS.read_text()
+    after = text[text.index(TOKEN_BLOCK):]
+    return after.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def connect_in_child(address: str, env: dict, allow: bool = False) -> str:
+    """``connect(address)`` in a fresh process with ``env`` (Ray caches its token per
+    process): "connected" or the RayUnavailable line, and its seconds."""
+    code = ("import sys, time; from sandbox.cluster.dispatch import connect, RayUnavailable\n"
+            "t = time.monotonic()\n"
+            "try:\n    connect(sys.argv[1], sys.argv[2] == '1'); out = 'connected'\n"
+            "except RayUnavailable as exc:\n    out = str(exc)\n"
+            "print(round(time.monotonic() - t, 2)); print(out)")
+    proc = subprocess.run([sys.executable, "-c", code, address, "1" if allow else "0"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    return {"rc": proc.returncode, "seconds": float(lines[0]) if lines else None,
+            "out": "\n".join(lines[1:]), "tail": proc.stderr[-1500:]}
+
+
+def kill_namespace_processes() -> list[int]:
+    """SIGKILL every process of this network namespace but this one and its parents (the
+    ``ray start`` daemons of :func:`auth`; ``ray stop`` would end every Ray process on the
+    machine, other namespaces' included). Returns the pids."""
+    import signal
+
+    own = os.readlink("/proc/self/ns/net")
+    keep, pid = set(), os.getpid()
+    while pid > 1:
+        keep.add(pid)
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    killed = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) not in keep:
+            try:
+                if os.readlink(d / "ns" / "net") == own:
+                    os.kill(int(d.name), signal.SIGKILL)
+                    killed.append(int(d.name))
+            except OSError:
+                pass
+    return killed
+
+
+def auth(out_path: str, work: str) -> None:
+    """Token authentication: the scale-out page's token-cluster block run as written
+    (``HEAD`` = 127.0.0.1, the token file under ``work``, ``HOME`` = ``work/home``), then a
+    GCS call and the backend's ``connect`` without the token and with a wrong one (refused),
+    with the token (connected, the sandbox node seen); then a head started without token
+    authentication: ``train.py`` and ``eval.run`` refuse it in one line, nothing written,
+    ``--sandbox-allow-unauthenticated`` connects, and ``python -m sandbox doctor`` reports the
+    mode. This process has no token in its own environment."""
+    from sandbox.cluster.auth import gcs_auth_mode
+
+    work = Path(work)
+    home, token = work / "home", work / "etc-ray" / "auth_token"
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    # RAY_TMPDIR: the session files of these `ray start`s stay out of /tmp/ray (where `auto`
+    # of every other Ray user on this machine looks)
+    base.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0",
+                RAY_TMPDIR=tempfile.mkdtemp(prefix="ecr-", dir="/tmp"))
+    block = docs_token_block()
+    script = block.replace("HEAD:", "127.0.0.1:").replace("/etc/ray/auth_token", str(token))
+    venv = str(Path(sys.executable).parent)
+    t = time.monotonic()
+    started = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                             text=True, env=dict(base, PATH=f"{venv}:{base['PATH']}"),
+                             timeout=300)
+    report: dict = {"block": block, "start_rc": started.returncode,
+                    "start_tail": started.stderr[-2000:], "start_s": round(time.monotonic() - t, 2),
+                    "token_mode": oct(token.stat().st_mode & 0o777) if token.exists() else None}
+    root = Path(__file__).resolve().parents[1]
+    try:
+        gcs = "127.0.0.1:6379"
+        report["probe_no_token"] = gcs_auth_mode(gcs)
+        report["no_token"] = connect_in_child(gcs, base)
+        report["wrong_token"] = connect_in_child(gcs, dict(
+            base, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 32))
+        good = dict(base, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+        code = ("import sys; from sandbox.cluster.dispatch import connect, sandbox_nodes\n"
+                "connect(sys.argv[1]); print(len(sandbox_nodes()))")
+        proc = subprocess.run([sys.executable, "-c", code, gcs], capture_output=True, text=True,
+                              env=good, timeout=120)
+        report["with_token"] = {"rc": proc.returncode, "out": proc.stdout.strip(),
+                                "tail": proc.stderr[-1500:]}
+        # a head without token authentication (port 6380; no sandbox slots: every check
+        # below stops before work, and the doctor probes no node)
+        subprocess.run(["ray", "start", "--head", "--port", "6380", "--num-cpus", "1",
+                        "--dashboard-host", "127.0.0.1"], capture_output=True, text=True,
+                       env=dict(base, RAY_AUTH_MODE="disabled", PATH=f"{venv}:{base['PATH']}"),
+                       timeout=120, check=True)
+        opened = "127.0.0.1:6380"
+        report["probe_open"] = gcs_auth_mode(opened)
+        refusals = {}
+        for name, cmd, out in (
+                ("train", [sys.executable, "ecredit_trl/train.py", "--arm", "M",
+                           "--sandbox_backend", "ray", "--ray_address", opened,
+                           "--output_dir", str(work / "runs"), "--report_to", "none"],
+                 work / "runs"),
+                ("eval", [sys.executable, "-m", "eval.run", "--split", "bundled:holdout",
+                          "--n", "1", "--out", str(work / "ev"), "--sandbox-backend", "ray",
+                          "--ray-address", opened], work / "ev")):
+            t = time.monotonic()
+            proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True,
+                                  env=dict(good, HF_HUB_OFFLINE="1"), timeout=300)
+            refusals[name] = {"rc": proc.returncode, "stderr": proc.stderr[-3000:],
+                              "seconds": round(time.monotonic() - t, 2),
+                              "written": out.exists()}
+        report["refusals"] = refusals
+        report["allowed"] = connect_in_child(opened, good, allow=True)
+        doctor = {}
+        for allow in (False, True):
+            cmd = [sys.executable, "-m", "sandbox", "doctor", "--ray-address", opened,
+                   "--only", "agent", *(["--sandbox-allow-unauthenticated"] if allow else [])]
+            proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=good,
+                                  timeout=600)
+            doctor[str(allow)] = {"rc": proc.returncode, "stdout": proc.stdout,
+                                  "tail": proc.stderr[-2000:]}
+        report["doctor_open"] = doctor
+    finally:
+        report["killed"] = len(kill_namespace_processes())
+        shutil.rmtree(base["RAY_TMPDIR"], ignore_errors=True)
+    Path(out_path).write_text(json.dumps(report, indent=1))
+
+
 def seed_gate() -> None:
     """Every sandbox node's gate reads a held report of this host from one doctor cache
     (``ECREDIT_DOCTOR_CACHE``, inherited by the cluster's nodes and the driver's children)
@@ -843,5 +981,7 @@ if __name__ == "__main__":
         cleanup(sys.argv[2])
     elif sys.argv[1] == "tools":
         tools(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "auth":
+        auth(sys.argv[2], sys.argv[3])
     else:
         main(sys.argv[1])

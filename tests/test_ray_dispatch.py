@@ -138,6 +138,31 @@ def test_backend_options_reach_the_cli(tmp_path):
          "--sandbox_max_in_flight", "8", "--ray_image_registry", "mirror.local:5000"])
     assert (c.sandbox_backend, c.sandbox_max_in_flight, c.ray_image_registry) == (
         "ray", 8, "mirror.local:5000")
+    assert c.ray_options().allow_unauthenticated is False  # refused unless asked for
+
+
+def test_allowing_an_unauthenticated_cluster_is_one_explicit_flag_on_every_face(tmp_path):
+    """``sandbox_allow_unauthenticated`` (trainer) / ``--sandbox-allow-unauthenticated``
+    (CLIs) reaches the Ray options, and a child process's flags carry it (eval.run's rollout
+    subprocess joins with the parent's setting); off by default everywhere."""
+    import argparse
+
+    from transformers import HfArgumentParser
+
+    from ecredit_trl.config import ECreditConfig
+
+    (c,) = HfArgumentParser(ECreditConfig).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false",
+         "--report_to", "none", "--sandbox_backend", "ray", "--ray_address", "127.0.0.1:6379",
+         "--sandbox_allow_unauthenticated", "true"])
+    assert c.ray_options() == RayOptions(address="127.0.0.1:6379", allow_unauthenticated=True)
+    ap = argparse.ArgumentParser()
+    SandboxOptions.add_args(ap)
+    opts = SandboxOptions.from_args(ap.parse_args(c.sandbox_options().argv()))
+    assert opts.allow_unauthenticated is True and opts.ray_options() == c.ray_options()
+    plain = SandboxOptions.from_args(ap.parse_args(["--sandbox-backend", "ray"]))
+    assert plain.allow_unauthenticated is False
+    assert "--sandbox-allow-unauthenticated" not in plain.argv()
 
 
 def _unshare_ok() -> str | None:
@@ -154,6 +179,25 @@ def _unshare_ok() -> str | None:
     return None
 
 
+_TOKEN: list[Path] = []
+
+
+def _token_file() -> Path:
+    """This session's test-cluster token file (``ray get-auth-token --generate`` with a
+    private HOME, then mode 600), made once."""
+    if not _TOKEN:
+        import tempfile
+
+        home = Path(tempfile.mkdtemp(prefix="ecredit-raytoken-"))
+        ray_cli = Path(sys.executable).with_name("ray")
+        subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True,
+                       capture_output=True, env=dict(os.environ, HOME=str(home)), timeout=120)
+        path = home / ".ray" / "auth_token"
+        path.chmod(0o600)
+        _TOKEN.append(path)
+    return _TOKEN[0]
+
+
 def _in_namespace(*args: str, timeout: int) -> dict:
     """Run tests/ray_cluster_driver.py ``args`` inside ``unshare -n``; its JSON report
     (written to ``args[0]``)."""
@@ -163,13 +207,18 @@ def _in_namespace(*args: str, timeout: int) -> dict:
     from sandbox.images import build_offline
 
     build_offline(log=lambda *_: None)
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
+    # every test cluster enforces Ray token authentication: the token made by Ray's own
+    # command (`ray get-auth-token --generate`, into a private HOME) reaches the nodes, the
+    # driver and its children as a file (RAY_AUTH_TOKEN_PATH), as the scale-out page says
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN_PATH=str(_token_file()),
                PYTHONPATH=os.pathsep.join([str(DRIVER.parents[1]),
                                            os.environ.get("PYTHONPATH", "")]))
+    env.pop("RAY_AUTH_TOKEN", None)
     cmd = " ".join(["ip link set lo up && exec", sys.executable, str(DRIVER), *args])
     proc = subprocess.run(["unshare", "-n", "bash", "-c", cmd], capture_output=True,
                           text=True, env=env, timeout=timeout)
-    out = Path(args[1] if args[0] in ("train", "cleanup", "tools") else args[0])
+    out = Path(args[1] if args[0] in ("train", "cleanup", "tools", "auth") else args[0])
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -190,6 +239,9 @@ def test_ray_address_without_a_cluster_is_refused_not_started(cluster_report):
 
 @pytest.mark.podman
 def test_trials_land_on_both_sandbox_nodes_and_never_on_the_head(cluster_report):
+    # the cluster every scenario ran on enforces token authentication (its GCS refuses a
+    # call without the token), and the backend connected with the token
+    assert cluster_report["auth_mode"] == "token"
     nodes, r = cluster_report["nodes"], cluster_report["spread"]
     assert r["classes"] == ["ok"] * 4
     assert sorted(r["nodes"]) == sorted([nodes["a"]] * 2 + [nodes["b"]] * 2)
@@ -349,10 +401,13 @@ def test_a_node_where_a_rule_did_not_hold_is_refused_or_serves_marked(cluster_re
     assert r["none_serve"].startswith("every sandbox node was refused by its gate (node "
                                       f"{e[:12]}: {why})")
     # `python -m sandbox doctor --ray-address`: E's agent probes run on E, all held
+    # and the cluster's Ray authentication mode, token (the test clusters' setting): held
     cli = r["cli"]
     assert cli["rc"] == 0, cli["tail"]
-    assert list(cli["reports"]) == [e] and cli["reports"][e]["held"] is True
-    assert [p["name"] for p in cli["reports"][e]["probes"]] == [
+    assert (cli["reports"]["auth_mode"], cli["reports"]["auth_held"]) == ("token", True)
+    nodes = cli["reports"]["nodes"]
+    assert list(nodes) == [e] and nodes[e]["held"] is True
+    assert [p["name"] for p in nodes[e]["probes"]] == [
         "pids", "memory_running", "oom_record", "memory_stopped", "disk", "history",
         "overlay_opacity"]
 
@@ -375,6 +430,8 @@ def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
     cfg = json.loads((run / "config.json").read_text())["ecredit"]
     # 6: the 4 agent sandboxes of a round hold slots too (the cap counts both kinds)
     assert (cfg["sandbox_backend"], cfg["sandbox_max_in_flight"]) == ("ray", 6)
+    # the run used a token cluster: the recorded config says no exception was allowed
+    assert cfg["sandbox_allow_unauthenticated"] is False
     ledger = _jsonl(run / "ledger.jsonl")
     assert [r["step"] for r in ledger] == [1, 2] and sum(r["infra_errors"] for r in ledger) == 0
     # the recorded image digests are read from the sandbox nodes' storage (no local check)
@@ -429,3 +486,71 @@ def test_an_address_nothing_listens_on_is_one_line_at_once_and_starts_nothing(tm
         assert len(lines) == 1 and "Traceback" not in proc.stderr, (name, proc.stderr[-2000:])
         assert "ray_address='127.0.0.1:1': nothing answers at 127.0.0.1:1" in lines[0], name
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def auth_report(tmp_path_factory):
+    """The token-authentication scenario of the driver (the scale-out page's commands)."""
+    work = tmp_path_factory.mktemp("rayauth")
+    return _in_namespace("auth", str(work / "auth.json"), str(work), timeout=900)
+
+
+FIX = ("make a token with `ray get-auth-token --generate` (it writes ~/.ray/auth_token), copy "
+       "that file to every node, and start every node (`ray start`) and the trainer with "
+       "RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<the token file>; docs/scale-out.md")
+
+
+@pytest.mark.podman
+def test_the_docs_token_cluster_refuses_a_client_without_its_token(auth_report):
+    """The scale-out page's commands (run as written, HEAD = 127.0.0.1) start a head and a
+    sandbox node with token authentication, the dashboard on loopback and the token a
+    mode-600 file named by RAY_AUTH_TOKEN_PATH. A GCS call without the token is refused
+    (UNAUTHENTICATED); the backend refuses at once, in one line naming the fix, without a
+    token and with a wrong one; with the token it connects and sees the sandbox node."""
+    r = auth_report
+    assert r["start_rc"] == 0, r["start_tail"]
+    block = r["block"]
+    assert "ray get-auth-token --generate" in block
+    assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/etc/ray/auth_token" in block
+    assert block.count("--dashboard-host 127.0.0.1") == 1 and "RAY_AUTH_TOKEN=" not in block
+    assert r["token_mode"] == "0o600"
+    assert r["probe_no_token"] == "token"
+    nt, wt = r["no_token"], r["wrong_token"]
+    assert nt["rc"] == 0 and wt["rc"] == 0, (nt["tail"], wt["tail"])
+    assert nt["out"] == ("ray_address='127.0.0.1:6379': the Ray cluster requires its token and "
+                         "this process has none (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH "
+                         "unset or the file missing); " + FIX)
+    assert wt["out"] == ("ray_address='127.0.0.1:6379': the Ray cluster refuses this "
+                         "process's token (not the one the cluster was started with); " + FIX)
+    assert nt["seconds"] < 10 and wt["seconds"] < 10  # not ray.init's minute of retries
+    assert r["with_token"] == {"rc": 0, "out": "1", "tail": r["with_token"]["tail"]}
+
+
+@pytest.mark.podman
+def test_a_cluster_without_token_auth_is_refused_in_one_line_and_nothing_is_written(
+        auth_report):
+    """A head started with RAY_AUTH_MODE=disabled: train.py and eval.run (which hold the
+    token) stop with exit 2 and one ``error:`` line naming the variable and the command that
+    makes a token, before any warm start, run directory or eval output;
+    ``--sandbox-allow-unauthenticated`` connects; the doctor reports the mode, a failed
+    check (its nodes not probed) unless allowed."""
+    r = auth_report
+    assert r["probe_open"] == "disabled"
+    want = ("ray_address='127.0.0.1:6380': the Ray cluster does not enforce token "
+            "authentication, so anyone who reaches its ports can run code on its nodes; "
+            "refused (to allow it on a loopback-only test cluster: "
+            "--sandbox-allow-unauthenticated); " + FIX)
+    for name, ref in r["refusals"].items():
+        lines = [x for x in ref["stderr"].splitlines() if "error:" in x]
+        assert ref["rc"] == 2 and len(lines) == 1, (name, ref["stderr"])
+        assert lines[0].endswith(want) and "Traceback" not in ref["stderr"], (name, lines)
+        assert ref["written"] is False, name
+    assert r["allowed"]["out"] == "connected", r["allowed"]
+    # the doctor: a failed check, and no node probed; allowed, the check passes (this head
+    # offers no sandbox node, so the doctor still exits 1 for want of a node report)
+    refused, allowed = r["doctor_open"]["False"], r["doctor_open"]["True"]
+    assert refused["rc"] == 1 and refused["stdout"].splitlines() == [
+        "cluster: ray_auth_mode=disabled: FAILED anyone who reaches the cluster's ports can "
+        "run code on its nodes (its nodes were not probed); " + FIX], refused
+    assert allowed["rc"] == 1 and allowed["stdout"].splitlines() == [
+        "cluster: ray_auth_mode=disabled: allowed (--sandbox-allow-unauthenticated)"], allowed

@@ -54,7 +54,8 @@ def test_binding_lists_each_differing_field_and_ignores_unbound_ones():
     old = _manifest()
     new = _manifest(config={"ecredit": {"learning_rate": 2e-4, "arm": "B",
                                         "output_dir": "elsewhere",
-                                        "podman_endpoints": ["unix:///x"]},
+                                        "podman_endpoints": ["unix:///x"],
+                                        "sandbox_allow_unauthenticated": True},
                             "model": {"lora_r": 8, "path": "/p"}},
                     tasks={"ids": ["a", "c"], "sha256": "t2"},
                     code={"sha256": "c2", "git_describe": "v1-dirty"}, world_size=2)

@@ -38,15 +38,17 @@ def tasks_and_policy(cfg, margs) -> tuple[list, str | Path]:
     Raises: ValueError (no training tasks; image-held tasks without ``--model`` and without
     a bundled twin), FileNotFoundError (a local ``--model`` path that is no directory, a hub
     id not in the local hub cache), TemplateRefused (a chat template TRL has no tool-call
-    parser for), RayUnavailable (``sandbox_backend=ray`` and no cluster answers).
+    parser for), RayUnavailable (``sandbox_backend=ray`` and no cluster answers, or one
+    without token authentication that the run does not allow).
     """
+    # one line before any task build, warm start or receipt: the cluster answers and enforces
+    # token authentication; the sandbox nodes hold (or pull) the images, recorded from their
+    # storage in the manifest
+    if cfg.sandbox_backend == "ray":
+        connect(cfg.ray_address, cfg.sandbox_allow_unauthenticated)  # the runtime reuses it
     all_tasks = load_tasks(cfg.tasks, purpose="train")
     if not all_tasks:
         raise ValueError(f"tasks: no training tasks in {cfg.tasks!r}")
-    # one line before any warm start or receipt; with sandbox_backend=ray the sandbox nodes
-    # hold (or pull) the images, recorded from their storage in the manifest
-    if cfg.sandbox_backend == "ray":  # the cluster answers, or one line (no warm start yet)
-        connect(cfg.ray_address)  # the run's runtime reuses this connection
     if cfg.runtime == "podman" and cfg.sandbox_backend == "local":
         require_task_images(all_tasks[: cfg.max_tasks] if cfg.max_tasks else all_tasks,
                             cfg.tasks)

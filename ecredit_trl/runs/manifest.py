@@ -43,6 +43,9 @@ UNBOUND_CONFIG_FIELDS = frozenset({
     # ... nor on which backend dispatches them (a resume may switch local <-> ray)
     "sandbox_backend", "ray_address", "sandbox_max_in_flight", "ray_podman_url",
     "ray_image_registry",
+    # ... nor on whether the cluster demanded Ray's token (recorded: a run on an open test
+    # cluster says so; a resume may move onto a token cluster)
+    "sandbox_allow_unauthenticated",
     # secrets never belong in a record
     "hub_token", "push_to_hub_token",
 })

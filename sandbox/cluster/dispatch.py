@@ -36,6 +36,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sandbox.cluster.auth import (
+    AUTH_FIX,
+    TOKEN,
+    ClusterAuthError,
+    gcs_address_of,
+    gcs_auth_mode,
+    require_token_auth,
+)
 from sandbox.cluster.node import doctor_here, gc_here, image_ids_here
 from sandbox.cluster.reaper import REAP_GRACE_S, RunReaper
 from sandbox.images.pull import canonical
@@ -74,6 +82,8 @@ class RayOptions:
             None = the image name's own registry.
         allow_unheld: a node whose doctor report has a rule not held serves anyway (its
             trials carry ``node_unheld``); False: it is refused (:mod:`sandbox.doctor.gate`).
+        allow_unauthenticated: a cluster that does not enforce Ray token authentication is
+            used anyway (a loopback-only test cluster); False: refused (:func:`connect`).
     """
 
     address: str = DEFAULT_ADDRESS
@@ -81,6 +91,7 @@ class RayOptions:
     podman_url: str = ""
     registry: str | None = None
     allow_unheld: bool = False
+    allow_unauthenticated: bool = False
 
 
 def dispatcher_name(run_id: str) -> str:
@@ -256,16 +267,28 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
             "docs/scale-out.md) or correct the address") from exc
 
 
-def connect(address: str):
-    """``ray.init`` against an existing cluster (never starts one). Returns True when this
-    call initialised Ray (so the caller shuts it down), False when it already was.
+def connect(address: str, allow_unauthenticated: bool = False):
+    """``ray.init`` against an existing cluster (never starts one) that enforces token
+    authentication (:mod:`sandbox.cluster.auth`; ``allow_unauthenticated``: one that does not
+    is accepted too). Returns True when this call initialised Ray (so the caller shuts it
+    down), False when it already was (the check ran on that first connection).
 
-    Raises: RayUnavailable naming ``ray_address`` and how to start a cluster.
+    Raises: RayUnavailable naming ``ray_address`` and how to start a cluster, or, before
+    ``ray.init`` (``ray://``: right after it, then disconnected), the one-line
+    :class:`~sandbox.cluster.auth.ClusterAuthError` message naming the token fix.
     """
     ray = _import_ray()
     if ray.is_initialized():
         return False
     _reachable(address)
+    gcs = gcs_address_of(address)
+    try:
+        if gcs is not None:
+            require_token_auth(address, gcs, allow_unauthenticated)
+    except ClusterAuthError as exc:
+        raise RayUnavailable(str(exc)) from None
+    except ConnectionError as exc:
+        raise RayUnavailable(f"ray_address={address!r}: {exc}") from None
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="warning", configure_logging=False)
@@ -275,7 +298,40 @@ def connect(address: str):
             f"{exc}); start one first (`ray start --head` on one node, `ray start --address "
             f"HEAD:6379 --resources '{{\"{SANDBOX_RESOURCE}\": 24}}'` on sandbox nodes; "
             "docs/scale-out.md)") from exc
+    if gcs is None and address.startswith("ray://"):
+        # a Ray client address hides the GCS: a node of the cluster asks it instead
+        mode = ray.get(ray.remote(_gcs_auth_mode_here).options(num_cpus=0).remote())
+        if mode != TOKEN and not allow_unauthenticated:
+            ray.shutdown()
+            raise RayUnavailable(f"ray_address={address!r}: the Ray cluster does not enforce "
+                                 "token authentication; refused; " + AUTH_FIX)
     return True
+
+
+def _gcs_auth_mode_here() -> str:
+    """The authentication mode of the GCS of the cluster this Ray worker belongs to."""
+    ray = _import_ray()
+    return gcs_auth_mode(ray.get_runtime_context().gcs_address)
+
+
+def cluster_auth_mode(address: str) -> str:
+    """The authentication mode (``token`` / ``disabled``) of the cluster at ``address``, asked
+    of its GCS without a token (:func:`sandbox.cluster.auth.gcs_auth_mode`); ``ray://``: of a
+    node of the already connected cluster.
+
+    Raises: RayUnavailable when no cluster answers.
+    """
+    _reachable(address)
+    gcs = gcs_address_of(address)
+    try:
+        if gcs is not None:
+            return gcs_auth_mode(gcs)
+    except ConnectionError as exc:
+        raise RayUnavailable(f"ray_address={address!r}: {exc}") from None
+    ray = _import_ray()
+    if not ray.is_initialized():
+        raise RayUnavailable(f"ray_address={address!r}: no Ray cluster found")
+    return ray.get(ray.remote(_gcs_auth_mode_here).options(num_cpus=0).remote())
 
 
 def sandbox_nodes() -> list[str]:
@@ -336,15 +392,17 @@ def cluster_image_ids(images, *, run_id: str, podman_url: str = "") -> dict[str,
     return {i: next(iter(seen[i])) if i in seen else None for i in sorted(set(images))}
 
 
-def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[str]]]:
+def gc_cluster(address: str, run_id: str | None = None,
+               allow_unauthenticated: bool = False) -> list[tuple[str, list[str]]]:
     """Remove leftover ecredit containers (one run's, or all) on every live sandbox node of
     the cluster at ``address`` (:func:`sandbox.cluster.node.gc_here` pinned to each node), and
     kill the run's dispatcher actor if one is left (a killed trainer leaves it).
+    ``allow_unauthenticated``: as :func:`connect`.
 
     Returns: ``[(node id, names removed)]``. Raises: RayUnavailable.
     """
     ray = _import_ray()
-    own = connect(address)
+    own = connect(address, allow_unauthenticated)
     try:
         out = on_each_node(gc_here, run_id)
         if run_id:
@@ -359,14 +417,25 @@ def gc_cluster(address: str, run_id: str | None = None) -> list[tuple[str, list[
 
 
 
-def doctor_cluster(address: str, extra: list[str] = (), timeout_s: float = 900.0) -> dict:
-    """A fresh doctor report of every live sandbox node of the cluster at ``address``
+def doctor_cluster(address: str, extra: list[str] = (), allow_unauthenticated: bool = False,
+                   timeout_s: float = 900.0) -> dict:
+    """The cluster's authentication mode (:func:`cluster_auth_mode`, asked before connecting)
+    and a fresh doctor report of every live sandbox node of the cluster at ``address``
     (:func:`sandbox.cluster.node.doctor_here` pinned to each node; a full run refreshes the
-    node's cached report). Returns ``{node id: report}``. Raises: RayUnavailable."""
+    node's cached report). A cluster without token authentication is reported, not refused,
+    but its nodes are probed only when ``allow_unauthenticated`` (nothing runs on it
+    otherwise). Returns ``{"auth_mode": "token" | "disabled", "nodes": {node id: report}}``.
+    Raises: RayUnavailable (as :func:`connect`: no cluster, or this process lacks the
+    token of a token cluster)."""
     ray = _import_ray()
-    own = connect(address)
+    mode = None if address.startswith("ray://") else cluster_auth_mode(address)
+    if mode is not None and mode != TOKEN and not allow_unauthenticated:
+        return {"auth_mode": mode, "nodes": {}}
+    own = connect(address, allow_unauthenticated=allow_unauthenticated)
     try:
-        return dict(on_each_node(doctor_here, list(extra), timeout_s=timeout_s))
+        mode = mode or cluster_auth_mode(address)
+        return {"auth_mode": mode,
+                "nodes": dict(on_each_node(doctor_here, list(extra), timeout_s=timeout_s))}
     finally:
         if own:
             ray.shutdown()

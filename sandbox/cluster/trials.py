@@ -71,7 +71,7 @@ class RayTrials:
         self.ray = _import_ray()
         self.run_id = run_id
         self.options = options or RayOptions()
-        self._own_init = connect(self.options.address)
+        self._own_init = connect(self.options.address, self.options.allow_unauthenticated)
         if not sandbox_nodes():
             self._shutdown()
             raise RayUnavailable(
@@ -347,7 +347,8 @@ class RayRoutedRuntime(PodmanRuntime):
         return runtime_flags(self.kind, self.backend, ray_address=o.address,
                              max_in_flight=o.max_in_flight, podman_url=o.podman_url,
                              image_registry=o.registry, run_id=self.trials.run_id,
-                             allow_unheld=o.allow_unheld)
+                             allow_unheld=o.allow_unheld,
+                             allow_unauthenticated=o.allow_unauthenticated)
 
     def image_ids(self, images) -> dict[str, str | None]:
         """image → id in the sandbox nodes' storage (:func:`sandbox.cluster.dispatch.cluster_image_ids`):

@@ -26,7 +26,8 @@ BACKENDS = ("local", "ray")
 FLAGS = {"kind": "--runtime", "backend": "--sandbox-backend", "ray_address": "--ray-address",
          "max_in_flight": "--sandbox-max-in-flight", "podman_url": "--ray-podman-url",
          "image_registry": "--ray-image-registry", "run_id": "--sandbox-run-id",
-         "allow_unheld": "--sandbox-allow-unheld"}
+         "allow_unheld": "--sandbox-allow-unheld",
+         "allow_unauthenticated": "--sandbox-allow-unauthenticated"}
 """``sandbox.backend.SandboxOptions`` field → its command-line flag (``eval.run``,
 ``eval.controls``, the pilot, the rollout subprocess)."""
 
@@ -34,12 +35,13 @@ FLAGS = {"kind": "--runtime", "backend": "--sandbox-backend", "ray_address": "--
 def runtime_flags(kind: str, backend: str = "local", *, ray_address: str = "",
                   max_in_flight: int = 0, podman_url: str = "",
                   image_registry: str | None = None, run_id: str | None = None,
-                  allow_unheld: bool = False) -> list[str]:
+                  allow_unheld: bool = False,
+                  allow_unauthenticated: bool = False) -> list[str]:
     """The :data:`FLAGS` that name a runtime: ``--runtime KIND`` alone on the local backend;
     on ``ray`` every Ray field (``--ray-podman-url`` even when empty, so a child never falls
     back to a default its parent did not use), ``--ray-image-registry`` when set, and
     ``--sandbox-run-id`` when given (the child joins that run's dispatcher: one cap, one
-    cleanup), and ``--sandbox-allow-unheld`` when set."""
+    cleanup), and ``--sandbox-allow-unheld`` / ``--sandbox-allow-unauthenticated`` when set."""
     argv = [FLAGS["kind"], kind]
     if backend == "local":
         return argv
@@ -51,6 +53,8 @@ def runtime_flags(kind: str, backend: str = "local", *, ray_address: str = "",
         argv += [FLAGS["run_id"], run_id]
     if allow_unheld:
         argv += [FLAGS["allow_unheld"]]
+    if allow_unauthenticated:
+        argv += [FLAGS["allow_unauthenticated"]]
     return argv
 
 
