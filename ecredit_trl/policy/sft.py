@@ -50,7 +50,7 @@ def without_dist_env(environ=None) -> dict:
 def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy") -> str:
     """The cache entry ``final`` (a model directory with ``warmstart.json``), built once.
 
-    Shared by the embedded and the family warm starts: a file lock beside the entry, a second
+    Shared by the three warm starts: a file lock beside the entry, a second
     look once it is held, leftovers of a killed build removed, then the job built and trained
     in a temporary directory that is renamed into place (a reader never sees half an entry).
 
