@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from contextlib import contextmanager
@@ -20,6 +21,18 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_benchmark(name: str):
+    """The module ``benchmarks/<name>.py`` (not a package: loaded from its file), registered as
+    ``sys.modules[name]`` (dataclasses need it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def make_tar(files: dict[str, str | bytes]) -> bytes:

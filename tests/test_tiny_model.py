@@ -241,3 +241,46 @@ def test_ensure_default_policy_refuses_sealed_tasks(tmp_path):
     with pytest.raises(SealedTaskError):
         ensure_default_policy([fake], cache_dir=tmp_path, steps=1, log=None)
     assert not (tmp_path / "policy").exists()
+
+
+def test_the_shared_sft_path_refuses_long_examples_and_restores_threads(tmp_path, monkeypatch):
+    """``run_sft_job``: an example longer than the model's positions is refused before
+    training, naming the warm start's unit; the torch thread count set for training is the
+    caller's again after a failed training."""
+    import torch
+
+    from ecredit_trl.policy.sft import Prepared, run_sft_job
+    from ecredit_trl.policy.tiny_model import build_model, build_tokenizer
+
+    (tmp_path / "job.json").write_text(json.dumps({"recipe": {
+        "steps": 1, "batch_size": 1, "learning_rate": 1e-3, "lr_scheduler_type": "constant",
+        "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0, "seed": 0}}))
+    (tmp_path / "demos.jsonl").write_text('{"x": 1}\n')
+    tok = build_tokenizer([SOURCE] * 20, vocab_size=400)
+    model = build_model(tok, seed=0)
+    limit = model.config.max_position_embeddings
+
+    def too_long(meta, demos):
+        assert demos == [{"x": 1}] and meta["recipe"]["steps"] == 1
+        return Prepared(model, tok, [{"input_ids": [1, 2]}], [limit + 1],
+                        {"completion_only_loss": True}, unit="episode")
+
+    with pytest.raises(RuntimeError, match=f"^an episode has {limit + 1} tokens, more than "
+                                           f"the model's {limit} positions$"):
+        run_sft_job(tmp_path, too_long, log=None)
+
+    def bad_rows(meta, demos):  # rows SFTTrainer cannot read: training fails
+        return Prepared(model, tok, [{"no_such_column": 1}], [4], {"completion_only_loss": True})
+
+    monkeypatch.setenv("ECREDIT_WARMSTART_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        lines: list[str] = []
+        with pytest.raises(KeyError, match="text"):  # TRL looks for a text column
+            run_sft_job(tmp_path, bad_rows, log=lines.append)
+        assert lines == ["warmstart: 1 torch thread(s)"]  # training was reached
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert not (tmp_path / "model").exists()

@@ -32,21 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from ecredit_trl.agent.generation import Policy, torch_threads
+from ecredit_trl.agent.generation import Policy
 from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
 from ecredit_trl.policy.corpus import call_messages, episode_example
 from ecredit_trl.policy.demos import DemoVariants, demo_conversations
 from ecredit_trl.policy.families import FAMILIES, build_family_model, build_family_tokenizer, family
-from ecredit_trl.policy.sft import (
-    cached_model_dir,
-    no_checkpointing,
-    progress_callback,
-    save_model,
-    train_child,
-)
+from ecredit_trl.policy.sft import Prepared, cached_model_dir, job_trainer, run_sft_job
 from ecredit_trl.policy.warmstart import cache_root
 from eval.evaluation.templatecheck import trl_template
-from eval.files import write_json
 from eval.tasks.schema import save_tasks
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import load_tasks
@@ -154,9 +147,7 @@ def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = No
 
     final = cache_root(cache_dir) / "family-policy" / f"{template}-{key[:16]}"
     return cached_model_dir(
-        final, make_job,
-        (lambda job: train_child(job, log, module="ecredit_trl.policy.family_warmstart"))
-        if isolate else (lambda job: train_family_dir(job, log=log)),
+        final, make_job, job_trainer(__name__, train_family_dir, log, isolate),
         log=log, what=f"{template} policy")
 
 
@@ -208,71 +199,42 @@ def _examples(template: str, demos: list[dict], r: dict):
 def train_family_dir(job: str | Path, log=print) -> Path:
     """Train on ``job/demos.jsonl`` with ``job/job.json``'s recipe; save ``job/model``.
 
-    TRL ``SFTTrainer`` on pre-tokenised rows (``input_ids`` + ``completion_mask``,
-    ``completion_only_loss=True``), fp32 CPU, no truncation, no checkpoints.
+    The shared SFT path (:func:`ecredit_trl.policy.sft.run_sft_job`) on pre-tokenised rows
+    (``input_ids`` + ``completion_mask``, ``completion_only_loss=True``), fp32 CPU, no
+    truncation, no checkpoints.
 
     Returns: ``job/model``. Raises: RuntimeError when an episode is longer than the model's
     positions.
     """
-    import torch
-    from trl import SFTConfig, SFTTrainer
+    return run_sft_job(job, _prepare, log=log)
 
-    from datasets import Dataset
 
-    log = log or (lambda *_: None)
-    job = Path(job)
-    meta = json.loads((job / "job.json").read_text())
+def _prepare(meta: dict, demos: list[dict]) -> Prepared:
+    """The family model, tokenizer and rows (:class:`~ecredit_trl.policy.sft.Prepared`) for
+    :func:`~ecredit_trl.policy.sft.run_sft_job`."""
     r = meta["recipe"]
-    demos = [json.loads(x) for x in (job / "demos.jsonl").read_text().splitlines() if x]
     tokenizer, model, rows = _examples(r["template"], demos, r)
     lengths = [len(x["input_ids"]) for x in rows]
-    if max(lengths) > model.config.max_position_embeddings:
-        raise RuntimeError(f"an episode has {max(lengths)} tokens, more than the model's "
-                           f"{model.config.max_position_embeddings} positions")
     n_params = sum(p.numel() for p in model.parameters())
-    threads = torch_threads()
-    log(f"warmstart: {r['template']} ({type(model).__name__}) tokenizer {len(tokenizer)} "
-        f"tokens, {n_params / 1e6:.2f}M params, episodes {min(lengths)}-{max(lengths)} tokens, "
-        f"{threads} torch thread(s)")
-    steps = r["steps"]
-    args = SFTConfig(
-        output_dir=str(job / "trainer"), max_steps=steps,
-        per_device_train_batch_size=r["batch_size"], gradient_accumulation_steps=1,
-        learning_rate=r["learning_rate"], lr_scheduler_type=r["lr_scheduler_type"],
-        warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
-        max_grad_norm=r["max_grad_norm"], seed=r["seed"], data_seed=r["seed"],
-        use_cpu=True, bf16=False, fp16=False, **no_checkpointing(SFTConfig),
-        report_to="none", save_strategy="no", logging_steps=max(1, steps // 10),
-        disable_tqdm=True, completion_only_loss=True, max_length=max(lengths) + 8,
-        packing=False, dataloader_num_workers=0, dataset_num_proc=None)
-    ds = Dataset.from_list([{"input_ids": x["input_ids"], "completion_mask": x["completion_mask"]}
-                            for x in rows])
-    progress = progress_callback(steps, log)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    torch.manual_seed(r["seed"])
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
-                         callbacks=[progress])
-    t1 = time.monotonic()
-    try:
-        result = trainer.train()
-    finally:
-        torch.set_num_threads(prev)
-    t_train = time.monotonic() - t1
+    return Prepared(
+        model, tokenizer,
+        [{"input_ids": x["input_ids"], "completion_mask": x["completion_mask"]} for x in rows],
+        lengths, {"completion_only_loss": True}, unit="episode",
+        describe=f"{r['template']} ({type(model).__name__}) tokenizer {len(tokenizer)} tokens, "
+                 f"{n_params / 1e6:.2f}M params, episodes {min(lengths)}-{max(lengths)} tokens",
+        info={"arch": type(model).__name__, "n_params": n_params, "vocab": len(tokenizer),
+              "episode_tokens": lengths, "turn_tokens": [x["turn_lengths"] for x in rows],
+              "chat_template_ok": tokenizer.chat_template == trl_template(r["template"])},
+        before_save=_router_logits_off)
+
+
+def _router_logits_off(model) -> None:
+    """TRL's SFTTrainer turns ``output_router_logits`` on for the MoE auxiliary loss; saved
+    so, transformers 5.24's gpt-oss then fails in padded batched generation
+    (load_balancing_loss_func: "size of tensor a (2) must match ... b (324)"), and released
+    checkpoints ship it off."""
     if getattr(model.config, "output_router_logits", False):
-        # TRL's SFTTrainer turns it on for the MoE auxiliary loss; saved so, transformers
-        # 5.24's gpt-oss then fails in padded batched generation (load_balancing_loss_func:
-        # "size of tensor a (2) must match ... b (324)"), and released checkpoints ship it off
         model.config.output_router_logits = False
-    out = save_model(job, trainer, tokenizer)
-    write_json(out / "warmstart.json", dict(
-        meta, arch=type(model).__name__, n_params=n_params, vocab=len(tokenizer),
-        episode_tokens=lengths, turn_tokens=[x["turn_lengths"] for x in rows],
-        train_loss=round(float(result.training_loss), 5), final_loss=progress.loss,
-        train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
-        chat_template_ok=tokenizer.chat_template == trl_template(r["template"])))
-    log(f"warmstart: trained {steps} steps in {t_train:.0f} s, final loss {progress.loss}")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

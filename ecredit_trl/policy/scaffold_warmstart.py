@@ -17,13 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from ecredit_trl.agent.generation import torch_threads
 from ecredit_trl.agent.scaffolds import get_scaffold
 from ecredit_trl.policy.demos import DemoVariants
 from ecredit_trl.policy.scaffold_demos import SCAFFOLD_DEMO_VERSION, mini_swe_agent_demos
-from ecredit_trl.policy.sft import cached_model_dir, progress_callback, save_model, train_child
-from ecredit_trl.policy.warmstart import _sft_trainer, cache_root, load_policy
-from eval.files import write_json
+from ecredit_trl.policy.sft import Prepared, cached_model_dir, job_trainer, run_sft_job
+from ecredit_trl.policy.warmstart import cache_root, demo_lengths, load_policy
 
 __all__ = ["SCAFFOLD_RECIPE", "ensure_scaffold_policy", "scaffold_policy", "train_dir"]
 
@@ -88,8 +86,7 @@ def ensure_scaffold_policy(base_dir: str | Path, tasks, scaffold, *, cache_dir=N
                        "demo_s": round(time.monotonic() - t0, 2)}
 
     return cached_model_dir(cache_root(cache_dir) / "policy-scaffold" / key, make_job,
-                            (lambda job: train_child(job, log, module=__name__)) if isolate
-                            else (lambda job: train_dir(job, log=log)), log=log,
+                            job_trainer(__name__, train_dir, log, isolate), log=log,
                             what=f"{scaffold.name} policy")
 
 
@@ -102,42 +99,23 @@ def scaffold_policy(model_path, tasks, cfg) -> str:
 
 def train_dir(job: str | Path, log=print) -> Path:
     """Continue the base policy of ``job/job.json`` on ``job/demos.jsonl``; save ``job/model``
-    (TRL ``SFTTrainer``, fp32 CPU, assistant-only loss). Returns ``job/model``."""
-    import torch
+    (the shared SFT path, :func:`ecredit_trl.policy.sft.run_sft_job`: fp32 CPU,
+    assistant-only loss). Returns ``job/model``. Raises: RuntimeError when a demonstration is
+    longer than the model's positions."""
+    return run_sft_job(job, _prepare, log=log)
 
-    job = Path(job)
-    meta = json.loads((job / "job.json").read_text())
-    r = meta["recipe"]
-    demos = [json.loads(line) for line in (job / "demos.jsonl").read_text().splitlines() if line]
+
+def _prepare(meta: dict, demos: list[dict]) -> Prepared:
+    """The base policy (weights and tokenizer) and the scaffold demonstrations
+    (:class:`~ecredit_trl.policy.sft.Prepared`) for :func:`~ecredit_trl.policy.sft.run_sft_job`."""
     model, tokenizer = load_policy(meta["base_dir"])
     model.train()
-    lengths = [len(tokenizer.apply_chat_template(d["messages"], tools=json.loads(d["tools"]),
-                                                 tokenize=True, return_dict=False))
-               for d in demos]
-    if max(lengths) > model.config.max_position_embeddings:
-        raise RuntimeError(f"a demonstration has {max(lengths)} tokens, more than the model's "
-                           f"{model.config.max_position_embeddings} positions")
-    log(f"warmstart: demonstrations {min(lengths)}-{max(lengths)} tokens, "
-        f"{torch_threads()} torch thread(s)")
-    prev = torch.get_num_threads()
-    torch.set_num_threads(torch_threads())
-    torch.manual_seed(r["seed"])
-    progress = progress_callback(r["steps"], log)
-    trainer = _sft_trainer(job, demos, r, model, tokenizer, max(lengths), progress)
-    t1 = time.monotonic()
-    try:
-        result = trainer.train()
-    finally:
-        torch.set_num_threads(prev)
-    t_train = time.monotonic() - t1
-    out = save_model(job, trainer, tokenizer)
-    write_json(out / "warmstart.json", dict(meta, max_tokens=max(lengths),
-                                            train_loss=round(float(result.training_loss), 5),
-                                            final_loss=progress.loss,
-                                            train_s=round(t_train, 2),
-                                            s_per_step=round(t_train / r["steps"], 3)))
-    log(f"warmstart: trained {r['steps']} steps in {t_train:.0f} s, final loss {progress.loss}")
-    return out
+    lengths = demo_lengths(tokenizer, demos)
+    return Prepared(model, tokenizer,
+                    [{"messages": d["messages"], "tools": d["tools"]} for d in demos],
+                    lengths, {"assistant_only_loss": True},
+                    describe=f"demonstrations {min(lengths)}-{max(lengths)} tokens",
+                    info={"max_tokens": max(lengths)})
 
 
 def _main(argv: list[str]) -> int:

@@ -1,7 +1,15 @@
-"""Helpers shared by the warm starts (:mod:`.warmstart`, the embedded default policy, and
-:mod:`.family_warmstart`, a tiny model of each chat-template family): the isolated training
-child, progress lines and saving (the CPU thread count is
-:func:`ecredit_trl.agent.generation.torch_threads`).
+"""The one SFT path of the warm starts (:mod:`.warmstart`, the embedded default policy;
+:mod:`.family_warmstart`, a tiny model of each chat-template family; :mod:`.scaffold_warmstart`,
+the embedded policy in another scaffold's format).
+
+Each warm start keeps only what differs (its demonstrations, recipe, cache key, and how the
+job's demonstrations become a model, a tokenizer and training rows: :class:`Prepared`); the
+rest is here: the cache entry built once (:func:`cached_model_dir`), the isolated training
+child (:func:`train_child`), and :func:`run_sft_job` (job folder -> model folder: the position
+check, TRL's ``SFTConfig``/``SFTTrainer`` with the recipe, the torch thread count
+(:func:`ecredit_trl.agent.generation.torch_threads`) set and restored, saving, the
+``warmstart.json`` record and the log lines). ``tests/test_layout_sft.py`` checks that no other
+module builds an ``SFTConfig`` or sets torch's thread count around training.
 """
 
 from __future__ import annotations
@@ -15,12 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ecredit_trl.agent.generation import torch_threads
 from eval.files import write_json
 
-__all__ = ["DIST_ENV", "no_checkpointing", "progress_callback", "save_model", "train_child",
-           "without_dist_env"]
+__all__ = ["DIST_ENV", "Prepared", "cached_model_dir", "no_checkpointing", "progress_callback",
+           "job_trainer", "read_job", "run_sft_job", "save_model", "train_child", "without_dist_env"]
 
 #: Removed from a training child's environment: it must never join a launcher's group.
 DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -39,7 +50,7 @@ def without_dist_env(environ=None) -> dict:
 def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy") -> str:
     """The cache entry ``final`` (a model directory with ``warmstart.json``), built once.
 
-    Shared by the embedded and the family warm starts: a file lock beside the entry, a second
+    Shared by the three warm starts: a file lock beside the entry, a second
     look once it is held, leftovers of a killed build removed, then the job built and trained
     in a temporary directory that is renamed into place (a reader never sees half an entry).
 
@@ -85,6 +96,15 @@ def cached_model_dir(final: Path, make_job, train, *, log, what: str = "policy")
             shutil.rmtree(tmp, ignore_errors=True)
         log(f"warmstart: {what} saved to {final} ({time.monotonic() - t0:.0f} s)")
         return str(final)
+
+
+def job_trainer(module: str, train_dir: Callable, log, isolate: bool = True) -> Callable:
+    """The ``train`` argument of :func:`cached_model_dir`: ``train_dir(job, log=log)`` in a
+    child process (``python -m <module> train JOB``, :func:`train_child`) when ``isolate``,
+    else in this process (tests; never inside a launched multi-process job)."""
+    if isolate:
+        return lambda job: train_child(job, log, module=module)
+    return lambda job: train_dir(job, log=log)
 
 
 def train_child(job: Path, log, module: str = "ecredit_trl.policy.warmstart") -> None:
@@ -151,3 +171,113 @@ def no_checkpointing(config_cls) -> dict:
     names = {f.name for f in dataclasses.fields(config_cls)}
     key = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
     return {key: False}
+
+
+@dataclass
+class Prepared:
+    """What a warm start makes of its job before the shared SFT run (:func:`run_sft_job`).
+
+    Attributes:
+        model: the ``transformers`` model to train (fp32, CPU).
+        tokenizer: its tokenizer (saved with it).
+        rows: the training rows, one dict per example, as TRL's ``SFTTrainer`` takes them
+            (``messages`` + ``tools`` with ``assistant_only_loss``; ``input_ids`` +
+            ``completion_mask`` with ``completion_only_loss``).
+        lengths: each example's length in tokens (the longest sets ``max_length`` + 8: no
+            truncation).
+        loss: the ``SFTConfig`` loss switch, ``{"assistant_only_loss": True}`` or
+            ``{"completion_only_loss": True}``.
+        unit: what an example is called in the position error (``demonstration``, ``episode``).
+        describe: the start of the log line before training (the thread count is appended).
+        info: fields of ``warmstart.json`` besides the job record and the training figures.
+        before_save: called with the trained model before it is saved (None: nothing).
+    """
+
+    model: object
+    tokenizer: object
+    rows: list[dict]
+    lengths: list[int]
+    loss: dict
+    unit: str = "demonstration"
+    describe: str = ""
+    info: dict = field(default_factory=dict)
+    before_save: Callable | None = None
+
+
+def read_job(job: str | Path) -> tuple[dict, list[dict]]:
+    """``(job.json, the rows of demos.jsonl)`` of a job folder written by
+    :func:`cached_model_dir`."""
+    job = Path(job)
+    meta = json.loads((job / "job.json").read_text())
+    demos = [json.loads(x) for x in (job / "demos.jsonl").read_text().splitlines() if x]
+    return meta, demos
+
+
+def run_sft_job(job: str | Path, prepare: Callable[[dict, list[dict]], Prepared],
+                log=print) -> Path:
+    """Train a warm start's job folder into ``job/model``: the one SFT path of the warm starts.
+
+    ``prepare(meta, demos)`` (``job.json``, the rows of ``demos.jsonl``) gives the model,
+    tokenizer and rows (:class:`Prepared`); then: no example may be longer than the model's
+    positions; TRL ``SFTTrainer`` with ``meta["recipe"]`` (``steps``, ``batch_size``,
+    ``learning_rate``, ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``,
+    ``max_grad_norm``, ``seed``), fp32 CPU, no packing, no truncation, no checkpoints, a loss
+    line every tenth of the steps, :func:`~ecredit_trl.agent.generation.torch_threads` torch
+    threads during training (restored after, also on error); saved by :func:`save_model`
+    with ``warmstart.json`` = the job record + ``info`` + ``train_loss``, ``final_loss``,
+    ``train_s``, ``s_per_step`` (seconds), ``threads``.
+
+    Returns: ``job/model``.
+    Raises: RuntimeError when an example is longer than the model's positions; whatever
+    ``prepare`` or training raise.
+    """
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
+
+    log = log or (lambda *_: None)
+    job = Path(job)
+    meta, demos = read_job(job)
+    r = meta["recipe"]
+    p = prepare(meta, demos)
+    max_len, positions = max(p.lengths), p.model.config.max_position_embeddings
+    if max_len > positions:
+        article = "an" if p.unit[:1] in "aeiou" else "a"
+        raise RuntimeError(f"{article} {p.unit} has {max_len} tokens, more than the model's "
+                           f"{positions} positions")
+    threads = torch_threads()
+    log(f"warmstart: {p.describe + ', ' if p.describe else ''}{threads} torch thread(s)")
+    steps = r["steps"]
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(r["seed"])
+        progress = progress_callback(steps, log)
+        args = SFTConfig(
+            output_dir=str(job / "trainer"), max_steps=steps,
+            per_device_train_batch_size=r["batch_size"], gradient_accumulation_steps=1,
+            learning_rate=r["learning_rate"], lr_scheduler_type=r["lr_scheduler_type"],
+            warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
+            max_grad_norm=r["max_grad_norm"], seed=r["seed"], data_seed=r["seed"],
+            use_cpu=True, bf16=False, fp16=False, **no_checkpointing(SFTConfig),
+            report_to="none", save_strategy="no", logging_steps=max(1, steps // 10),
+            disable_tqdm=True, max_length=max_len + 8, packing=False,
+            dataloader_num_workers=0, dataset_num_proc=None, **p.loss)
+        trainer = SFTTrainer(model=p.model, args=args, train_dataset=Dataset.from_list(p.rows),
+                             processing_class=p.tokenizer, callbacks=[progress])
+        t1 = time.monotonic()
+        result = trainer.train()
+        t_train = time.monotonic() - t1
+    finally:
+        torch.set_num_threads(prev)
+    if p.before_save is not None:
+        p.before_save(trainer.model)
+    out = save_model(job, trainer, p.tokenizer)
+    write_json(out / "warmstart.json", dict(
+        meta, **p.info, train_loss=round(float(result.training_loss), 5),
+        final_loss=progress.loss, train_s=round(t_train, 2),
+        s_per_step=round(t_train / steps, 3), threads=threads))
+    log(f"warmstart: trained {steps} steps in {t_train:.0f} s "
+        f"({t_train / steps:.2f} s/step), final loss {progress.loss}")
+    return out

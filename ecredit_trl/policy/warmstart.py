@@ -33,7 +33,6 @@ import sys
 import time
 from pathlib import Path
 
-from ecredit_trl.agent.generation import torch_threads
 from ecredit_trl.agent.prompts import INSTRUCTION, policy_tools
 from ecredit_trl.policy.corpus import render_corpus
 from ecredit_trl.policy.demos import (
@@ -44,15 +43,8 @@ from ecredit_trl.policy.demos import (
     demo_conversations,
 )
 from ecredit_trl.policy.harmful_sites import harmful_meta, recipe_harmful_edits
-from ecredit_trl.policy.sft import (
-    cached_model_dir,
-    no_checkpointing,
-    progress_callback,
-    save_model,
-    train_child,
-)
+from ecredit_trl.policy.sft import Prepared, cached_model_dir, job_trainer, run_sft_job
 from ecredit_trl.policy.tiny_model import MODEL_SHAPE, build_model, build_tokenizer, chat_template
-from eval.files import write_json
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import load_tasks
 
@@ -241,8 +233,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
                        "demo_s": round(t_demo, 2), **harmful_meta(demos, harmful)}
 
     return cached_model_dir(cache_root(cache_dir) / "policy" / key, make_job,
-                            (lambda job: train_child(job, log)) if isolate
-                            else (lambda job: train_dir(job, log=log)), log=log)
+                            job_trainer(__name__, train_dir, log, isolate), log=log)
 
 
 # ---------------------------------------------------------------------------
@@ -252,62 +243,44 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
 def train_dir(job: str | Path, log=print) -> Path:
     """Train on ``job/demos.jsonl`` with the recipe of ``job/job.json``; save ``job/model``.
 
-    Steps: tokenizer (:func:`~ecredit_trl.policy.tiny_model.build_tokenizer`) on the rendered
-    demonstrations, model (:func:`~ecredit_trl.policy.tiny_model.build_model`), TRL ``SFTTrainer``
-    (fp32 CPU, ``assistant_only_loss=True``, no truncation, no checkpoints).
+    A tokenizer (:func:`~ecredit_trl.policy.tiny_model.build_tokenizer`) on the rendered
+    demonstrations and a model (:func:`~ecredit_trl.policy.tiny_model.build_model`), trained by
+    the shared SFT path (:func:`ecredit_trl.policy.sft.run_sft_job`: fp32 CPU,
+    ``assistant_only_loss=True``, no truncation, no checkpoints).
 
     Returns: ``job/model`` (weights, tokenizer, ``warmstart.json``).
-    Raises: RuntimeError when TRL does not see the tokenizer as tool-calling capable.
+    Raises: RuntimeError when TRL does not see the tokenizer as tool-calling capable or a
+    demonstration is longer than the model's positions.
     """
+    return run_sft_job(job, _prepare, log=log)
+
+
+def _prepare(meta: dict, demos: list[dict]) -> Prepared:
+    """The embedded policy's model, tokenizer and rows (:class:`~ecredit_trl.policy.sft.Prepared`)
+    for :func:`~ecredit_trl.policy.sft.run_sft_job`."""
     import torch
 
-    log = log or (lambda *_: None)
-    job = Path(job)
-    meta = json.loads((job / "job.json").read_text())
     r = meta["recipe"]
-    demos = [json.loads(line) for line in (job / "demos.jsonl").read_text().splitlines() if line]
     t0 = time.monotonic()
     tokenizer, model, lengths = _tokenizer_and_model(demos, r)
     n_params = sum(p.numel() for p in model.parameters())
-    max_len = max(lengths)
-    t_tok = time.monotonic() - t0
-    threads = torch_threads()
-    log(f"warmstart: tokenizer {len(tokenizer)} tokens, model {n_params / 1e6:.2f}M params, "
-        f"demonstrations {min(lengths)}-{max_len} tokens (mean {sum(lengths) / len(lengths):.0f}), "
-        f"{threads} torch thread(s)")
-
-    steps = r["steps"]
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    torch.manual_seed(r["seed"])
-    progress = progress_callback(steps, log)
-    trainer = _sft_trainer(job, demos, r, model, tokenizer, max_len, progress)
-    t1 = time.monotonic()
-    try:
-        result = trainer.train()
-    finally:
-        torch.set_num_threads(prev_threads)
-    t_train = time.monotonic() - t1
-    out = save_model(job, trainer, tokenizer)
-    info = dict(meta, n_params=n_params, vocab=len(tokenizer), max_tokens=max_len,
-                mean_tokens=round(sum(lengths) / len(lengths), 1),
-                train_loss=round(float(result.training_loss), 5),
-                final_loss=progress.loss, tokenizer_s=round(t_tok, 2),
-                train_s=round(t_train, 2), s_per_step=round(t_train / steps, 3), threads=threads,
-                chat_template_ok=chat_template() == tokenizer.chat_template,
-                torch=torch.__version__)
-    write_json(out / "warmstart.json", info)
-    log(f"warmstart: trained {steps} steps in {t_train:.0f} s "
-        f"({t_train / steps:.2f} s/step), final loss {progress.loss}")
-    return out
+    mean = sum(lengths) / len(lengths)
+    return Prepared(
+        model, tokenizer, [{"messages": d["messages"], "tools": d["tools"]} for d in demos],
+        lengths, {"assistant_only_loss": True},
+        describe=f"tokenizer {len(tokenizer)} tokens, model {n_params / 1e6:.2f}M params, "
+                 f"demonstrations {min(lengths)}-{max(lengths)} tokens (mean {mean:.0f})",
+        info={"n_params": n_params, "vocab": len(tokenizer), "max_tokens": max(lengths),
+              "mean_tokens": round(mean, 1), "tokenizer_s": round(time.monotonic() - t0, 2),
+              "chat_template_ok": chat_template() == tokenizer.chat_template,
+              "torch": torch.__version__})
 
 
 def _tokenizer_and_model(demos: list[dict], r: dict):
     """(tokenizer trained on the rendered demonstrations, fresh model, token length of each
     demonstration).
 
-    Raises: RuntimeError when TRL rejects the tokenizer's chat template for tool calling,
-    or a demonstration is longer than the model's positions.
+    Raises: RuntimeError when TRL rejects the tokenizer's chat template for tool calling.
     """
     from trl.chat_template_utils import supports_tool_calling
 
@@ -315,40 +288,15 @@ def _tokenizer_and_model(demos: list[dict], r: dict):
     if not supports_tool_calling(tokenizer):
         raise RuntimeError("tokenizer: TRL's supports_tool_calling() rejects the chat template")
     model = build_model(tokenizer, seed=r["seed"])
-    lengths = [len(tokenizer.apply_chat_template(d["messages"], tools=json.loads(d["tools"]),
-                                                 tokenize=True, return_dict=False))
-               for d in demos]
-    max_len = max(lengths)
-    if max_len > model.config.max_position_embeddings:
-        raise RuntimeError(f"a demonstration has {max_len} tokens, more than the model's "
-                           f"{model.config.max_position_embeddings} positions")
-    return tokenizer, model, lengths
+    return tokenizer, model, demo_lengths(tokenizer, demos)
 
 
-def _sft_trainer(job: Path, demos: list[dict], r: dict, model, tokenizer, max_len: int,
-                 progress):
-    """TRL's SFTTrainer with the recipe ``r``: fp32 CPU, assistant-only loss, no packing, no
-    truncation (``max_len`` + 8), no checkpoints, a loss line every tenth of the steps."""
-    from trl import SFTConfig, SFTTrainer
-
-    from datasets import Dataset
-
-    steps = r["steps"]
-    every = max(1, steps // 10)
-    ds = Dataset.from_list([{"messages": d["messages"], "tools": d["tools"]} for d in demos])
-    args = SFTConfig(
-        output_dir=str(job / "trainer"), max_steps=steps,
-        per_device_train_batch_size=r["batch_size"], gradient_accumulation_steps=1,
-        learning_rate=r["learning_rate"], lr_scheduler_type=r["lr_scheduler_type"],
-        warmup_steps=r["warmup_steps"], weight_decay=r["weight_decay"],
-        max_grad_norm=r["max_grad_norm"], seed=r["seed"], data_seed=r["seed"],
-        use_cpu=True, bf16=False, fp16=False, **no_checkpointing(SFTConfig),
-        report_to="none", save_strategy="no", logging_steps=every, disable_tqdm=True,
-        assistant_only_loss=True, max_length=max_len + 8, packing=False,
-        dataloader_num_workers=0, dataset_num_proc=None,
-    )
-    return SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
-                      callbacks=[progress])
+def demo_lengths(tokenizer, demos: list[dict]) -> list[int]:
+    """Token length of each demonstration (``messages`` + ``tools``) in ``tokenizer``'s chat
+    template."""
+    return [len(tokenizer.apply_chat_template(d["messages"], tools=json.loads(d["tools"]),
+                                              tokenize=True, return_dict=False))
+            for d in demos]
 
 
 def load_policy(path: str | Path):
@@ -380,5 +328,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "default_policy_tasks",
-           "ensure_default_policy", "load_policy",
+           "demo_lengths", "ensure_default_policy", "load_policy",
            "policy_key", "recipe_for", "train_dir"]
