@@ -2,9 +2,12 @@
 builds TRL's ``SFTConfig`` / ``SFTTrainer`` or saves and restores torch's thread count."""
 
 import ast
+import json
 from pathlib import Path
 
 from conftest import REPO_ROOT
+
+from ecredit_trl.policy.sft import read_job
 
 SHARED = Path("ecredit_trl/policy/sft.py")
 SCANNED = ("ecredit_trl", "eval", "sandbox", "benchmarks", "scripts", "docs")
@@ -50,3 +53,14 @@ def test_only_the_shared_sft_path_builds_an_sft_config_or_restores_threads():
     assert bad == {}
     assert offences((REPO_ROOT / SHARED).read_text()) == [
         "SFTConfig", "SFTTrainer", "restores torch threads"]
+
+
+def test_a_job_reads_back_rows_holding_line_separators(tmp_path):
+    """Demonstrations are written with ensure_ascii=False; a row quoting U+2028 / U+0085 (a
+    repository file may hold them) reads back whole, not cut at them."""
+    rows = [{"messages": [{"role": "tool", "content": "a\u2028b\u0085c\u2029d"}]}, {"n": 2}]
+    (tmp_path / "job.json").write_text(json.dumps({"recipe": "x"}))
+    with open(tmp_path / "demos.jsonl", "w", encoding="utf-8") as fh:  # as the writer does
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    assert read_job(tmp_path) == ({"recipe": "x"}, rows)

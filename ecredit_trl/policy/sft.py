@@ -208,8 +208,11 @@ def read_job(job: str | Path) -> tuple[dict, list[dict]]:
     """``(job.json, the rows of demos.jsonl)`` of a job folder written by
     :func:`cached_model_dir`."""
     job = Path(job)
-    meta = json.loads((job / "job.json").read_text())
-    demos = [json.loads(x) for x in (job / "demos.jsonl").read_text().splitlines() if x]
+    meta = json.loads((job / "job.json").read_text(encoding="utf-8"))
+    # rows end at "\n" alone: they are written with ensure_ascii=False, so a demonstration
+    # quoting a file may hold a raw U+2028 or U+0085, where str.splitlines would cut the row
+    text = (job / "demos.jsonl").read_text(encoding="utf-8")
+    demos = [json.loads(x) for x in text.split("\n") if x]
     return meta, demos
 
 
