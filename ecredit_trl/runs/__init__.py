@@ -4,7 +4,6 @@
 * :mod:`.receipts` — start / resume / checkpoint / termination receipts.
 * :mod:`.records` — crash-safe JSON and JSONL (ledger, trajectories) writers.
 * :mod:`.ledger` — the ledger and trajectory rows of one generation round (pure).
-* :mod:`.checkpoint_state` — what a checkpoint holds beyond TRL's state (exact resume).
 * :mod:`.binding` — resume binding: recorded command line, manifest match, superseded rows.
 * :mod:`.session` — one training session's records, from run directory to termination.
 * :mod:`.outcomes` — how a verifier trial's result becomes a utility (or not).
