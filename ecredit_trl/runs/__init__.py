@@ -13,4 +13,7 @@
 * :mod:`.rollout_record` — the rollout record (one trajectory row's source).
 * :mod:`.round_records` — writing one generation round's records (gathered over ranks).
 * :mod:`.sandbox_health` — the collective sandbox health check of a training round.
+* :mod:`.resume` — which checkpoint a run resumes from (sessions and studies alike).
+* :mod:`.portable` — recorded command lines without a machine's absolute paths.
+* :mod:`.timings` — per-round stage timings of the training step.
 """
