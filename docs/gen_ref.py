@@ -29,6 +29,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI_DIRS = ("ecredit_trl", "eval", "sandbox", "benchmarks")
 # train.py's only ArgumentParser is the add_help=False pre-parser of its session arguments;
@@ -69,6 +71,21 @@ def command_of(rel: str) -> str:
         return f"python {rel}"
     mod = rel[:-3].replace("/", ".")
     return "python -m " + mod.removesuffix(".__main__")
+
+
+def console_scripts(root: Path = ROOT) -> dict[str, str]:
+    """Repository-relative CLI source → its command (``eval/run.py`` → ``ecredit-eval``),
+    from ``[project.scripts]`` of ``pyproject.toml``: each entry is ``module:function``;
+    the source is ``module.py`` or ``module/__main__.py`` when the module is a package's
+    ``__main__``. Raises KeyError naming the entry when neither file exists."""
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    out = {}
+    for name, target in scripts.items():
+        rel = target.split(":")[0].replace(".", "/") + ".py"
+        if not (root / rel).is_file():
+            raise KeyError(f"pyproject.toml [project.scripts] {name}: no {rel}")
+        out[rel] = name
+    return out
 
 
 def anchor_of(rel: str) -> str:
@@ -163,10 +180,12 @@ def _help_block(parser: argparse.ArgumentParser) -> str:
 
 def cli_reference(root: Path = ROOT) -> str:
     """Markdown of every CLI's ``--help`` (the body of ``docs/reference/cli.md``)."""
-    parts = []
+    parts, scripts = [], console_scripts(root)
     for rel in cli_sources(root):
         cmd = command_of(rel)
-        parts.append(f"## `{cmd}` {{#{anchor_of(rel)}}}\n\nSource: `{rel}`.\n")
+        script = scripts.get(rel)
+        also = f" Installed as the command `{script}` (the same parser)." if script else ""
+        parts.append(f"## `{cmd}` {{#{anchor_of(rel)}}}\n\nSource: `{rel}`.{also}\n")
         if rel == TRAIN:
             parts.append("Takes every field of the [configuration reference](config.md) as "
                          "`--field value` (or `--field-value`), plus `--config FILE.yaml`; "

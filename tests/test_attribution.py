@@ -363,31 +363,34 @@ def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(h
     """The trainer's counterfactual path (:class:`TrialPipelineMixin`) on real trial results:
     P resolves nothing but keeps P2P (U = 0), P\\b hangs while the control is healthy, so
     U(P\\b) = -1 and D = 1; with a failed control the same hang leaves D unavailable."""
-    from ecredit_trl.credit.pipeline import TrialPipelineMixin
     from ecredit_trl.runs.rollout_record import RolloutRecord
+    from ecredit_trl.runs.timings import RoundClock
+    from ecredit_trl.trainer.round import Round
+    from ecredit_trl.trainer.trials import TrialPipelineMixin
 
     control, results = healthy
 
     class Pipe(TrialPipelineMixin):
         def __init__(self):
             self.tasks, self._control = {_Task.instance_id: _Task}, {}
-            self._batch_trials, self.verified_trial_ids = [], []
+            self.verified_trial_ids = []
 
     def rec():
         return RolloutRecord(task_id=_Task.instance_id, rollout_index=0, format_error=False,
                              num_turns=1, snapshots=[], utility=0.0)
 
-    pipe = Pipe()
-    pipe._take_controls([(_Task.instance_id, control)])
+    pipe, rnd = Pipe(), Round(index=0, clock=RoundClock(start=0.0))
+    pipe._take_controls(rnd, [(_Task.instance_id, control)])
     r = rec()
-    pipe._take_counterfactual(r, results["hang"])
+    pipe._take_counterfactual(rnd, r, results["hang"])
     assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (-1.0, 1.0,
                                                                           "artifact_timeout")
     failed = SimpleNamespace(**{**vars(control), "exit_class": "timeout"})
-    pipe._take_controls([(_Task.instance_id, failed)])  # the task's control failed this round
+    pipe._take_controls(rnd, [(_Task.instance_id, failed)])  # the task's control failed
     r = rec()
-    pipe._take_counterfactual(r, results["hang"])
+    pipe._take_counterfactual(rnd, r, results["hang"])
     assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (None, None, "timeout")
+    assert [kind for kind, _ in rnd.trials] == ["control", "counterfactual"] * 2
 
 
 @pytest.mark.podman

@@ -26,6 +26,7 @@ import gen_ref  # noqa: E402 - docs/ is not a package
 MARKER = "<!-- runnable -->"
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 PROJECT_TOPS = ("ecredit_trl", "eval", "sandbox")
+SCRIPT_SOURCES = {name: rel for rel, name in gen_ref.console_scripts().items()}
 
 
 @dataclasses.dataclass
@@ -86,8 +87,10 @@ def cli_calls(line: str) -> list[tuple[str, list[str]]]:
     """(CLI source file, its arguments) for each project CLI a command line runs.
 
     ``python -m pkg.mod`` → ``pkg/mod.py`` or ``pkg/mod/__main__.py``;
-    ``python benchmarks/x.py``; ``ecredit_trl/train.py`` (after ``accelerate launch ...``).
-    Pipelines and ``&&`` chains are split first. A module outside the project is skipped.
+    ``python benchmarks/x.py``; ``ecredit_trl/train.py`` (after ``accelerate launch ...``);
+    an installed command (``ecredit-eval``, ``.venv/bin/ecredit-eval``) → the source of its
+    ``[project.scripts]`` entry. Pipelines and ``&&`` chains are split first. A module outside
+    the project is skipped.
     """
     out = []
     for part in re.split(r"&&|\|\||;|\|", line):
@@ -96,6 +99,9 @@ def cli_calls(line: str) -> list[tuple[str, list[str]]]:
         except ValueError:
             words = part.split()
         for k, w in enumerate(words):
+            if w.rpartition("/")[2] in SCRIPT_SOURCES:
+                out.append((SCRIPT_SOURCES[w.rpartition("/")[2]], words[k + 1:]))
+                break
             if w == "-m" and k + 1 < len(words) and words[k - 1].endswith("python"):
                 mod = words[k + 1]
                 if mod.split(".")[0] not in PROJECT_TOPS:

@@ -115,17 +115,15 @@ def _spy_rows(monkeypatch) -> dict:
     """Keep the completion ids and pre-masking turn map of the round (TRL's own lists)."""
     from ecredit_trl.trainer import ECreditGRPOTrainer
 
-    real = ECreditGRPOTrainer._generate_and_score_completions
+    real = ECreditGRPOTrainer._credit_round
     seen: dict = {}
 
-    def spy(self, inputs):
-        out = real(self, inputs)
-        seen.update(ids=[list(x) for x in self._loop_completion_ids],
-                    gen_turns=self._round_gen_turns.clone(),
+    def spy(self, rnd, out, t0):
+        seen.update(ids=[list(x) for x in rnd.completion_ids], gen_turns=rnd.gen_turns.clone(),
                     completion_mask=out["completion_mask"].clone())
-        return out
+        return real(self, rnd, out, t0)
 
-    monkeypatch.setattr(ECreditGRPOTrainer, "_generate_and_score_completions", spy)
+    monkeypatch.setattr(ECreditGRPOTrainer, "_credit_round", spy)
     return seen
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from ecredit_trl.credit.pilot import contrast, main, run_pilot
+from ecredit_trl.credit.pilot import main, run_pilot
 from ecredit_trl.credit.pilot_report import (
     EXCLUSIONS,
     _median,
@@ -18,6 +18,7 @@ from ecredit_trl.credit.pilot_report import (
     pilot_table,
     render_markdown,
 )
+from ecredit_trl.credit.planning import contrast
 from ecredit_trl.credit.scripted import KINDS, scripted_for_task, scripted_trajectories
 from ecredit_trl.credit.trajectory import FileWrite, Trajectory, Turn, dump_trajectories
 

@@ -53,7 +53,7 @@ def _run(tmp_path: Path, pipeline: str) -> Path:
 def test_overlapped_pipeline_gives_the_sequential_records(tmp_path, monkeypatch, warm_policy):
     import dataclasses
 
-    from ecredit_trl.credit.pipeline import TrialPipelineMixin
+    from ecredit_trl.trainer.trials import TrialPipelineMixin
 
     real_spec = TrialPipelineMixin._spec
 

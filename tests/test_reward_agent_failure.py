@@ -50,15 +50,15 @@ def test_agent_pids_rollout_is_scored_in_the_group_baseline(tmp_path, monkeypatc
         return real_view(self, path, line)
 
     seen: list[tuple] = []  # (failure class, exclusion, A, |C| summed over tokens)
-    real_record = ECreditGRPOTrainer._record_batch
+    real_record = ECreditGRPOTrainer._record_round
 
-    def record_batch(self, records, turns, generated, A, C, *args, **kw):
-        seen.extend((r.failure_class, r.exclusion, float(A[i]), float(C[i].abs().sum()))
-                    for i, r in enumerate(records))
-        return real_record(self, records, turns, generated, A, C, *args, **kw)
+    def record_round(self, rnd, inj, **kw):
+        seen.extend((r.failure_class, r.exclusion, float(inj.A[i]), float(inj.C[i].abs().sum()))
+                    for i, r in enumerate(rnd.records))
+        return real_record(self, rnd, inj, **kw)
 
     monkeypatch.setattr(SWEAgentEnv, "view", view)
-    monkeypatch.setattr(ECreditGRPOTrainer, "_record_batch", record_batch)
+    monkeypatch.setattr(ECreditGRPOTrainer, "_record_round", record_round)
     runs = tmp_path / "runs"
     rc = main(["--arm", "M", "--max_steps", "1", "--runs_dir", str(runs), "--max_tasks", "2",
                "--save_strategy", "no", "--verifier_retries", "0",

@@ -69,7 +69,7 @@ def test_the_spec_carries_the_limits_and_their_source(bundled_task):
 
 def test_train_config_leaves_limits_to_the_task(tmp_path):
     from ecredit_trl.config import ECreditConfig
-    from ecredit_trl.credit.pipeline import TRAIN_BUNDLED_TIMEOUT_S
+    from ecredit_trl.trainer.trials import TRAIN_BUNDLED_TIMEOUT_S
 
     cfg = ECreditConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False)
     assert (cfg.trial_timeout_s, cfg.trial_memory, cfg.trial_cpus) == (None, None, None)

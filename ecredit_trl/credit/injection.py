@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.coefficients import CreditStats, credit_stats
-from ecredit_trl.credit.pipeline import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import per_token_advantages
 from ecredit_trl.runs.ledger import credit_magnitudes
 

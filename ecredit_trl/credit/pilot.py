@@ -64,6 +64,7 @@ from ecredit_trl.credit.blocks import (
 from ecredit_trl.credit.coefficients import credit_stats
 from ecredit_trl.credit.pilot_report import EXCLUSIONS, pilot_table, render_markdown
 from ecredit_trl.credit.pilot_trials import PilotTrials, pilot_retry
+from ecredit_trl.credit.planning import contrast
 from ecredit_trl.credit.taskbase import s0_source
 from ecredit_trl.credit.trajectory import (
     ReplayError,
@@ -81,7 +82,6 @@ from sandbox.trials.pool import VerifierPool
 
 __all__ = [
     "EXCLUSIONS",
-    "contrast",
     "pilot_table",
     "render_markdown",
     "run_pilot",
@@ -90,20 +90,6 @@ __all__ = [
 
 DEFAULT_CREDIT_LAMBDA = 0.5  # the trainer's defaults (ECreditConfig)
 DEFAULT_CREDIT_CAP = 1.0
-
-
-
-# ----------------------------------------------------------------------------
-# pure helpers
-# ----------------------------------------------------------------------------
-
-
-def contrast(u_p: float | None, u_pb: float | None) -> float | None:
-    """``D = U(P) − U(P\\b)``; None when either utility is None (design page, "Utility and the
-    missing-observation rule")."""
-    if u_p is None or u_pb is None:
-        return None
-    return float(u_p) - float(u_pb)
 
 
 # ----------------------------------------------------------------------------

@@ -7,4 +7,15 @@
 * :mod:`.lora_defaults` — LoRA target modules per architecture, the manifest's LoRA record.
 * :mod:`.run_inputs` — a run's tasks and starting policy (train.py and the study).
 * :mod:`.preflight` — ``--model`` checks before training: location, chat template, LoRA.
+* :mod:`.corpus` — the demonstrations as warm-start text and SFT examples.
+* :mod:`.sft` — the one SFT path the three warm starts share (``run_sft_job``: job folder →
+  model folder; the training child, torch threads, progress, saving).
+* :mod:`.family_warmstart` — the SFT warm start of a tiny model of any family
+  (``ecredit-family-warmstart``).
+* :mod:`.harmful_sites` — where the positive control's harmful edit goes (screened by trials).
+* :mod:`.scaffold_demos` / :mod:`.scaffold_warmstart` — demonstrations and the warm start in
+  another scaffold's format.
+* :mod:`.vllm_checks` — ``use_vllm`` settings checked before a run starts;
+  :mod:`.vllm_deferred` — vLLM imported only when a run generates with it;
+  :mod:`.vllm_sync` — vLLM colocate mode on a CPU host (engine options, weight route).
 """

@@ -2,7 +2,7 @@
 
 Built when the rollout's episode ends (:func:`ecredit_trl.agent.episode_record.build_rollout_record`:
 counts, snapshots, the verifier-blind selection and the ablation, all before any trial),
-filled by the verifier trials (:mod:`ecredit_trl.credit.pipeline`: utilities, outcomes, the
+filled by the verifier trials (:mod:`ecredit_trl.trainer.trials`: utilities, outcomes, the
 contrast) and written as one ``trajectories.jsonl`` row
 (:func:`ecredit_trl.runs.ledger.trajectory_row`). A plain dataclass: it imports nothing of
 the method, so the run records, the credit pipeline and the agent side all use it.

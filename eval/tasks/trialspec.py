@@ -19,7 +19,7 @@ HARNESS_MIN_MEMORY = "8g"
 """The harness caps no container's memory; ours never defaults below 8 GB for such tasks."""
 BUNDLED_TIMEOUT_S = 600.0
 """Bundled tasks' trial timeout in ``eval.run`` / ``eval.controls`` / the pilot (the trainer
-passes its own, :data:`ecredit_trl.credit.pipeline.TRAIN_BUNDLED_TIMEOUT_S`)."""
+passes its own, :data:`ecredit_trl.trainer.trials.TRAIN_BUNDLED_TIMEOUT_S`)."""
 
 
 @dataclass(frozen=True)

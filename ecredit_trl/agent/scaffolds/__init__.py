@@ -1,6 +1,7 @@
 """Scaffolds: the tool surface and prompt a policy is trained and evaluated with (design
 page, "Generation engines and scaffolds"). :func:`get_scaffold` makes one by name;
-:mod:`.base` is the interface.
+:mod:`.base` is the interface, :mod:`.ecredit` the built-in tools' adapter,
+:mod:`.mini_swe_agent` mini-swe-agent's.
 """
 
 from __future__ import annotations

@@ -49,5 +49,10 @@ defaulting to ``~/.cache/ecredit-trl``): ``tasks.jsonl`` (byte-identical across 
 of the same recipe), ``build.json`` (timings, per-candidate outcomes), ``repos/<project>``
 (git repositories holding every task's ``base_commit``). The directory is written under a
 temporary name and renamed when complete. Only the recipe is committed to this project.
+
+Modules, one a pipeline step: :mod:`.recipe` (schema, cache key), :mod:`.sources` (step 1),
+:mod:`.mutations` (step 2), :mod:`.screening` (steps 3 and 4), :mod:`.multi` (pairs),
+:mod:`.scripts` (a task's eval script and problem statement), :mod:`.build` (orchestration,
+cache), :mod:`.imagetasks` (stand-in image-held tasks).
 """
 

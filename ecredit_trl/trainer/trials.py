@@ -31,9 +31,9 @@ with a planned rollout (a task whose every rollout was excluded before any trial
 control one round earlier).
 
 :class:`TrialPipelineMixin` is mixed into the trainer; it uses ``self.pool``,
-``self.tasks``, ``self.ecfg``, ``self.accelerator``, ``self._control``,
-``self._batch_trials``, ``self.verified_trial_ids``, ``self._generation_round`` and
-``self._round_clock`` (a :class:`~ecredit_trl.runs.timings.RoundClock` or None).
+``self.tasks``, ``self.ecfg``, ``self.accelerator``, ``self._control`` and
+``self.verified_trial_ids`` (run-long); a round's trials, records and clock travel in the
+:class:`~ecredit_trl.trainer.round.Round` every method here takes.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import contrast
 from ecredit_trl.runs.outcomes import control_facts, trial_verdict
+from ecredit_trl.trainer.round import Round
 from eval.grading.grader import grade
 from eval.tasks.trialspec import task_trial_spec
 
@@ -93,12 +94,12 @@ class TrialPipelineMixin:
                              [facts] if facts is not None else [])
 
     # -- submission --------------------------------------------------------------------------
-    def _submit_trial(self, spec) -> Future:
-        """Queue one trial on the pool; its service interval (queue wait excluded) goes to
-        the round clock when it resolves."""
+    def _submit_trial(self, rnd: Round, spec) -> Future:
+        """Queue one trial of ``rnd`` on the pool; its service interval (queue wait excluded)
+        goes to the round's clock when it resolves."""
         submitted = time.monotonic()
         fut = self.pool.submit(spec)
-        clock = getattr(self, "_round_clock", None)
+        clock = rnd.clock
         if clock is not None:
             def done(f: Future) -> None:
                 if not f.cancelled() and f.exception() is None:
@@ -106,54 +107,56 @@ class TrialPipelineMixin:
             fut.add_done_callback(done)
         return fut
 
-    def _control_specs(self, task_ids) -> tuple[list[str], list]:
+    def _control_specs(self, rnd: Round, task_ids) -> tuple[list[str], list]:
         missing = sorted(t for t in task_ids if t not in self._control)
         rank = self.accelerator.process_index
-        specs = [self._spec(self.tasks[t], "", f"control-r{rank}-{self._generation_round}-{i}")
+        specs = [self._spec(self.tasks[t], "", f"control-r{rank}-{rnd.index}-{i}")
                  for i, t in enumerate(missing)]
         return missing, specs
 
-    def _take_controls(self, pairs) -> None:
+    def _take_controls(self, rnd: Round, pairs) -> None:
         """Record control results ``(task id, TrialResult)`` in order; an ``ok`` one is kept
         for the attribution rules (a failed one is run again next round, and until then no
         failure of the task's trials is attributed; design page, "Who caused a failure
         decides the reward")."""
         for tid, res in pairs:
-            self._batch_trials.append(("control", res))
+            rnd.trials.append(("control", res))
             self.verified_trial_ids.append(res.trial_id)
             self._control_facts()[tid] = control_facts(res)
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
 
-    def _ensure_controls(self, task_ids: set[str]) -> None:
+    def _ensure_controls(self, rnd: Round, task_ids: set[str]) -> None:
         """Run the empty-patch control once per task and rank (for the attribution rule)."""
-        missing, specs = self._control_specs(task_ids)
-        futures = [self._submit_trial(s) for s in specs]
-        self._take_controls(zip(missing, [f.result() for f in futures], strict=True))
+        missing, specs = self._control_specs(rnd, task_ids)
+        futures = [self._submit_trial(rnd, s) for s in specs]
+        self._take_controls(rnd, zip(missing, [f.result() for f in futures], strict=True))
 
-    def _submit_controls(self, task_ids) -> list[tuple[str, Future]]:
+    def _submit_controls(self, rnd: Round, task_ids) -> list[tuple[str, Future]]:
         """Overlapped pipeline: queue the controls of ``task_ids`` that have none; returns
         ``(task id, future)`` pairs to collect with :meth:`_take_controls`."""
-        missing, specs = self._control_specs(task_ids)
-        return [(t, self._submit_trial(s)) for t, s in zip(missing, specs, strict=True)]
+        missing, specs = self._control_specs(rnd, task_ids)
+        return [(t, self._submit_trial(rnd, s)) for t, s in zip(missing, specs, strict=True)]
 
-    def _submit_rollout_trials(self, rec, plan) -> PendingRollout:
+    def _submit_rollout_trials(self, rnd: Round, rec, plan) -> PendingRollout:
         """Overlapped pipeline: the factual trial of a planned rollout and, arms B/M, its
         counterfactual trial when the plan admits it, submitted now."""
         pending = PendingRollout(rec, plan)
         if plan is None:
             return pending
         task = self.tasks[rec.task_id]
-        pending.factual = self._submit_trial(self._spec(task, plan.final_artifact,
-                                                        f"f-{rec.rollout_index}"))
+        pending.factual = self._submit_trial(rnd, self._spec(task, plan.final_artifact,
+                                                             f"f-{rec.rollout_index}"))
         if self.ecfg.arm in COUNTERFACTUAL_ARMS and rec.exclusion is None:
             pending.counterfactual = self._submit_trial(
-                self._spec(task, plan.ablated_artifact or "", f"cf-{rec.rollout_index}"))
+                rnd, self._spec(task, plan.ablated_artifact or "", f"cf-{rec.rollout_index}"))
         return pending
 
     # -- results into records ------------------------------------------------------------------
-    def _take_factual(self, rec, res) -> None:
-        self._batch_trials.append(("factual", res))
+    def _take_factual(self, rnd: Round, rec, res) -> None:
+        """Factual result ``res`` into ``rec``: utility, resolved, outcome, reward (or
+        ``no_original_utility``)."""
+        rnd.trials.append(("factual", res))
         self.verified_trial_ids.append(res.trial_id)
         rec.factual = res.to_json()
         v = self._verdict_of(self.tasks[rec.task_id], res)
@@ -168,47 +171,49 @@ class TrialPipelineMixin:
         if rec.exclusion is None and rec.utility is None:
             rec.exclusion = "no_original_utility"
 
-    def _take_counterfactual(self, rec, res) -> None:
+    def _take_counterfactual(self, rnd: Round, rec, res) -> None:
+        """Counterfactual result ``res`` into ``rec``: U(P\\b) and the contrast D, used
+        only when ``rec`` is still admitted (its factual utility exists)."""
         self.verified_trial_ids.append(res.trial_id)
         if rec.exclusion is not None:  # the factual utility is unavailable: not used
-            self._batch_trials.append(("counterfactual_discarded", res))
+            rnd.trials.append(("counterfactual_discarded", res))
             return
-        self._batch_trials.append(("counterfactual", res))
+        rnd.trials.append(("counterfactual", res))
         rec.counterfactual = res.to_json()
         v = self._verdict_of(self.tasks[rec.task_id], res)
         rec.utility_ablated, rec.counterfactual_outcome = v.utility, v.outcome
         rec.contrast = contrast(rec.utility, rec.utility_ablated)
 
-    def _verify(self, records: list, plans: list) -> None:
+    def _verify(self, rnd: Round, records: list, plans: list) -> None:
         """Sequential pipeline: factual trials for every planned rollout, then (arms B/M)
         one counterfactual trial per admitted rollout; fills the records in place."""
         planned = [i for i, p in enumerate(plans) if p is not None]
-        self._ensure_controls({records[i].task_id for i in planned})
-        futures = [self._submit_trial(self._spec(self.tasks[records[i].task_id],
+        self._ensure_controls(rnd, {records[i].task_id for i in planned})
+        futures = [self._submit_trial(rnd, self._spec(self.tasks[records[i].task_id],
                                                  plans[i].final_artifact,
                                                  f"f-{records[i].rollout_index}"))
                    for i in planned]
         for i, fut in zip(planned, futures, strict=True):
-            self._take_factual(records[i], fut.result())
+            self._take_factual(rnd, records[i], fut.result())
         if self.ecfg.arm in COUNTERFACTUAL_ARMS:
             cf_idx = [i for i in planned if records[i].exclusion is None]
-            futures = [self._submit_trial(self._spec(self.tasks[records[i].task_id],
+            futures = [self._submit_trial(rnd, self._spec(self.tasks[records[i].task_id],
                                                      plans[i].ablated_artifact or "",
                                                      f"cf-{records[i].rollout_index}"))
                        for i in cf_idx]
             for i, fut in zip(cf_idx, futures, strict=True):
-                self._take_counterfactual(records[i], fut.result())
+                self._take_counterfactual(rnd, records[i], fut.result())
 
-    def _collect(self, controls: list[tuple[str, Future]], pending: list[PendingRollout]) -> None:
+    def _collect(self, rnd: Round, pending: list[PendingRollout]) -> None:
         """Overlapped pipeline: wait for the round's controls and every rollout's trials and
         fill the records in the sequential order (controls, factual, counterfactual)."""
-        self._take_controls((tid, fut.result()) for tid, fut in controls)
+        self._take_controls(rnd, ((tid, fut.result()) for tid, fut in rnd.controls))
         for p in pending:
             if p.factual is not None:
-                self._take_factual(p.record, p.factual.result())
+                self._take_factual(rnd, p.record, p.factual.result())
         for p in pending:
             if p.counterfactual is not None:
-                self._take_counterfactual(p.record, p.counterfactual.result())
+                self._take_counterfactual(rnd, p.record, p.counterfactual.result())
 
 
 __all__ = ["PIPELINES", "PendingRollout", "TrialPipelineMixin"]

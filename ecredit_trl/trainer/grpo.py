@@ -1,7 +1,9 @@
 """ECreditGRPOTrainer: TRL's GRPOTrainer with verifier rewards and counterfactual credit.
 
 This module holds the trainer class and its hooks into TRL, each of which delegates (design
-page, "Data flow of one training step"). Per generation batch:
+page, "Data flow of one training step"). Per generation batch, one
+:class:`~ecredit_trl.trainer.round.Round` carries the round's state from generation to the
+loss:
 
 1. TRL runs the multi-turn tool loop with :class:`~ecredit_trl.agent.env.SWEAgentEnv`
    (``environment_factory``); every tool call is snapshotted and tagged with the assistant
@@ -13,17 +15,18 @@ page, "Data flow of one training step"). Per generation batch:
    (:func:`~ecredit_trl.agent.episode_record.build_rollout_record`, record type
    :class:`~ecredit_trl.runs.rollout_record.RolloutRecord`); its factual trial plus (arms
    B/M) at most one counterfactual trial run through the
-   :class:`~sandbox.trials.pool.VerifierPool` (when: :mod:`ecredit_trl.credit.dispatch`;
-   the trial rules and verdicts: :mod:`ecredit_trl.credit.pipeline`). The reward function
+   :class:`~sandbox.trials.pool.VerifierPool` (when: :mod:`ecredit_trl.trainer.dispatch`;
+   the trial rules and verdicts: :mod:`ecredit_trl.trainer.trials`), which fill the
+   round's records (utility, reward, contrast D). The reward function
    :meth:`ECreditGRPOTrainer.verifier_reward` returns the terminal rewards; an unavailable
    utility gives ``None`` (TRL turns that advantage into 0) and is counted.
-3. :meth:`ECreditGRPOTrainer._generate_and_score_completions` calls TRL's, then replaces
-   the (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask``
-   (:func:`~ecredit_trl.credit.injection.inject_credit`) and writes the round's records
+3. :meth:`ECreditGRPOTrainer._generate_and_score_completions` calls TRL's, then
+   (:meth:`ECreditGRPOTrainer._credit_round`) replaces the (B,) advantages by ``(A[:, None] + C) * completion_mask * tool_mask``
+   (:func:`~ecredit_trl.credit.injection.inject_credit` of the round's records) and writes the round's records
    (:func:`~ecredit_trl.runs.round_records.write_round`; stage timings:
    :mod:`ecredit_trl.runs.timings`).
 
-Exact resume (design page, "Run records"): :class:`~ecredit_trl.runs.checkpoint_state.ExactResumeMixin`.
+Exact resume (design page, "Run records"): :class:`~ecredit_trl.trainer.checkpoint_state.ExactResumeMixin`.
 The sandbox service is checked before every generation round and after a round with infra
 errors (:mod:`ecredit_trl.runs.sandbox_health`); when it stays unreachable, every rank
 raises :class:`~ecredit_trl.runs.faults.SandboxUnavailable` before anything of the round is
@@ -37,6 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import torch
 from trl import GRPOTrainer
 
 from ecredit_trl.agent.env import AgentContext, env_factory, release, release_sandbox
@@ -45,20 +49,14 @@ from ecredit_trl.agent.scaffolds import get_scaffold
 from ecredit_trl.agent.toolpool import ToolPrefetcher, prefetch_resets, timed_tool_dicts
 from ecredit_trl.agent.vllm_server import server_generation
 from ecredit_trl.config import ECreditConfig
-from ecredit_trl.credit.dispatch import RoundDispatchMixin
-from ecredit_trl.credit.injection import inject_credit, rollout_credit
+from ecredit_trl.credit.injection import CreditInjection, inject_credit, rollout_credit
 from ecredit_trl.credit.planning import (
     is_truncated,
     policy_token_turns,
 )
 from ecredit_trl.policy.vllm_deferred import load_trl_vllm_names
 from ecredit_trl.policy.vllm_sync import colocate_engine, install_weight_route
-from ecredit_trl.runs.checkpoint_state import (
-    ExactResumeMixin,
-    TrainerHooks,
-)
 from ecredit_trl.runs.outcomes import trial_retry
-from ecredit_trl.runs.rollout_record import RolloutRecord
 from ecredit_trl.runs.round_records import write_round
 from ecredit_trl.runs.sandbox_health import (
     any_rank,
@@ -67,6 +65,9 @@ from ecredit_trl.runs.sandbox_health import (
     round_had_infra_errors,
 )
 from ecredit_trl.runs.timings import RoundClock, stage_timings
+from ecredit_trl.trainer.checkpoint_state import ExactResumeMixin, TrainerHooks
+from ecredit_trl.trainer.dispatch import RoundDispatchMixin
+from ecredit_trl.trainer.round import Round
 from sandbox.trials.pool import VerifierPool
 
 
@@ -100,9 +101,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self.pool = VerifierPool(runtime, max_concurrency=args.verifier_concurrency,
                                  retry=trial_retry(args.verifier_retries))
         self._control = {}  # task id -> (GradeReport, log) of the empty-patch control
-        self._batch_records: list[RolloutRecord] = []
-        self._batch_trials: list = []
-        self._generation_round = 0
+        self._generation_round = 0  # completed generation rounds (checkpointed)
         self.ledger_rows: list[dict] = []
         self.ledger_rows_total = 0  # rows in ledger.jsonl (all sessions of the run)
         self.trajectory_rows_total = 0  # rows in trajectories.jsonl (all sessions)
@@ -114,14 +113,9 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         self._snapshot: dict | None = None
         self._emergency = False
         self._checkpoint_reason: str | None = None
-        self._round_infra = False
-        self._round_clock: RoundClock | None = None  # stage intervals of the running round
-        self._prefetcher: ToolPrefetcher | None = None  # set while TRL's tool loop runs
-        self._round_controls: list = []  # overlapped: (task id, future) of the round's controls
-        self._round_pending: dict | None = None  # overlapped: row -> future of PendingRollout
-        self._loop_completions: list | None = None
-        self._loop_completion_ids: list | None = None  # TRL's per-row ids (final at episode end)
-        self._round_gen_turns = None  # (B, T) turn of each generated token, before masking
+        # the round in progress, for TRL's hooks (they take TRL's arguments only); None
+        # between rounds. Code below the hooks takes the round as an argument.
+        self.current_round: Round | None = None
         self._tool_executor = (ThreadPoolExecutor(max_workers=args.agent_concurrency,
                                                   thread_name_prefix="agent-tools")
                                if args.pipeline == "overlapped" else None)
@@ -141,20 +135,23 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
     def _generate(self, prompts):
         """TRL's, noting the turn of every token the policy generated before any masking
         (``mask_truncated_completions`` zeroes truncated rows later; they still cost)."""
+        rnd = self.current_round
         self.agent_ctx.turn = 0
         out = super()._generate(prompts)
-        self._loop_completion_ids = out[1]
-        self._round_gen_turns = policy_token_turns([len(x) for x in out[1]], out[2])
+        if rnd is not None:
+            rnd.completion_ids = out[1]
+            rnd.gen_turns = policy_token_turns([len(x) for x in out[1]], out[2])
         return out
 
     def _generate_single_turn(self, *args, **kwargs):
+        rnd = self.current_round
         self.agent_ctx.turn += 1
-        if self._prefetcher is not None:
-            self._prefetcher.generation_started()
+        if rnd is not None and rnd.prefetcher is not None:
+            rnd.prefetcher.generation_started()
         t0 = time.monotonic()
         out = super()._generate_single_turn(*args, **kwargs)
-        if self._round_clock is not None:
-            self._round_clock.add("generation", t0, time.monotonic())
+        if rnd is not None:
+            rnd.clock.add("generation", t0, time.monotonic())
         return out
 
     # -- tool loop -----------------------------------------------------------------
@@ -164,9 +161,10 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         in the overlapped pipeline every rollout leaving the loop has its trials
         submitted at once (:meth:`_episode_ended`)."""
         real = self._sync_tool_dicts
-        self._loop_completion_ids = completion_ids  # TRL updates it in place per row
-        clock = self._round_clock
-        record = (lambda a, b: clock.add("tools", a, b)) if clock is not None else (
+        rnd = self.current_round
+        if rnd is not None:
+            rnd.completion_ids = completion_ids  # TRL updates it in place per row
+        record = (lambda a, b: rnd.clock.add("tools", a, b)) if rnd is not None else (
             lambda a, b: None)
         if self._tool_executor is None or any(self._async_tool_dicts):
             self._sync_tool_dicts = timed_tool_dicts(real, record)
@@ -175,25 +173,25 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
                                                completions, *args)
             finally:
                 self._sync_tool_dicts = real
-        self._loop_completions = completions
+        rnd.completions = completions
         pf = ToolPrefetcher(completions, real, self._tool_executor,
-                            on_episode_end=self._episode_ended)
-        self._prefetcher, self._sync_tool_dicts = pf, pf.dicts
+                            on_episode_end=lambda i: self._episode_ended(rnd, i))
+        rnd.prefetcher, self._sync_tool_dicts = pf, pf.dicts
         try:
             out = super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions,
                                           *args)
             pf.finish()
         finally:
-            self._prefetcher, self._sync_tool_dicts = None, real
+            rnd.prefetcher, self._sync_tool_dicts = None, real
             for a, b in pf.times.jobs:
                 record(a, b)
         return out
 
-    def _start_overlapped_round(self, inputs) -> None:
+    def _start_overlapped_round(self, rnd: Round, inputs) -> None:
         """Overlapped pipeline, start of a round: queue the empty-patch controls of the
         batch's tasks, then reset the environments TRL will hand out (its pool, in
         order) concurrently on the agent pool (:func:`~ecredit_trl.agent.toolpool.prefetch_resets`)."""
-        self._queue_controls({x["instance_id"] for x in inputs})
+        self._queue_controls(rnd, {x["instance_id"] for x in inputs})
         if self._multi_environment:
             return
         pool = self._environment_pool[None]
@@ -201,7 +199,7 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
             pool.append(self.environment_factories[None]())
         prefetch_resets(pool[:len(inputs)], list(inputs), self._tool_executor)
 
-    # -- an ended episode (the agent side of credit.dispatch) -------------------------
+    # -- an ended episode (the agent side of trainer.dispatch) ------------------------
     def _release_container(self, env) -> None:
         release_sandbox(env)
 
@@ -220,60 +218,70 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
 
     def verifier_reward(self, prompts, completions, environments=None, **kwargs) -> list[float | None]:
         """TRL reward function: verify every rollout of this process (factual + counterfactual:
-        :meth:`~ecredit_trl.credit.dispatch.RoundDispatchMixin._round_records`).
+        :meth:`~ecredit_trl.trainer.dispatch.RoundDispatchMixin._verify_round` of the
+        round in progress, which keeps the records for the credit injection).
 
         Returns one terminal reward per rollout: 1.0/0.0 resolved (or the utility, with
         ``terminal_reward="utility"``), None when unavailable or the rollout was excluded
         before any trial.
         """
-        records = self._round_records(environments, completions,
-                                      kwargs.get("completion_ids") or self._loop_completion_ids)
-        self._round_infra = round_had_infra_errors(self._batch_trials, records)
+        rnd = self.current_round
+        records = self._verify_round(rnd, environments, completions,
+                                      kwargs.get("completion_ids") or rnd.completion_ids)
+        rnd.infra = round_had_infra_errors(rnd.trials, records)
         return [r.reward for r in records]
 
     # -- credit injection ------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
+        """TRL's, inside one :class:`~ecredit_trl.trainer.round.Round`: generation, the
+        tool loop and the reward function fill it; then the round's contrasts become the
+        per-token advantages (:meth:`_credit_round`)."""
         t0 = time.monotonic()
-        round_no = self._generation_round + 1
-        self._require_sandbox(f"before generation round {round_no}", check=True)
-        self._round_infra = False
-        self._round_clock = RoundClock(start=t0)
-        self._round_pending = None
-        if self._tool_executor is not None:
-            self._start_overlapped_round(inputs)
-        out = super()._generate_and_score_completions(inputs)
+        rnd = Round(index=self._generation_round, clock=RoundClock(start=t0))
+        self._require_sandbox(f"before generation round {rnd.number}", check=True)
+        self.current_round = rnd
+        try:
+            if self._tool_executor is not None:
+                self._start_overlapped_round(rnd, inputs)
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self.current_round = None
         # trials that failed for infra reasons: is the service itself gone? (collective)
-        self._require_sandbox(f"after the verifier trials of generation round {round_no}",
-                              check=self._round_infra)
-        cfg = self.ecfg
-        records = self._batch_records
-        inj = inject_credit(cfg.arm, advantages=out["advantages"],
-                            completion_mask=out["completion_mask"],
-                            tool_mask=out.get("tool_mask"), records=records,
-                            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
-        out["advantages"] = inj.per_token
-        end = time.monotonic()
-        timings = stage_timings(self._round_clock, end)
-        self._round_clock = None
-        self._record_batch(records, inj.turns, self._round_gen_turns, inj.A, inj.C, end - t0,
-                           timings, loss_mask=inj.loss_mask)
+        self._require_sandbox(f"after the verifier trials of generation round {rnd.number}",
+                              check=rnd.infra)
+        out["advantages"] = self._credit_round(rnd, out, t0)
         self._generation_round += 1
         return out
 
+    def _credit_round(self, rnd: Round, out: dict, t0: float) -> torch.Tensor:
+        """The round's per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask``
+        (B, T) from TRL's (B,) ``out["advantages"]`` and the contrasts in ``rnd.records``
+        (:func:`~ecredit_trl.credit.injection.inject_credit`); writes the round's records.
+        ``t0``: the round's start (``time.monotonic()``)."""
+        cfg = self.ecfg
+        inj = inject_credit(cfg.arm, advantages=out["advantages"],
+                            completion_mask=out["completion_mask"],
+                            tool_mask=out.get("tool_mask"), records=rnd.records,
+                            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
+        end = time.monotonic()
+        self._record_round(rnd, inj, wall_s=end - t0, timings=stage_timings(rnd.clock, end))
+        return inj.per_token
+
     # -- records -------------------------------------------------------------------
-    def _record_batch(self, records, turns, generated, A, C, wall_s: float,
-                      timings: dict | None = None, *, loss_mask) -> None:
+    def _record_round(self, rnd: Round, inj: CreditInjection, *, wall_s: float,
+                      timings: dict | None = None) -> None:
         """Write one round's records (:func:`~ecredit_trl.runs.round_records.write_round`)
         and log the ``ecredit/*`` metrics.
 
-        ``turns``: (B, T) credit turn map (-1 after submit); ``generated``: (B, T') turn of
-        each policy token before any masking; ``A``: (B,) float32; ``C``: (B, T);
-        ``loss_mask``: (B, T) TRL's (:func:`~ecredit_trl.credit.injection.rollout_credit`)."""
+        ``inj``: the round's injection (``turns`` (B, T) credit turn map, -1 after submit;
+        ``A`` (B,) float32; ``C`` (B, T); ``loss_mask`` (B, T) TRL's); ``rnd.gen_turns``:
+        (B, T') turn of each policy token before any masking
+        (:func:`~ecredit_trl.credit.injection.rollout_credit`)."""
         cfg = self.ecfg
-        credit = rollout_credit(cfg.arm, records, turns=turns, generated=generated, A=A, C=C,
-                                loss_mask=loss_mask, credit_lambda=cfg.credit_lambda,
-                                credit_cap=cfg.credit_cap)
-        rows = write_round(records, credit, self._batch_trials, accelerator=self.accelerator,
+        credit = rollout_credit(cfg.arm, rnd.records, turns=inj.turns, generated=rnd.gen_turns,
+                                A=inj.A, C=inj.C, loss_mask=inj.loss_mask,
+                                credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
+        rows = write_round(rnd.records, credit, rnd.trials, accelerator=self.accelerator,
                            run_dir=self.run_dir, arm=cfg.arm, step=self.state.global_step + 1,
                            wall_s=wall_s, timings=timings, scaffold=self.scaffold.name)
         mode = "train" if self.model.training else "eval"

@@ -7,7 +7,7 @@
 * :class:`EpochSeededRepeatSampler` — a data order that depends only on (seed, epoch).
 * :class:`TrainerHooks` — the step-end snapshot and the collective stop check.
 
-Mixed into :class:`~ecredit_trl.trainer.ECreditGRPOTrainer` (before ``GRPOTrainer``);
+Mixed into :class:`~ecredit_trl.trainer.grpo.ECreditGRPOTrainer` (before ``GRPOTrainer``);
 the mixin reads the trainer's attributes set in its ``__init__``.
 """
 
@@ -52,7 +52,7 @@ class EpochSeededRepeatSampler(RepeatSampler):
 
 
 class TrainerHooks(TrainerCallback):
-    """Step-end hook of :class:`~ecredit_trl.trainer.ECreditGRPOTrainer`: snapshot for exact emergency checkpoints,
+    """Step-end hook of :class:`~ecredit_trl.trainer.grpo.ECreditGRPOTrainer`: snapshot for exact emergency checkpoints,
     and the collective stop check of a signal-requested stop."""
 
     def __init__(self, trainer) -> None:
@@ -70,7 +70,7 @@ class TrainerHooks(TrainerCallback):
 
 
 class ExactResumeMixin:
-    """Checkpoint state of :class:`~ecredit_trl.trainer.ECreditGRPOTrainer` (see the module
+    """Checkpoint state of :class:`~ecredit_trl.trainer.grpo.ECreditGRPOTrainer` (see the module
     docstring); every method overrides or extends ``GRPOTrainer``'s through ``super()``."""
 
     def _get_train_sampler(self, dataset=None):

@@ -1,0 +1,101 @@
+"""The contrast D of one real GRPO step, from the counterfactual trial to the ``advantages``
+tensor, followed through the round object (:class:`ecredit_trl.trainer.round.Round`).
+
+`ecredit_trl.train.main` on one bundled task (Podman, real verifier trials, real TRL step)
+with the tiny random policy, arm B. The policy writes no edits, so each rollout's plan is
+given its artifacts when it is planned (as ``tests/test_attribution_step.py`` does): the
+factual artifact is the task's gold patch (even rollouts) or nothing (odd ones), the ablated
+artifact is empty, and turn 1 is the selected turn. Nothing else is patched: the trials, the
+verdicts, the records, the injection and TRL's loss run as in training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+LAMBDA, CAP = 0.5, 1.0
+
+
+def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
+        tmp_path, monkeypatch, tiny_policy):
+    import torch
+
+    import ecredit_trl.agent.episode_record as record_mod
+    from ecredit_trl.train import main
+    from ecredit_trl.trainer import ECreditGRPOTrainer
+    from eval.tasks.splits import load_tasks
+
+    tasks = {t.instance_id: t for t in load_tasks("bundled:train", purpose="train")}
+    real_plan = record_mod.plan_query
+
+    def plan_query(repo, snapshots, **kw):
+        plan = real_plan(repo, snapshots, **kw)
+        gold = kw["rollout_index"] % 2 == 0
+        return dataclasses.replace(
+            plan, selection=dataclasses.replace(plan.selection, selected_turn=1),
+            final_artifact=tasks[kw["task_id"]].patch if gold else "", ablated_artifact="",
+            exclusion=None)
+
+    seen: dict = {}
+    real_credit, real_record = ECreditGRPOTrainer._credit_round, ECreditGRPOTrainer._record_round
+
+    def credit_round(self, rnd, out, t0):
+        seen["A_trl"] = out["advantages"].clone()
+        per_token = real_credit(self, rnd, out, t0)
+        seen.update(rnd=rnd, per_token=per_token.clone(), current=self.current_round)
+        return per_token
+
+    def record_round(self, rnd, inj, **kw):
+        seen.update(turns=inj.turns.clone(), loss_mask=inj.loss_mask.clone())
+        return real_record(self, rnd, inj, **kw)
+
+    monkeypatch.setattr(record_mod, "plan_query", plan_query)
+    monkeypatch.setattr(ECreditGRPOTrainer, "_credit_round", credit_round)
+    monkeypatch.setattr(ECreditGRPOTrainer, "_record_round", record_round)
+    rc = main(["--arm", "B", "--model", str(tiny_policy), "--max_steps", "1",
+               "--runs_dir", str(tmp_path / "runs"), "--max_tasks", "1",
+               "--save_strategy", "no",
+               "--mask_truncated_completions", "false",
+               "--credit_lambda", str(LAMBDA), "--credit_cap", str(CAP)])
+    assert rc == 0
+    rnd = seen["rnd"]
+    assert seen["current"] is None  # the round is an argument, not left on the trainer
+    assert rnd.index == 0 and rnd.pending is None and rnd.records
+    # 1. the counterfactual trial of each row is in the round, and its record holds the
+    #    contrast D = U(P) - U(P\b) of that trial's verdict
+    trials = {res.trial_id: (kind, res) for kind, res in rnd.trials}
+    for rec in rnd.records:
+        kind, res = trials[f"cf-{rec.rollout_index}"]  # every row was admitted: one cf trial
+        if rec.exclusion is not None:  # its factual utility was unavailable (infra): unused
+            assert kind == "counterfactual_discarded" and rec.contrast is None
+            continue
+        assert kind == "counterfactual" and rec.counterfactual["trial_id"] == res.trial_id
+        if rec.utility_ablated is None:  # the counterfactual trial gave no utility
+            assert rec.contrast is None
+            continue
+        assert rec.contrast == rec.utility - rec.utility_ablated
+        if rec.rollout_index % 2 == 0:
+            assert rec.resolved is True and rec.utility == 1.0  # the gold patch
+    assert any(rec.contrast is not None and rec.contrast > 0 for rec in rnd.records)
+    # 2. the advantages TRL's loss gets: (A + C) on the loss tokens, with arm B's
+    #    C = s·λ·D on every credited token (design page, "Credit arms")
+    A, per_token, turns, mask = seen["A_trl"], seen["per_token"], seen["turns"], seen["loss_mask"]
+    assert per_token.shape == mask.shape and A.shape == (len(rnd.records),)
+    credited = 0
+    for i, rec in enumerate(rnd.records):
+        gen = turns[i] >= 0
+        L, m = int(gen.sum()), int((turns[i] == 1).sum())
+        d = rec.contrast
+        if m == 0 or d is None:  # no token in the selected turn, or no D: no credit
+            c = torch.zeros_like(per_token[i])
+        else:
+            s = 1.0 if LAMBDA * d == 0 else min(1.0, CAP / (LAMBDA * abs(d) * L / m))
+            c = torch.where(gen, torch.tensor(s * LAMBDA * d), torch.tensor(0.0))
+        want = (A[i].float() + c) * mask[i].float()
+        assert torch.allclose(per_token[i], want, atol=1e-6), (i, d, L, m)
+        credited += int((c != 0).sum())
+    assert credited > 0  # D changed some token's advantage
