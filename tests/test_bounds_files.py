@@ -25,7 +25,8 @@ from ecredit_trl.credit.trajectory import FileWrite, dump_trajectories
 from eval.files import read_jsonl
 from eval.grade import main as grade_main
 from eval.tasks.schema import save_tasks
-from sandbox.bounds import PREFIX_BYTES, ArgumentParser, InFile
+from sandbox.bounds import ArgumentParser, InFile
+from sandbox.file_formats import PREFIX_BYTES
 
 MULTIBYTE = ("é", "€", "😀")  # 2, 3 and 4 bytes in UTF-8
 

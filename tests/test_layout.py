@@ -158,9 +158,10 @@ def test_no_import_cycles_between_subpackages():
 
 #: sandbox/ bottom to top; a module imports only from its own subpackage or a lower rank
 #: (images is used by runtimes' level and up and uses podman_runtime: the same rank;
-#: doctor, the host's facts and a node's gate, is used by cluster; bounds imports nothing).
-SANDBOX_RANKS = {"sandbox.bounds": 0, "sandbox.snapshots": 0, "sandbox.trials": 1,
-                 "sandbox.runtimes": 2, "sandbox.images": 2, "sandbox.workspace": 3,
+#: doctor, the host's facts and a node's gate, is used by cluster; bounds imports only
+#: file_formats, which imports nothing).
+SANDBOX_RANKS = {"sandbox.bounds": 0, "sandbox.file_formats": 0, "sandbox.snapshots": 0,
+                 "sandbox.trials": 1, "sandbox.runtimes": 2, "sandbox.images": 2, "sandbox.workspace": 3,
                  "sandbox.doctor": 3, "sandbox.cluster": 4, "sandbox.backend": 5,
                  "sandbox.__main__": 6}
 #: eval/: the files helpers; tasks, grading, integrity, statistics, metrics; the evaluation
