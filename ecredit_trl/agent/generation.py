@@ -91,6 +91,9 @@ class Policy:
         eos_token_ids: token ids that end an assistant turn.
         max_model_len: the model's context (``max_position_embeddings``), tokens.
         ref: the :class:`eval.evaluation.modelref.ModelRef` it came from.
+        cache_implementation: ``None`` (transformers' dynamic KV cache, the default) or
+            ``"static"``: a preallocated cache, which ``generate`` compiles on CUDA
+            (``benchmarks/generation_speed.py`` measures both).
     """
 
     def __init__(self, model, tokenizer, ref) -> None:
@@ -121,6 +124,7 @@ class Policy:
             self.eos_token_ids.append(tokenizer.eos_token_id)
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.device = next(model.parameters()).device
+        self.cache_implementation: str | None = None
 
     def use_scaffold(self, scaffold) -> None:
         """Roll out with ``scaffold`` (:mod:`ecredit_trl.agent.scaffolds`): its tool schemas
@@ -182,12 +186,20 @@ class Policy:
             max_new_tokens=max_new_tokens, do_sample=not settings.greedy,
             pad_token_id=self.pad_token_id, bos_token_id=self.tokenizer.bos_token_id,
             eos_token_id=self.eos_token_ids, repetition_penalty=settings.repetition_penalty,
-            disable_compile=True, **sampling)
+            **self._cache_options(), **sampling)
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       generation_config=gc)
         return self._until_eos(out[0, len(input_ids):].tolist())
+
+    def _cache_options(self) -> dict:
+        """``GenerationConfig`` cache keys: compiled only with a static cache on CUDA (eager
+        otherwise: compiling a dynamic cache recompiles as it grows, and on CPU costs more
+        than it saves)."""
+        static = self.cache_implementation == "static"
+        return {"cache_implementation": self.cache_implementation,
+                "disable_compile": not (static and self.device.type == "cuda")}
 
     @property
     def pad_token_id(self) -> int:
@@ -250,7 +262,7 @@ class Policy:
         gc = GenerationConfig(
             max_new_tokens=max(limits), do_sample=False, pad_token_id=self.pad_token_id,
             bos_token_id=self.tokenizer.bos_token_id, eos_token_id=self.eos_token_ids,
-            repetition_penalty=settings.repetition_penalty, disable_compile=True)
+            repetition_penalty=settings.repetition_penalty, **self._cache_options())
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, generation_config=gc,
