@@ -15,7 +15,8 @@ drawn (an id outside the vocabulary stands for it, so every row decodes every st
   (``cache_implementation="static"``) - compiled by ``generate`` on CUDA, eager on CPU.
 
 Figures per (engine, batch): **ms per decode step** = (wall of an ``N``-token call - wall of a
-1-token call) / (N - 1), so the prompt's prefill is left out; **tokens/s** = B * N / wall of the
+1-token call) / (N - 1), so the prompt's prefill is left out, in wall and in this process's
+CPU seconds (the steadier one on a shared CPU machine); **tokens/s** = B * N / wall of the
 ``N``-token call. ``--repeats`` rounds interleave the engines (a shared machine's load hits them
 alike); the medians are printed, the sampler's ratio to ``plain`` beside them. On CUDA the
 **weight-read floor** is printed too: the parameters' bytes / the memory bandwidth
@@ -122,12 +123,14 @@ class Bench:
         policy.eos_token_ids = [vocab]  # outside the vocabulary: never drawn
         self.settings = GenerationSettings(temperature=1.0, top_p=1.0, top_k=0)
 
-    def call(self, engine: str, contexts: list[list[int]], new: int, seed: int) -> float:
-        """Wall seconds of one ``engine`` call generating ``new`` ids per context."""
+    def call(self, engine: str, contexts: list[list[int]], new: int,
+             seed: int) -> tuple[float, float]:
+        """(wall, process CPU) seconds of one ``engine`` call generating ``new`` ids per
+        context."""
         torch = self.torch
         p = self.policy
         static = engine.endswith("-static")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if engine.startswith("sampler"):
             p.cache_implementation = "static" if static else None
             out = p.generate_batch(contexts, [new] * len(contexts), self.settings,
@@ -146,10 +149,10 @@ class Bench:
                 o = p.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                      generation_config=gc)
             got = [len(r) for r in o[:, ids.shape[1]:].tolist()]  # the ids reach the host
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if got != [new] * len(contexts):
             raise RuntimeError(f"{engine}: expected {new} ids per row, got {got}")
-        return dt
+        return dt, dc
 
 
 def prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -162,9 +165,12 @@ def prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
 
 def measure(bench: Bench, engines: list[str], batches: list[int], new: int, prompt: int,
             repeats: int) -> list[dict]:
-    """Median rows ``{engine, batch, ms_per_step, tokens_per_s}`` over ``repeats`` interleaved
-    rounds (one warm-up call of each engine and batch first, both lengths)."""
-    samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    """Median rows ``{engine, batch, ms_per_step, cpu_ms_per_step, tokens_per_s}`` over
+    ``repeats`` interleaved rounds (one warm-up call of each engine and batch first, both
+    lengths). ``cpu_ms_per_step``: the same difference in this process's CPU seconds, the
+    steadier figure on a shared machine (with one torch thread it is the work done, not the
+    wait for a core); on CUDA it includes the host's wait for the device."""
+    samples: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for b in batches:
         ctx = prompts(b, prompt, bench.vocab, b)
         for e in engines:
@@ -174,37 +180,46 @@ def measure(bench: Bench, engines: list[str], batches: list[int], new: int, prom
         for b in batches:
             ctx = prompts(b, prompt, bench.vocab, b)
             for e in engines:
-                t1 = bench.call(e, ctx, 1, r)
-                tn = bench.call(e, ctx, new, r)
-                samples.setdefault((e, b), []).append(((tn - t1) / max(new - 1, 1) * 1e3,
-                                                       b * new / tn))
+                (t1, c1), (tn, cn) = bench.call(e, ctx, 1, r), bench.call(e, ctx, new, r)
+                samples.setdefault((e, b), []).append(((tn - t1) / (new - 1) * 1e3,
+                                                       (cn - c1) / (new - 1) * 1e3, b * new / tn))
     rows = []
     for (e, b), s in samples.items():
         rows.append({"engine": e, "batch": b,
-                     "ms_per_step": round(statistics.median(x for x, _ in s), 3),
-                     "tokens_per_s": round(statistics.median(y for _, y in s), 1),
-                     "ms_per_step_all": [round(x, 3) for x, _ in s]})
+                     "ms_per_step": round(statistics.median(x[0] for x in s), 3),
+                     "cpu_ms_per_step": round(statistics.median(x[1] for x in s), 3),
+                     "tokens_per_s": round(statistics.median(x[2] for x in s), 1),
+                     "ms_per_step_all": [round(x[0], 3) for x in s],
+                     "cpu_ms_per_step_all": [round(x[1], 3) for x in s]})
     return rows
 
 
 def table(rows: list[dict], floor_ms: float | None) -> str:
-    """Markdown table: one line per batch, per engine ms/step and tokens/s, ratios to plain."""
+    """Markdown table: one line per batch; per engine ms per step (wall / CPU) and tokens/s;
+    each other engine's ms per step over plain's (wall / CPU)."""
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     by = {(r["engine"], r["batch"]): r for r in rows}
-    head = ["batch"] + [f"{e} ms/step" for e in engines] + [f"{e} tok/s" for e in engines]
+    head = (["batch"] + [f"{e} ms/step wall / CPU" for e in engines]
+            + [f"{e} tok/s" for e in engines])
     ratios = [e for e in engines if e != "plain" and "plain" in engines]
-    head += [f"{e} / plain" for e in ratios]
+    head += [f"{e} / plain wall / CPU" for e in ratios]
     if floor_ms is not None:
         head.append("weight-read floor ms")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for b in sorted({r["batch"] for r in rows}):
-        cells = [str(b)] + [f"{by[e, b]['ms_per_step']:.2f}" for e in engines]
+        cells = [str(b)] + [f"{by[e, b]['ms_per_step']:.2f} / {by[e, b]['cpu_ms_per_step']:.2f}"
+                            for e in engines]
         cells += [f"{by[e, b]['tokens_per_s']:.1f}" for e in engines]
-        cells += [f"{by[e, b]['ms_per_step'] / by['plain', b]['ms_per_step']:.3f}" for e in ratios]
+        cells += [f"{_ratio(by[e, b], by['plain', b], 'ms_per_step')} / "
+                  f"{_ratio(by[e, b], by['plain', b], 'cpu_ms_per_step')}" for e in ratios]
         if floor_ms is not None:
             cells.append(f"{floor_ms:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ratio(a: dict, b: dict, key: str) -> str:
+    return f"{a[key] / b[key]:.3f}" if b[key] > 0 else "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
