@@ -7,11 +7,11 @@ nothing) and the shape's real vocabulary size, built on the device in the traini
 saved for ``train.py``. Then ``train.py`` in this process: arm M, LoRA r 16 (alpha 32), bf16,
 gradient checkpointing, ``--rollouts`` rollouts of ``--completion-tokens`` generated tokens
 (one turn: a random model makes no tool call), one step, on ``bundled:train``. Prints one
-``REAL_SIZE {json}`` line: parameters, the ledger's step ``wall_s`` and generated tokens, the
+``REAL_SIZE {json}`` line per shape: parameters, the ledger's step ``wall_s`` and generated tokens, the
 whole ``train.main`` call, the build + save seconds, the peak CUDA memory
 (``torch.cuda.max_memory_allocated``; None on CPU). ``scripts/gpu_check.sh`` runs it per shape.
 
-    python benchmarks/real_size_step.py --shape 7B [--rollouts 4] [--completion-tokens 1024]
+    python benchmarks/real_size_step.py --shape 1.5B 7B [--rollouts 4] [--completion-tokens 1024]
         [--device cuda] [--runtime local] [--keep DIR] [--out DIR] [--dry-run]
 """
 
@@ -88,7 +88,8 @@ def build(shape: str, out: Path, device: str, dtype) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", type=Choice(*SHAPES), required=True, help="model shape")
+    ap.add_argument("--shape", type=Choice(*SHAPES), nargs="+", required=True,
+                    help="model shapes, run in this order")
     ap.add_argument("--rollouts", type=Int(ge=1, le=256), default=4,
                     help="rollouts of the step (one group)")
     ap.add_argument("--completion-tokens", dest="completion_tokens", type=Int(ge=1, le=1 << 17),
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtime", type=Choice("podman", "local"), default="podman",
                     help="sandbox runtime of the step's trials")
     ap.add_argument("--keep", type=OutDir(), default=None,
-                    help="keep the built model here (e.g. for benchmarks/generation_speed.py)")
+                    help="keep each built model in KEEP/<shape> (e.g. for "
+                         "benchmarks/generation_speed.py); default: removed after its step")
     ap.add_argument("--out", type=OutDir(), default=None, help="work folder (default: a temp dir)")
     ap.add_argument("--dry-run", action="store_true",
                     help="check the shape and train.py flags only; build nothing")
@@ -106,49 +108,62 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from ecredit_trl.train import main as train_main
     from ecredit_trl.train import parse_args
 
     out = Path(a.out or (Path(tempfile.gettempdir()) / "real-size-dry-run" if a.dry_run
                          else tempfile.mkdtemp(prefix="real-size-")))
     device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
-    model_dir = Path(a.keep or out / "model")
-    argv_t = train_argv(str(model_dir), str(out / "runs"), a.runtime, a.rollouts,
-                        a.completion_tokens, bf16=True)
-    # the flags only, before the build: the shape's hub id stands for the directory
-    cfg, margs = parse_args(train_argv(HUB_IDS[a.shape], str(out / "runs"), a.runtime,
-                                       a.rollouts, a.completion_tokens, bf16=True))
-    assert (cfg.bf16 and cfg.gradient_checkpointing and margs.lora_r == 16 and cfg.max_steps == 1
-            and cfg.num_generations == a.rollouts)
-    shape = SHAPES[a.shape]
-    print(f"shape {a.shape}: {shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}, "
-          f"vocab {shape['vocab_size']}; {a.rollouts} rollouts x {a.completion_tokens} tokens, "
-          f"1 step, arm M, LoRA r 16, bf16, gradient checkpointing, on {device}; "
-          f"train.py {' '.join(argv_t)}", flush=True)
+    for shape in a.shape:  # every shape's flags first, then the runs
+        # the shape's hub id stands for the directory built later
+        cfg, margs = parse_args(train_argv(HUB_IDS[shape], str(out / shape / "runs"), a.runtime,
+                                           a.rollouts, a.completion_tokens, bf16=True))
+        assert (cfg.bf16 and cfg.gradient_checkpointing and margs.lora_r == 16
+                and cfg.max_steps == 1 and cfg.num_generations == a.rollouts)
+        s = SHAPES[shape]
+        print(f"shape {shape}: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
+              f"vocab {s['vocab_size']}; {a.rollouts} rollouts x {a.completion_tokens} tokens, "
+              f"1 step, arm M, LoRA r 16, bf16, gradient checkpointing, on {device}", flush=True)
     if a.dry_run:
         return 0
+    failed = 0
+    for shape in a.shape:
+        row = run_shape(shape, out / shape, Path(a.keep) / shape if a.keep else None, device, a)
+        print("REAL_SIZE " + json.dumps(row), flush=True)
+        failed += row["exit"] != 0
+    return 1 if failed else 0
+
+
+def run_shape(shape: str, out: Path, keep: Path | None, device: str, a) -> dict:
+    """Build ``shape`` (in ``keep``, else in ``out`` and removed after), train its step; the
+    ``REAL_SIZE`` figures."""
+    import torch
+
+    from ecredit_trl.train import main as train_main
+
+    model_dir = keep or out / "model"
+    argv = train_argv(str(model_dir), str(out / "runs"), a.runtime, a.rollouts,
+                      a.completion_tokens, bf16=True)
+    print(f"train.py {' '.join(argv)}", flush=True)
     t0 = time.monotonic()
-    n = build(a.shape, model_dir, device, torch.bfloat16)
+    n = build(shape, model_dir, device, torch.bfloat16)
     build_s = time.monotonic() - t0
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t1 = time.monotonic()
-    rc = train_main(argv_t)
+    rc = train_main(argv)
     job_s = time.monotonic() - t1
     (run,) = [p for p in (out / "runs").iterdir() if p.is_dir()]
     ledger = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines() if x]
-    print("REAL_SIZE " + json.dumps({
-        "shape": a.shape, "exit": rc, "params_b": round(n / 1e9, 3), "device": device,
-        "rollouts": a.rollouts, "completion_tokens": a.completion_tokens,
-        "step_s": [r["wall_s"] for r in ledger],
-        "generated_tokens": [r.get("generated_tokens") for r in ledger],
-        "train_s": round(job_s, 1), "build_s": round(build_s, 1),
-        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None}),
-        flush=True)
-    if a.keep is None:
+    if keep is None:
         shutil.rmtree(model_dir, ignore_errors=True)
-    return rc
+    return {"shape": shape, "exit": rc, "params_b": round(n / 1e9, 3), "device": device,
+            "rollouts": a.rollouts, "completion_tokens": a.completion_tokens,
+            "step_s": [r["wall_s"] for r in ledger],
+            "generated_tokens": [r.get("generated_tokens") for r in ledger],
+            "train_s": round(job_s, 1), "build_s": round(build_s, 1),
+            "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda
+            else None}
 
 
 if __name__ == "__main__":
