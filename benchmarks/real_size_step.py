@@ -1,15 +1,16 @@
 """One GRPO step of a real-size model: peak memory and step time, no download.
 
 Random weights of a public model's shape (``--shape``: Qwen2.5-1.5B or Qwen2.5-7B, from their
-``config.json`` on the Hugging Face Hub; ``toy``: 2 layers of 64 for a CPU run) with the qwen2_5
-family's tokenizer (``ecredit_trl.policy.families``; a small BPE, so ids past it decode to
-nothing) and the shape's real vocabulary size, built on the device in the training dtype and
-saved for ``train.py``. Then ``train.py`` in this process: arm M, LoRA r 16 (alpha 32), bf16,
-gradient checkpointing, ``--rollouts`` rollouts of ``--completion-tokens`` generated tokens
-(one turn: a random model makes no tool call), one step, on ``bundled:train``. Prints one
-``REAL_SIZE {json}`` line per shape: parameters, the ledger's step ``wall_s`` and generated tokens, the
-whole ``train.main`` call, the build + save seconds, the peak CUDA memory
-(``torch.cuda.max_memory_allocated``; None on CPU). ``scripts/gpu_check.sh`` runs it per shape.
+``config.json`` on the Hugging Face Hub, with their real vocabulary size; ``toy``: 2 layers of
+64 and the tokenizer's vocabulary, for a CPU run) and the qwen2_5 family's tokenizer
+(``ecredit_trl.policy.families``; a small BPE, so ids past it decode to nothing), built on the
+device in the training dtype and saved for ``train.py``. Then ``train.py`` in this process:
+arm M, LoRA r 16 (alpha 32), bf16, gradient checkpointing, ``--rollouts`` rollouts of
+``--completion-tokens`` generated tokens (one turn: a random model makes no tool call), one
+step, on ``bundled:train``. Prints one ``REAL_SIZE {json}`` line per shape: parameters, the
+ledger's step ``wall_s`` and generated tokens, the whole ``train.main`` call, the build + save
+seconds, the peak CUDA memory (``torch.cuda.max_memory_allocated``; None on CPU).
+``scripts/gpu_check.sh`` runs it per shape.
 
     python benchmarks/real_size_step.py --shape 1.5B 7B [--rollouts 4] [--completion-tokens 1024]
         [--device cuda] [--runtime local] [--keep DIR] [--out DIR] [--dry-run]
@@ -38,8 +39,10 @@ SHAPES = {
                num_attention_heads=28, num_key_value_heads=4, head_dim=128, vocab_size=152064,
                tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1e6,
                rms_norm_eps=1e-6),
+    # the tokenizer's own vocabulary: a 152k-row head made the CPU step take over 15 minutes
+    # on 2 busy cores
     "toy": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=151936,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                 tie_word_embeddings=True, max_position_embeddings=32768),
 }
 #: Where each shape comes from (only named: nothing is downloaded).
@@ -120,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         assert (cfg.bf16 and cfg.gradient_checkpointing and margs.lora_r == 16
                 and cfg.max_steps == 1 and cfg.num_generations == a.rollouts)
         s = SHAPES[shape]
+        vocab = s.get("vocab_size", "of the tokenizer")
         print(f"shape {shape}: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
-              f"vocab {s['vocab_size']}; {a.rollouts} rollouts x {a.completion_tokens} tokens, "
+              f"vocab {vocab}; {a.rollouts} rollouts x {a.completion_tokens} tokens, "
               f"1 step, arm M, LoRA r 16, bf16, gradient checkpointing, on {device}", flush=True)
     if a.dry_run:
         return 0
