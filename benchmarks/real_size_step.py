@@ -161,7 +161,7 @@ def run_shape(shape: str, out: Path, keep: Path | None, device: str, a) -> dict:
     ledger = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines() if x]
     if keep is None:
         shutil.rmtree(model_dir, ignore_errors=True)
-    return {"shape": shape, "exit": rc, "params_b": round(n / 1e9, 3), "device": device,
+    return {"shape": shape, "exit": rc, "params_m": round(n / 1e6, 2), "device": device,
             "rollouts": a.rollouts, "completion_tokens": a.completion_tokens,
             "step_s": [r["wall_s"] for r in ledger],
             "generated_tokens": [r.get("generated_tokens") for r in ledger],
