@@ -1,40 +1,44 @@
 #!/usr/bin/env bash
-# GPU readiness check, for a CUDA machine set up with scripts/setup.sh and a CUDA
-# build of torch (TORCH_SPEC is one pip requirement: PyPI's plain torch==2.13.0 wheel for Linux
-# x86-64 is a CUDA build when pip is not pointed at a CPU-only wheel source).
+# GPU readiness check, for a CUDA machine: set up with scripts/setup.sh and a CUDA build of
+# torch (TORCH_SPEC is one pip requirement: PyPI's plain torch==2.13.0 wheel for Linux x86-64 is
+# a CUDA build when pip is not pointed at a CPU-only wheel source), or the host's own Python
+# with the pure-Python dependencies installed offline from a wheel folder (docs/benchmarks.md,
+# "GPU check"); no Podman needed (GPU_CHECK_RUNTIME=local).
 #
-#   scripts/gpu_check.sh            # on the GPU host: everything, at most 13 minutes
-#   scripts/gpu_check.sh --dry-run  # anywhere: the main job's flags parse, the test ids exist
-#   scripts/gpu_check.sh --cpu      # no GPU: the same steps on CPU, main job 1 step (flags run)
+#   scripts/gpu_check.sh            # on the GPU host: everything, at most 9 minutes
+#   scripts/gpu_check.sh --dry-run  # anywhere: lists the steps; flags parse, test ids exist
+#   scripts/gpu_check.sh --cpu      # no GPU: the same steps on CPU at toy size
 #
-# Steps (each under `timeout`, skipped when the 13-minute budget cannot hold it):
+# Steps, in this order (each under `timeout`; a step the budget - GPU_CHECK_BUDGET_S, default
+# 540 s - can no longer hold is skipped and said so, so the first ones are what users ask):
 #   1. device: torch version, CUDA device name, bf16 support;
+#   1b. caches: the bundled tasks and the warm-started embedded policy (built on first use on a
+#      fresh host: minutes; reused after), so the timed steps measure training, not the builds;
 #   2. main job: the embedded policy, arm M, 2 GRPO steps, bf16 + LoRA (r 8) + gradient
 #      checkpointing, in-process so the peak CUDA memory (torch.cuda.max_memory_allocated) is read;
 #      step time = the ledger rows' wall_s;
-#   3. trainer tests on the device: train.py trains on CUDA whenever torch sees one (embedded
-#      defaults), so tests/test_train.py (arm M) and tests/test_train_lora.py run there as they are;
-#   1b. caches (after the device check): the bundled tasks and the warm-started embedded policy (built on first use on a
-#      fresh host: minutes; reused after), so the timed steps measure training, not the builds;
-#   4. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores),
+#   3. real size: benchmarks/real_size_step.py, random weights of the Qwen2.5-1.5B and
+#      Qwen2.5-7B shapes (no download), arm M, LoRA r 16, bf16, gradient checkpointing,
+#      4 rollouts x 1,024 generated tokens, one step: peak CUDA memory and step time
+#      (--cpu: the toy shape, 4 x 16 tokens); the 7B model stays for step 4;
+#   4. generation speed: benchmarks/generation_speed.py on that 7B model, ms per decode step and
+#      tokens/s of plain generate and the rollout sampler at batch 1 / 4 / 8 / 32 beside the
+#      weight-read floor, then their static-cache (compiled) variants at batch 4
+#      (--cpu: a random model of the embedded shape, batch 1 / 4);
+#   5. trainer tests on the device (Podman only): tests/test_train.py (arm M),
+#      tests/test_train_lora.py;
+#   6. benchmarks/step_pipeline.py, 2 steps, verifier/agent concurrency 8 (the host's cores),
 #      on the check's runtime (every step that runs trials takes GPU_CHECK_RUNTIME);
-#   5. family end to end in bf16 on CUDA: for each of GPU_CHECK_FAMILIES (default
-#      "llama3_2 gptoss qwen2_5", fastest first) benchmarks/family_e2e.py warm-starts the tiny
-#      family model on two bundled tasks (ecredit_trl.policy.family_warmstart, cached), trains
-#      2 GRPO steps of arm M with bf16 + LoRA r 8 + gradient checkpointing, then eval.run grades
-#      its adapter on the device. Time budget: 200 s for the three (CPU reference, 2 busy cores: warm start
-#      30-130 s, train + eval 40-90 s per family; not measured on a GPU host); a family the
-#      budget does not reach is missing from the summary and the step is marked TIMEOUT.
-#   6. benchmarks/generation_engines.py (when vllm imports): transformers generate vs vLLM,
-#      tokens/s and one episode's wall at batch 1 / 8 / 32, engine start apart; on a GPU for a
-#      real model size (a random qwen3-family model, hidden 2048, 16 layers: about 0.8 B
-#      parameters, bf16 not used: float32 as on CPU), with --cpu for the two CPU-sized models.
-#      Up to 180 s more budget.
-# Then a summary: device, step time, peak memory, each step's status and seconds.
-# Env: PY (python, default .venv/bin/python), GPU_CHECK_OUT (work dir, default a temp dir),
+#   7. family end to end in bf16: for each of GPU_CHECK_FAMILIES (default "llama3_2 gptoss
+#      qwen2_5") benchmarks/family_e2e.py warm-starts the tiny family model, trains 2 GRPO steps
+#      of arm M (bf16, LoRA r 8, gradient checkpointing) and grades its adapter with eval.run;
+#   8. benchmarks/generation_engines.py (when vllm imports): transformers generate vs vLLM.
+# Then a summary: device, each step's status and seconds, the main job's and each real-size
+# step's time and peak memory. Env: PY (python, default .venv/bin/python, else python3),
+# GPU_CHECK_OUT (work dir, default a temp dir; the 7B model, 15 GB, is removed at the end),
 # GPU_CHECK_RUNTIME (podman | local; default podman when `podman` runs, else local, and the
-# Podman-marked tests are skipped). Exit status: 0 all steps passed or skipped, 1 a step failed,
-# 2 no CUDA device (without --cpu / --dry-run).
+# Podman-marked tests are skipped), GPU_CHECK_BUDGET_S. Exit status: 0 all steps passed or
+# skipped, 1 a step failed, 2 no CUDA device (without --cpu / --dry-run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,16 +58,18 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/sandbox/containers.conf}
 if [ -z "${GPU_CHECK_RUNTIME:-}" ]; then
   if podman info >/dev/null 2>&1; then GPU_CHECK_RUNTIME=podman; else GPU_CHECK_RUNTIME=local; fi
 fi
-BUDGET_S=780  # steps 1-4: 480 s; step 5 (family end to end): up to 200 s more; step 6: 180 s
+BUDGET_S=${GPU_CHECK_BUDGET_S:-540}
 START=$(date +%s)
 declare -a SUMMARY=()
 FAILED=0
 
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 
-# step NAME LIMIT_S CMD...: run CMD under `timeout LIMIT_S` (less when the budget is short)
+# step NAME LIMIT_S CMD...: run CMD under `timeout LIMIT_S` (less when the budget is short);
+# --dry-run lists it first
 step() {
   local name=$1 limit=$2; shift 2
+  [ "$MODE" = dry ] && echo "[gpu_check] step $name: $*"
   local have; have=$(left)
   if [ "$have" -lt 20 ]; then
     SUMMARY+=("$name: skipped (budget of ${BUDGET_S} s spent)"); return 0
@@ -103,7 +109,7 @@ print("policy:", ensure_default_policy(load_tasks("bundled:train", purpose="trai
 fi
 
 # 2. main job (in-process: peak CUDA memory; --dry-run only parses the flags)
-step main-job 150 "$PY" - "$MODE" "$OUT/runs" "$GPU_CHECK_RUNTIME" <<'EOF'
+step main-job 120 "$PY" - "$MODE" "$OUT/runs" "$GPU_CHECK_RUNTIME" <<'EOF'
 import json, sys, time
 from pathlib import Path
 import torch
@@ -134,7 +140,40 @@ print("GPU_CHECK " + json.dumps({
 sys.exit(rc)
 EOF
 
-# 3. trainer tests on the device
+# 3. real-size steps (random weights of real shapes; --cpu: the toy shape; --dry-run: flags)
+mkdir -p "$OUT/models"
+if [ "$MODE" = dry ]; then
+  step real-size 90 "$PY" benchmarks/real_size_step.py --shape 1.5B 7B --dry-run \
+    --runtime "$GPU_CHECK_RUNTIME"
+elif [ "$MODE" = gpu ]; then
+  step real-size-1.5B 180 "$PY" benchmarks/real_size_step.py --shape 1.5B --device cuda \
+    --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/real-1.5B"
+  step real-size-7B 210 "$PY" benchmarks/real_size_step.py --shape 7B --device cuda \
+    --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/real-7B" --keep "$OUT/models"
+else
+  step real-size-toy 240 "$PY" benchmarks/real_size_step.py --shape toy --device cpu \
+    --completion-tokens 16 --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/real-toy"
+fi
+
+# 4. generation speed (the 7B of step 3 on a GPU; a random model of the embedded shape on CPU)
+if [ "$MODE" = dry ]; then
+  step generation-speed 60 "$PY" benchmarks/generation_speed.py --help
+elif [ "$MODE" = gpu ] && [ -f "$OUT/models/7B/config.json" ]; then
+  step generation-speed 120 "$PY" benchmarks/generation_speed.py --model "$OUT/models/7B" \
+    --device cuda --batch 1 4 8 32 --new-tokens 32 --repeats 1 --engines plain sampler \
+    --json "$OUT/generation_speed.json"
+  step generation-speed-static 120 "$PY" benchmarks/generation_speed.py \
+    --model "$OUT/models/7B" --device cuda --batch 4 --new-tokens 32 --repeats 1 \
+    --engines plain plain-static sampler-static --json "$OUT/generation_speed_static.json"
+elif [ "$MODE" = gpu ]; then
+  SUMMARY+=("generation-speed: skipped (no 7B model: step real-size-7B did not finish)")
+else
+  step generation-speed 180 "$PY" benchmarks/generation_speed.py --model random --device cpu \
+    --batch 1 4 --new-tokens 8 --repeats 1 --json "$OUT/generation_speed.json"
+fi
+rm -rf "$OUT/models"
+
+# 5. trainer tests on the device
 TESTS=("tests/test_train.py::test_each_arm_runs_two_steps[M]" tests/test_train_lora.py)
 if [ "$MODE" = dry ]; then  # the test ids exist
   step trainer-tests 60 "$PY" -m pytest -q --collect-only "${TESTS[@]}"
@@ -144,7 +183,7 @@ else
   SUMMARY+=("trainer-tests: skipped (they need Podman; none here)")
 fi
 
-# 4. the step pipeline benchmark (short: 2 steps; 16-core host: 8 trials / tool calls at once)
+# 6. the step pipeline benchmark (short: 2 steps; 16-core host: 8 trials / tool calls at once)
 if [ -f benchmarks/step_pipeline.py ] && [ "$MODE" = dry ]; then
   step step-pipeline 60 "$PY" benchmarks/step_pipeline.py --help
 elif [ -f benchmarks/step_pipeline.py ]; then
@@ -154,7 +193,7 @@ else
   SUMMARY+=("step-pipeline: skipped (benchmarks/step_pipeline.py not in this checkout)")
 fi
 
-# 5. family end to end in bf16 (--dry-run: the flags and the family names only)
+# 7. family end to end in bf16 (--dry-run: the flags and the family names only)
 FAMILIES_E2E=${GPU_CHECK_FAMILIES:-llama3_2 gptoss qwen2_5}
 if [ "$MODE" = dry ]; then FAMILY_FLAGS=(--dry-run)
 elif [ "$MODE" = gpu ]; then FAMILY_FLAGS=(--bf16 --device cuda)
@@ -164,7 +203,7 @@ fi
 step family-e2e 200 "$PY" benchmarks/family_e2e.py --families $FAMILIES_E2E "${FAMILY_FLAGS[@]}" \
   --runtime "$GPU_CHECK_RUNTIME" --out "$OUT/family"
 
-# 6. generation engines (vLLM installed only)
+# 8. generation engines (vLLM installed only)
 if ! "$PY" -c 'import vllm' >/dev/null 2>&1; then
   SUMMARY+=("generation-engines: skipped (vllm is not installed)")
 elif [ "$MODE" = dry ]; then
@@ -191,6 +230,12 @@ print(f"  main job: exit {r['exit']}, {r['job_s']} s, step time {mean:.1f} s "
       f"(per step {steps}), peak CUDA memory {mem}")
 EOF
 fi
+for f in "$OUT"/real-size-*.log; do
+  [ -f "$f" ] && grep '^REAL_SIZE ' "$f" | sed 's/^REAL_SIZE /  real size: /'
+done
+for f in "$OUT"/generation-speed*.log; do  # the benchmark's table (ms per decode step, floor)
+  [ -f "$f" ] && grep -A 8 '^| batch |' "$f" | grep '^|' | sed 's/^/  /'
+done
 [ -f "$OUT/family-e2e.log" ] && grep '^FAMILY_E2E ' "$OUT/family-e2e.log" | sed 's/^FAMILY_E2E /  family: /'
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 exit $FAILED

@@ -91,6 +91,9 @@ class Policy:
         eos_token_ids: token ids that end an assistant turn.
         max_model_len: the model's context (``max_position_embeddings``), tokens.
         ref: the :class:`eval.evaluation.modelref.ModelRef` it came from.
+        cache_implementation: ``None`` (transformers' dynamic KV cache, the default) or
+            ``"static"``: a preallocated cache, which ``generate`` compiles on CUDA
+            (``benchmarks/generation_speed.py`` measures both).
     """
 
     def __init__(self, model, tokenizer, ref) -> None:
@@ -121,6 +124,7 @@ class Policy:
             self.eos_token_ids.append(tokenizer.eos_token_id)
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.device = next(model.parameters()).device
+        self.cache_implementation: str | None = None
 
     def use_scaffold(self, scaffold) -> None:
         """Roll out with ``scaffold`` (:mod:`ecredit_trl.agent.scaffolds`): its tool schemas
@@ -182,12 +186,20 @@ class Policy:
             max_new_tokens=max_new_tokens, do_sample=not settings.greedy,
             pad_token_id=self.pad_token_id, bos_token_id=self.tokenizer.bos_token_id,
             eos_token_id=self.eos_token_ids, repetition_penalty=settings.repetition_penalty,
-            disable_compile=True, **sampling)
+            **self._cache_options(), **sampling)
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       generation_config=gc)
         return self._until_eos(out[0, len(input_ids):].tolist())
+
+    def _cache_options(self) -> dict:
+        """``GenerationConfig`` cache keys: compiled only with a static cache on CUDA (eager
+        otherwise: compiling a dynamic cache recompiles as it grows, and on CPU costs more
+        than it saves)."""
+        static = self.cache_implementation == "static"
+        return {"cache_implementation": self.cache_implementation,
+                "disable_compile": not (static and self.device.type == "cuda")}
 
     @property
     def pad_token_id(self) -> int:
@@ -250,7 +262,7 @@ class Policy:
         gc = GenerationConfig(
             max_new_tokens=max(limits), do_sample=False, pad_token_id=self.pad_token_id,
             bos_token_id=self.tokenizer.bos_token_id, eos_token_id=self.eos_token_ids,
-            repetition_penalty=settings.repetition_penalty, disable_compile=True)
+            repetition_penalty=settings.repetition_penalty, **self._cache_options())
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, generation_config=gc,
@@ -292,53 +304,78 @@ class _RowLimits:
         return (input_ids.shape[1] - self.start) >= self.limits
 
 
+def _warpers(settings: GenerationSettings, min_p: float | None):
+    """The warpers ``generate(do_sample=True)`` applies, in its order (temperature, top-k,
+    top-p, min-p; transformers ``_get_logits_processor``)."""
+    from transformers import (
+        LogitsProcessorList,
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    w = LogitsProcessorList()
+    if settings.temperature != 1.0:
+        w.append(TemperatureLogitsWarper(settings.temperature))
+    if settings.top_k:
+        w.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
+    if settings.top_p < 1.0:
+        w.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
+    if min_p is not None:
+        w.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
+    return w
+
+
 class _RowSampling:
     """Logits processor that samples each unfinished row with its own generator.
 
     The warpers of ``generate(do_sample=True)`` in its order (temperature, top-k, top-p,
-    min-p; transformers ``_get_logits_processor``), softmax, ``torch.multinomial(probs, 1,
-    generator=row's)``; returns scores that are 0 at the drawn token and -inf elsewhere, so
-    greedy selection (``do_sample=False``) takes it. Rows already finished (EOS or their limit)
-    draw nothing, as a one-row ``generate`` would have stopped.
+    min-p; transformers ``_get_logits_processor``), softmax, then for each unfinished row the
+    draw ``torch.multinomial(probs[i:i+1], 1, generator=row's)`` makes - written out:
+    ``argmax(probs[i] / q)`` with ``q`` one ``exponential_(1)`` fill of the row's generator
+    over the vocabulary (``multinomial``'s one-sample path, aten ``Distributions.cpp``), so the
+    tokens and every generator's state equal the per-row ``multinomial`` calls, while the
+    division and the argmax run once for the batch and no per-row host check runs (one host
+    read per step: which rows are finished, together with the validity check ``multinomial``
+    makes). Returns scores that are 0 at the drawn token and -inf elsewhere, so greedy
+    selection (``do_sample=False``) takes it. Rows already finished (EOS or their limit) draw
+    nothing, as a one-row ``generate`` would have stopped; their token is replaced by padding.
+
+    Raises: RuntimeError (as ``multinomial``) when an unfinished row's probabilities are not
+    finite (e.g. every logit ``-inf``).
     """
 
     def __init__(self, settings: GenerationSettings, samplers: list[RowSampler], start: int,
                  limits, eos_ids: list[int], min_p: float | None = None) -> None:
-        from transformers import (
-            LogitsProcessorList,
-            MinPLogitsWarper,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
+        import torch
 
-        w = LogitsProcessorList()
-        if settings.temperature != 1.0:
-            w.append(TemperatureLogitsWarper(settings.temperature))
-        if settings.top_k:
-            w.append(TopKLogitsWarper(top_k=settings.top_k, min_tokens_to_keep=1))
-        if settings.top_p < 1.0:
-            w.append(TopPLogitsWarper(top_p=settings.top_p, min_tokens_to_keep=1))
-        if min_p is not None:
-            w.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
-        self.warpers, self.samplers, self.start = w, samplers, start
-        self.limits, self.eos_ids = limits, eos_ids
+        w = _warpers(settings, min_p)
+        self.warpers, self.start, self.limits = w, start, limits
+        self.generators = [s.generator for s in samplers]
+        self.eos = torch.tensor(eos_ids, device=limits.device)
+        self.done = torch.zeros(len(samplers), dtype=torch.bool, device=limits.device)
 
     def __call__(self, input_ids, scores):
         import torch
 
-        gen = input_ids[:, self.start:]
-        done = torch.isin(gen, torch.tensor(self.eos_ids, device=gen.device)).any(dim=1)
-        done |= gen.shape[1] >= self.limits
+        n = input_ids.shape[1] - self.start  # tokens generated so far, every row alike
+        if n:  # a row is done once its last token is an EOS (padding after that keeps it so)
+            self.done |= torch.isin(input_ids[:, -1], self.eos)
+        done = self.done | (n >= self.limits)
         probs = torch.softmax(self.warpers(input_ids, scores), dim=-1)
-        out = torch.full_like(scores, float("-inf"))
-        for i, s in enumerate(self.samplers):
-            if done[i]:
-                out[i] = scores[i]
-                continue
-            tok = torch.multinomial(probs[i:i + 1], num_samples=1, generator=s.generator)
-            out[i, tok[0, 0]] = 0.0
-        return out
+        bad = ~(probs.sum(dim=-1) > 0) & ~done  # NaN rows (softmax of all -inf or of a NaN)
+        flags = torch.stack([done, bad]).tolist()  # the step's one host read
+        if any(flags[1]):
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        q = torch.empty_like(probs)
+        for i, g in enumerate(self.generators):
+            if flags[0][i]:
+                q[i].fill_(1.0)  # a finished row draws nothing; its token becomes padding
+            else:
+                q[i].exponential_(1, generator=g)
+        tok = torch.div(probs, q, out=q).argmax(dim=-1, keepdim=True)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tok, 0.0)
 
 
 def torch_threads(env_var: str = "ECREDIT_WARMSTART_THREADS") -> int:

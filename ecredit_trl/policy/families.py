@@ -26,7 +26,8 @@ from pathlib import Path
 from ecredit_trl.agent.prompts import policy_tools
 from eval.evaluation.templatecheck import trl_template
 
-__all__ = ["FAMILIES", "Family", "build_family_model", "ensure_family_model", "family"]
+__all__ = ["FAMILIES", "Family", "build_family_model", "ensure_family_model", "family",
+           "family_config"]
 
 _QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _QWEN_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
@@ -207,26 +208,34 @@ def build_family_tokenizer(fam: Family, vocab_size: int = 700, corpus: list[str]
     return fast
 
 
+def family_config(fam: Family, tokenizer, shape: dict | None = None):
+    """The ``fam.arch`` config of shape :data:`_SHAPE` + ``fam.arch_kwargs`` + ``shape`` for
+    ``tokenizer`` (its vocabulary size unless ``shape`` gives ``vocab_size``; eos / pad / bos
+    ids from it). Raises: AttributeError when transformers lacks ``fam.arch``."""
+    import transformers
+
+    cls = getattr(transformers, fam.arch)
+    kw = {"vocab_size": len(tokenizer), **_SHAPE, **fam.arch_kwargs, **(shape or {})}
+    if "vocab_size_per_layer_input" in kw:  # Gemma 4's per-layer embeddings: same vocabulary
+        kw["vocab_size_per_layer_input"] = kw["vocab_size"]
+    eos_ids = tokenizer.convert_tokens_to_ids(list(fam.eos))
+    return cls.config_class(eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id,
+                            bos_token_id=tokenizer.bos_token_id, **kw)
+
+
 def build_family_model(fam: Family, tokenizer, seed: int = 0, shape: dict | None = None):
-    """Random weights of ``fam.arch`` (shape :data:`_SHAPE` + ``fam.arch_kwargs`` + ``shape``,
-    the warm start's wider overrides) for ``tokenizer``; fp32, train mode.
-    ``generation_config.eos_token_id`` is every id of ``fam.eos``.
+    """Random weights of ``fam.arch`` (:func:`family_config`: shape :data:`_SHAPE` +
+    ``fam.arch_kwargs`` + ``shape``, the warm start's wider overrides) for ``tokenizer``; fp32,
+    train mode. ``generation_config.eos_token_id`` is every id of ``fam.eos``.
     Raises: AttributeError when transformers lacks ``fam.arch``."""
     import torch
     import transformers
 
-    cls = getattr(transformers, fam.arch)
-    kw = {**_SHAPE, **fam.arch_kwargs, **(shape or {})}
-    if "vocab_size_per_layer_input" in kw:  # Gemma 4's per-layer embeddings: same vocabulary
-        kw["vocab_size_per_layer_input"] = len(tokenizer)
-    eos_ids = tokenizer.convert_tokens_to_ids(list(fam.eos))
-    config = cls.config_class(vocab_size=len(tokenizer), eos_token_id=eos_ids,
-                              pad_token_id=tokenizer.pad_token_id,
-                              bos_token_id=tokenizer.bos_token_id, **kw)
+    config = family_config(fam, tokenizer, shape)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = cls(config)
-    model.generation_config.eos_token_id = eos_ids
+        model = getattr(transformers, fam.arch)(config)
+    model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
 
