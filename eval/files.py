@@ -76,7 +76,7 @@ def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueErro
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise error(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise error(f"{where}: not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise error(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -463,6 +463,8 @@ def load_study_config(path: str | Path) -> StudyConfig:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise StudyConfigError(f"{p}: not valid YAML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise StudyConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     cfg = config_from_dict(raw if raw is not None else {}, where=str(p), default_name=p.stem,
                            path=str(p))
     if cfg.accelerate_config and not Path(cfg.accelerate_config).is_file():

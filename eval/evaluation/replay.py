@@ -3,7 +3,6 @@ per-test labels (:func:`replay`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -11,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eval.evaluation.report import label_agreement, render_replay
-from eval.evaluation.slots import SCHEMA
+from eval.evaluation.slots import SCHEMA, EvalInputError
 from eval.evaluation.verification import replay_selection, replay_trials, trial_retry
-from eval.files import atomic_write_text, write_json
+from eval.files import atomic_write_text, read_json_object, write_json
 from eval.tasks.splits import load_tasks
 from sandbox.backend import DEFAULTS, Runtime, SandboxOptions, open_runtime
 from sandbox.trials.pool import VerifierPool
@@ -48,7 +47,10 @@ def replay(results_path: str | Path, out: str | Path | None = None, *,
         rp = rp / "results.json"
     if not rp.is_file():
         raise FileNotFoundError(f"--replay: no results.json at {rp}")
-    results = json.loads(rp.read_text())
+    results = read_json_object(rp, EvalInputError, what="--replay results")
+    if not isinstance(results.get("split"), str) or not results["split"]:
+        raise EvalInputError(f"--replay results {rp}: field split: expected the evaluated "
+                             f"split's name (a non-empty string), got {results.get('split')!r}")
     src = rp.parent
     out = Path(out) if out else src
     tasks = {t.instance_id: t for t in load_tasks(results["split"], purpose="eval")}

@@ -375,7 +375,8 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: an unknown suffix, or an unparsable line / document (with its number).
+        ValueError: an unknown suffix, or an unparsable line / document (with its number), or
+            a row that is not UTF-8 (jsonl: its number).
     """
     path = Path(path)
     if not path.is_file():
@@ -383,8 +384,13 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows, nums = [], []
-        with open(path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, 1):
+        with open(path, "rb") as fh:  # rows end at b"\n"; each decoded alone, so an error names its row
+            for line_no, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{path} row {line_no}: not UTF-8 text ({exc.reason} at "
+                                     f"byte {exc.start} of the row)") from None
                 if not line.strip():
                     continue
                 try:
@@ -397,7 +403,9 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[int]]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise ValueError(f"{path}: not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         if isinstance(data, dict) and isinstance(data.get("tasks"), list):
             data = data["tasks"]
         if not isinstance(data, list):
