@@ -32,6 +32,7 @@ from pathlib import Path
 from eval.files import atomic_write_text, datasets_dir
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
 from eval.tasks.sealed import (
+    SealedTaskError,
     file_sha256,
     list_manifest,
     make_manifest,
@@ -203,6 +204,8 @@ def seal_list(name: str, from_path: str | Path, *, rows: str = "official500",
 
 
 def main(argv=None) -> int:
+    """CLI entry point. Exit 0 when done; ``check``: 1 when the source holds sealed ids, 2 when
+    it cannot be read; ``seal`` / ``show``: 1 on any error."""
     ap = ArgumentParser(prog="python -m eval.holdout", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seal", help="seal a user-given list (--from) or n ids of a pool")
@@ -236,9 +239,13 @@ def main(argv=None) -> int:
         elif args.cmd == "check":
             load_tasks(args.source, purpose="train")
             print(f"{args.source}: no sealed ids")
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+    except SealedTaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        # check: 1 says "sealed ids found", so a source it cannot read is bad input (2)
+        return 2 if args.cmd == "check" else 1
     return 0
 
 

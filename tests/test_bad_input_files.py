@@ -9,6 +9,7 @@ import pytest
 
 from ecredit_trl.study.config import StudyConfigError, load_study_config
 from eval.files import read_json_object
+from eval.holdout import main as holdout_main
 from eval.run import main as eval_main
 from eval.tasks.schema import read_rows
 
@@ -61,3 +62,12 @@ def test_a_cut_json_file_reads_its_position_once(tmp_path):
         read_json_object(p, what="manifest")
     assert str(exc.value) == (f"manifest {p}: not valid JSON (Unterminated string starting at: "
                               "line 1 column 7)")
+
+
+def test_holdout_check_tells_a_bad_source_from_sealed_ids(tmp_path, capsys):
+    """``check`` exits 1 for sealed ids only; a source it cannot read is bad input (2)."""
+    p = tmp_path / "rows.jsonl"
+    p.write_text(json.dumps([1, 2]) + "\n")
+    assert holdout_main(["check", "--source", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(p) in err and err.count("\n") == 1
