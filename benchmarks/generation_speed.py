@@ -252,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     label, path = resolve(a.model)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
     policy = load_rollout_policy(path, device=device, dtype=a.dtype)
-    if device == "cpu":
-        torch.set_num_threads(cpu_threads())
+    threads = cpu_threads() if device == "cpu" else None  # None: not set (a GPU run)
+    if threads is not None:  # for the whole process, never restored (that is the SFT path's job)
+        torch.set_num_threads(threads)
     vocab = policy.model.get_input_embeddings().weight.shape[0]
     params = sum(p.numel() for p in policy.model.parameters())
     param_bytes = sum(p.numel() * p.element_size() for p in policy.model.parameters())
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     head = {"model": label, "path": str(path), "params_m": round(params / 1e6, 2),
             "param_gb": round(param_bytes / 1e9, 3), "device": name,
-            "dtype": str(next(policy.model.parameters()).dtype), "threads": torch.get_num_threads(),
+            "dtype": str(next(policy.model.parameters()).dtype), "threads": threads,
             "bandwidth_gbs": bw, "weight_floor_ms": floor and round(floor, 4),
             "new_tokens": a.new_tokens, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats,
             "load_average": round(load, 1)}

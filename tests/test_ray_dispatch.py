@@ -408,8 +408,8 @@ def test_a_node_where_a_rule_did_not_hold_is_refused_or_serves_marked(cluster_re
     nodes = cli["reports"]["nodes"]
     assert list(nodes) == [e] and nodes[e]["held"] is True
     assert [p["name"] for p in nodes[e]["probes"]] == [
-        "pids", "memory_running", "oom_record", "memory_stopped", "disk", "history",
-        "overlay_opacity"]
+        "pids", "fork_bomb", "exhaustion_evidence", "memory_running", "oom_record",
+        "memory_stopped", "disk", "history", "overlay_opacity"]
 
 
 def _jsonl(path: Path) -> list[dict]:
