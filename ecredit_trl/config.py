@@ -63,6 +63,11 @@ class ECreditConfig(GRPOConfig):
     :meth:`sandbox_options` builds the options, defaults from :class:`SandboxOptions`).
     """
 
+    disable_dropout: bool = field(default=True, metadata={
+        "help": "Dropout off in the training forward (TRL's field; here on by default, and it "
+                "also zeroes the float rates attention layers read, such as Llama's "
+                "attention_dropout): dropout makes the log-probabilities the loss trains on "
+                "differ from the ones the tokens were sampled with."})
     arm: str = field(default="B", metadata={
         "bounds": Choice(*ARMS),
         "help": "O (plain GRPO), B (broadcast D), M (D on the selected turn), E (A on the "

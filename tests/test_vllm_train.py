@@ -22,6 +22,7 @@ from test_family_e2e import _capture_credit, _check_credit, _jsonl
 
 import ecredit_trl.policy.vllm_sync as vllm_sync
 from ecredit_trl.study.positive_control import train_flags
+from ecredit_trl.trainer.agreement import HEALTHY_FP32_MEAN
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -93,3 +94,8 @@ def test_embedded_default_arm_m_through_vllm_colocate(tmp_path, monkeypatch, war
     assert sum(r["trials_factual"] for r in ledger) == 8
     assert sum(r["trials_counterfactual"] for r in ledger) >= 1
     assert _check_credit(seen, rows) >= 1
+    # vLLM in float32 samples what the trainer computes: TRL's figures, in the ledger too
+    print("vLLM colocate agreement:", [(r["sampling_logp_diff_mean"], r["sampling_logp_diff_max"])
+                                       for r in ledger])
+    assert all(r["sampling_logp_diff_mean"] < HEALTHY_FP32_MEAN for r in ledger)
+    assert all(0 < r["importance_ratio_min"] <= r["importance_ratio_max"] for r in ledger)

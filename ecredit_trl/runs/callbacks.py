@@ -9,7 +9,8 @@ from transformers import TrainerCallback
 
 class ProgressLines(TrainerCallback):
     """Prints one line per logged step: reward, resolved rate, contrasts, trials, the masked
-    share (rollouts whose reward was None), seconds."""
+    share (rollouts whose reward was None), seconds, and the sampling–training log-probability
+    difference (mean / max over generated tokens)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
@@ -29,4 +30,6 @@ class ProgressLines(TrainerCallback):
               f"trials/rollout {g('ecredit/trials_per_rollout', '{:.2f}')}  "
               f"format-errors {g('ecredit/format_error_rate')}  "
               f"masked {g('ecredit/masked_share')}  "
-              f"service {g('ecredit/service_s', '{:.1f}')} s", flush=True)
+              f"service {g('ecredit/service_s', '{:.1f}')} s  "
+              f"logp-diff {g('sampling/sampling_logp_difference/mean', '{:.1e}')} mean / "
+              f"{g('sampling/sampling_logp_difference/max', '{:.1e}')} max", flush=True)

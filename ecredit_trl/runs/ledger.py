@@ -197,8 +197,24 @@ def round_metrics(tot: dict[str, float]) -> dict[str, float]:
     }
 
 
+#: the ledger field of each sampling–training agreement figure (TRL's metric name → field)
+AGREEMENT_FIELDS = {"sampling/sampling_logp_difference/mean": "sampling_logp_diff_mean",
+                    "sampling/sampling_logp_difference/max": "sampling_logp_diff_max",
+                    "sampling/importance_sampling_ratio/min": "importance_ratio_min",
+                    "sampling/importance_sampling_ratio/mean": "importance_ratio_mean",
+                    "sampling/importance_sampling_ratio/max": "importance_ratio_max"}
+
+
+def agreement_fields(agreement: dict[str, float] | None) -> dict[str, float | None]:
+    """The ledger's agreement fields (4 significant digits) from TRL-named figures; every
+    field None when the round has none."""
+    return {f: (None if agreement is None else float(f"{agreement[k]:.4g}"))
+            for k, f in AGREEMENT_FIELDS.items()}
+
+
 def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
-               gpu_hours: float, timings: dict[str, float] | None = None) -> dict:
+               gpu_hours: float, timings: dict[str, float] | None = None,
+               agreement: dict[str, float] | None = None) -> dict:
     """One ``ledger.jsonl`` row: the round's summed counts as integers, seconds rounded to
     0.1 ms, wall seconds (``wall_s``: the generation round, i.e. environments, generation,
     tool calls, trials and scoring; the optimizer step follows) and GPU hours, the
@@ -221,7 +237,11 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     class (non-zero classes only); ``failures_unattributed`` the factual trials whose
     attributable failure stayed unavailable, by reason; ``failure_retries`` the attribution
     retries (infra ``retries`` apart) and ``failure_not_reproduced``; ``exec_retries`` the
-    agent execs whose garbled output was re-run once (read-only calls)."""
+    agent execs whose garbled output was re-run once (read-only calls).
+
+    Sampling–training agreement (:data:`AGREEMENT_FIELDS`, from ``agreement``): mean and max
+    |log p_sampler − log p_trainer| over the round's generated tokens, and the importance
+    ratio's min / mean / max; None when the round has no figure."""
     return {"step": step, "arm": arm,
             "generated_tokens": int(tot["generated_tokens"]),
             "credited_tokens": int(tot.get("credited_tokens", 0)),
@@ -260,4 +280,5 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
                                if tot[f"outcome_{o}"]},
             "counterfactual_discarded": int(tot.get("counterfactual_discarded", 0)),
             "image_pulls": int(tot.get("image_pulls", 0)),
+            **agreement_fields(agreement),
             **(timings or {})}

@@ -46,7 +46,7 @@ def _slowest_timings(accelerator, timings: dict) -> dict[str, float]:
 
 def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, arm: str,
                 step: int, wall_s: float, timings: dict | None = None,
-                scaffold: str = "ecredit") -> RoundRows:
+                scaffold: str = "ecredit", agreement: dict | None = None) -> RoundRows:
     """Build, gather and (main process) append one round's records.
 
     Args:
@@ -62,6 +62,8 @@ def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, ar
         wall_s: seconds of the generation round (environments, generation, tools, trials).
         timings: this rank's stage timings (:func:`ecredit_trl.runs.timings.stage_timings`).
         scaffold: the run's scaffold name, written in every trajectory row.
+        agreement: the round's sampling–training agreement over every rank (TRL's metric
+            names; :func:`ecredit_trl.trainer.agreement.combine`), or None.
 
     Returns: :class:`RoundRows`. Raises: RecordWriteError (main process) when a row cannot
     be appended.
@@ -78,7 +80,7 @@ def write_round(records, credit, trials, *, accelerator, run_dir: str | Path, ar
     gpu_hours = (round(wall_s / 3600 * accelerator.num_processes, 6)
                  if torch.cuda.is_available() else 0.0)
     row = ledger_row(tot, step=step, arm=arm, wall_s=wall_s, gpu_hours=gpu_hours,
-                     timings=timings)
+                     timings=timings, agreement=agreement)
     if accelerator.is_main_process:
         append_jsonl(Path(run_dir) / "ledger.jsonl", [row])
         append_jsonl(Path(run_dir) / "trajectories.jsonl", all_traj)

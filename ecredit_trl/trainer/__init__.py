@@ -9,6 +9,9 @@ verifier rewards and counterfactual credit, and the code that runs one generatio
 * :mod:`.trials` — the trial rules of a round: controls, factual and counterfactual trials,
   verdicts into records.
 * :mod:`.checkpoint_state` — what a checkpoint holds beyond TRL's state (exact resume).
+* :mod:`.agreement` — sampling–training agreement: the figures, the trainer-side forward,
+  dropout off in training.
+* :mod:`.sampled_logprobs` — the sampler's own log-probabilities on the transformers path.
 """
 
 from ecredit_trl.trainer.grpo import ECreditGRPOTrainer

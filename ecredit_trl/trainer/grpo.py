@@ -65,9 +65,16 @@ from ecredit_trl.runs.sandbox_health import (
     round_had_infra_errors,
 )
 from ecredit_trl.runs.timings import RoundClock, stage_timings
+from ecredit_trl.trainer.agreement import (
+    combine,
+    disable_dropout,
+    token_sums,
+    trainer_logps,
+)
 from ecredit_trl.trainer.checkpoint_state import ExactResumeMixin, TrainerHooks
 from ecredit_trl.trainer.dispatch import RoundDispatchMixin
 from ecredit_trl.trainer.round import Round
+from ecredit_trl.trainer.sampled_logprobs import record_sampled_logprobs
 from sandbox.trials.pool import VerifierPool
 
 
@@ -128,6 +135,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
                              train_dataset=train_dataset, environment_factory=env_factory(
                                  self.agent_ctx, self.scaffold.env_class),
                              **kwargs)
+        if args.disable_dropout:  # TRL's leaves the float rates attention layers read
+            disable_dropout(self.model)
         self.vllm_weight_route = install_weight_route(self)  # "reload" on a CPU colocate run
         self.add_callback(TrainerHooks(self))
 
@@ -149,7 +158,13 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         if rnd is not None and rnd.prefetcher is not None:
             rnd.prefetcher.generation_started()
         t0 = time.monotonic()
-        out = super()._generate_single_turn(*args, **kwargs)
+        if self.use_vllm or self.use_transformers_continuous_batching:
+            out = super()._generate_single_turn(*args, **kwargs)
+        else:  # TRL's transformers path returns no log-probabilities: record the sampler's
+            model = self.accelerator.unwrap_model(self.model_wrapped)
+            with record_sampled_logprobs(model) as recorders:
+                ids, _ = super()._generate_single_turn(*args, **kwargs)
+            out = ids, recorders[-1].row_logprobs(ids)
         if rnd is not None:
             rnd.clock.add("generation", t0, time.monotonic())
         return out
@@ -249,9 +264,24 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         # trials that failed for infra reasons: is the service itself gone? (collective)
         self._require_sandbox(f"after the verifier trials of generation round {rnd.number}",
                               check=rnd.infra)
+        rnd.agreement = self._sampling_agreement(out)
         out["advantages"] = self._credit_round(rnd, out, t0)
         self._generation_round += 1
         return out
+
+    def _sampling_agreement(self, out: dict) -> dict[str, float] | None:
+        """The round's sampling–training agreement over every rank (a collective): the
+        sampler's log p of each generated token (``out["sampling_per_token_logps"]``)
+        against the trainer's before the update, over ``completion_mask * tool_mask``
+        (:mod:`ecredit_trl.trainer.agreement`). None when the sampler gave none."""
+        sampling = out.get("sampling_per_token_logps")
+        if sampling is None:
+            return None
+        mask = out["completion_mask"]
+        if out.get("tool_mask") is not None:
+            mask = mask * out["tool_mask"]
+        sums = token_sums(sampling, trainer_logps(self, out), mask)
+        return combine(self.accelerator.gather(sums[None].to(self.accelerator.device)).cpu())
 
     def _credit_round(self, rnd: Round, out: dict, t0: float) -> torch.Tensor:
         """The round's per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask``
@@ -283,9 +313,13 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
                                 credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
         rows = write_round(rnd.records, credit, rnd.trials, accelerator=self.accelerator,
                            run_dir=self.run_dir, arm=cfg.arm, step=self.state.global_step + 1,
-                           wall_s=wall_s, timings=timings, scaffold=self.scaffold.name)
+                           wall_s=wall_s, timings=timings, scaffold=self.scaffold.name,
+                           agreement=rnd.agreement)
         mode = "train" if self.model.training else "eval"
-        for k, v in rows.metrics.items():
+        metrics = dict(rows.metrics)
+        if rnd.agreement and not (self.use_vllm and self.vllm_importance_sampling_correction):
+            metrics.update(rnd.agreement)  # (TRL logs them itself on that path)
+        for k, v in metrics.items():
             self._metrics[mode][k].append(float(v))
         self.ledger_rows.append(rows.ledger)
         self.ledger_rows_total += 1

@@ -44,6 +44,9 @@ class Round:
         trials: ``(kind, TrialResult)`` of the round in order (controls, factual,
             counterfactual).
         infra: whether a trial of the round failed for infrastructure reasons.
+        agreement: the round's sampling–training agreement figures over every rank
+            (:func:`~ecredit_trl.trainer.agreement.combine`; None: no generated token
+            counted or no sampler log-probabilities).
     """
 
     index: int
@@ -57,6 +60,7 @@ class Round:
     records: list[RolloutRecord] = field(default_factory=list)
     trials: list[tuple[str, object]] = field(default_factory=list)
     infra: bool = False
+    agreement: dict[str, float] | None = None
 
     @property
     def number(self) -> int:
