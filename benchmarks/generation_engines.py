@@ -20,7 +20,8 @@ run, no repeats: on a shared host the figures move with its load (printed with t
 
     python benchmarks/generation_engines.py [--batch 1 8 32] [--new-tokens 32] [--turns 3]
         [--prompt-tokens 256] [--tool-tokens 64] [--family qwen3] [--hidden 512]
-        [--layers 8] [--model PATH ...] [--compile] [--json OUT]
+        [--layers 8] [--which both|embedded|family] [--model PATH ...] [--compile]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.bounds import ArgumentParser, InDir, Int, OutFile, Text
+from sandbox.bounds import ArgumentParser, Choice, InDir, Int, OutFile, Text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -196,6 +197,8 @@ def main() -> None:
     ap.add_argument("--layers", type=Int(ge=1), default=8, help="its layers")
     ap.add_argument("--model", type=InDir(), nargs="*", default=None,
                     help="model dirs to run instead of the two built ones (e.g. a real model)")
+    ap.add_argument("--which", type=Choice("both", "embedded", "family"), default="both",
+                    help="the built models to run (each starts vLLM once: ~35 s on 2 cores)")
     ap.add_argument("--compile", action="store_true", help="vLLM without enforce_eager")
     ap.add_argument("--json", type=OutFile(), default=None, help="also write the rows here")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -208,10 +211,14 @@ def main() -> None:
         from ecredit_trl.policy.warmstart import ensure_default_policy
         from eval.tasks.splits import load_tasks
 
-        embedded = ensure_default_policy(load_tasks("bundled:train", purpose="train"))
-        fam_dir = family_model(a.family, a.hidden, a.layers,
-                               Path(tempfile.mkdtemp(prefix="gen-engines-")))
-        models = [("embedded", str(embedded)), (f"{a.family} random", str(fam_dir))]
+        models = []
+        if a.which in ("both", "embedded"):
+            embedded = ensure_default_policy(load_tasks("bundled:train", purpose="train"))
+            models.append(("embedded", str(embedded)))
+        if a.which in ("both", "family"):
+            fam_dir = family_model(a.family, a.hidden, a.layers,
+                                   Path(tempfile.mkdtemp(prefix="gen-engines-")))
+            models.append((f"{a.family} random", str(fam_dir)))
     if a.one:  # a child: one model, its result as one line
         print("GEN_ENGINES " + json.dumps(bench_model(models[0][0], models[0][1], a)), flush=True)
         return

@@ -217,7 +217,10 @@ elif [ "$MODE" = gpu ]; then
   step generation-engines 180 "$PY" benchmarks/generation_engines.py --hidden 2048 --layers 16 \
     --json "$OUT/generation_engines.json"
 else
-  step generation-engines 180 "$PY" benchmarks/generation_engines.py --json "$OUT/generation_engines.json"
+  # --cpu: the embedded model at batches 1 and 8 (both models, or batch 32, took past the
+  # step's limit on 2 loaded cores: vLLM's CPU start alone took 35-90 s a model)
+  step generation-engines 300 "$PY" benchmarks/generation_engines.py --which embedded \
+    --batch 1 8 --new-tokens 16 --json "$OUT/generation_engines.json"
 fi
 
 echo
