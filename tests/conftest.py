@@ -280,3 +280,18 @@ def vllm_tiny_model(tmp_path_factory):
     build_family_model(fam, tok, shape=VLLM_SHAPE).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """The session's one Ray test cluster (head, sandbox nodes A and B; loopback-only
+    namespace, token authentication), started when a test first needs it and shut down at
+    the end of the session (tests/ray_namespace.py): the scenarios that leave its nodes as
+    they found them run on it."""
+    from ray_namespace import SessionCluster
+
+    work = tmp_path_factory.mktemp("ray-session")
+    (work / "doctor").mkdir()
+    cluster = SessionCluster(work)
+    yield cluster
+    cluster.close()

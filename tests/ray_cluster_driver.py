@@ -12,6 +12,9 @@ JSON; the test asserts on it. ``ECREDIT_RAY_ONLY=a,b`` runs a subset (developmen
 whose Ray workers get their own storage (``CONTAINERS_STORAGE_CONF``) so it truly lacks the
 image. ``python ray_cluster_driver.py rank ADDRESS RUN_ID CAP N`` is a second Accelerate
 rank stand-in (another process and Ray job) attaching to the same run's dispatcher.
+``serve READY.json`` holds the session's shared cluster (tests/ray_namespace.py); the
+``cleanup``, ``tools`` and ``train`` scenarios join its namespace (``nsenter -n``) and run on
+it; the default scenario set and ``auth`` start clusters of their own.
 """
 
 from __future__ import annotations
@@ -542,9 +545,48 @@ def storage_for_c(root: Path) -> Path:
     return root
 
 
-def main(out_path: str) -> None:
+def sandbox_cluster():
+    """A :class:`ray.cluster_utils.Cluster` of a head node without the sandbox resource (the
+    trainer's node) and sandbox nodes A and B (4 slots and a ``node_<x>`` label each):
+    (cluster, a, b)."""
     from ray.cluster_utils import Cluster
 
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
+        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
+        cluster.wait_for_nodes()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster, a, b
+
+
+def serve(ready_path: str) -> None:
+    """The session's shared cluster (tests/ray_namespace.py): :func:`sandbox_cluster`, its
+    address and node ids written to ``ready_path`` (atomically), then held until stdin
+    closes; then shut down and every process left in this namespace killed."""
+    cluster, a, b = sandbox_cluster()
+    try:
+        info = {"address": cluster.address,
+                "nodes": {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}}
+        tmp = Path(ready_path + ".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, ready_path)
+        sys.stdin.read()
+    finally:
+        cluster.shutdown()
+        kill_namespace_processes()
+
+
+def session_cluster() -> tuple[str, dict]:
+    """(address, node ids) of the session's cluster this driver joined
+    (``ECREDIT_TEST_CLUSTER`` names the file :func:`serve` wrote)."""
+    info = json.loads(Path(os.environ["ECREDIT_TEST_CLUSTER"]).read_text())
+    return info["address"], info["nodes"]
+
+
+def main(out_path: str) -> None:
     report: dict = {}
     if not Path("/tmp/ray/ray_current_cluster").exists():
         try:
@@ -557,11 +599,8 @@ def main(out_path: str) -> None:
     store = storage_for_c(tmp / "store")
     (tmp / "mirror").mkdir()
     t0 = time.monotonic()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster, a, b = sandbox_cluster()
     try:
-        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
-        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
-        cluster.wait_for_nodes()
         report["nodes"] = {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}
         report["cluster_start_s"] = round(time.monotonic() - t0, 2)
         report["auth_mode"] = cluster_auth_mode(cluster.address)  # GCS, asked without token
@@ -632,33 +671,35 @@ def workspace_hosts(address: str) -> list[str]:
 
 def train(out_path: str, runs: str) -> None:
     """The main job (arm M, 2 steps, ``accelerate launch``) with ``--sandbox_backend ray``
-    against a head node (the trainer's, no sandbox resource) and two sandbox nodes, then
-    ``eval.run`` of its final checkpoint on the same cluster (:func:`evaluate_on_ray`)."""
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
-        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
-        cluster.wait_for_nodes()
-        root = Path(__file__).resolve().parents[1]
-        cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
-               "1", "ecredit_trl/train.py", "--arm", "M", "--max_steps", "2", "--runs_dir",
-               runs, "--sandbox_backend", "ray", "--ray_address", cluster.address,
-               "--sandbox_max_in_flight", "6"]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env,
-                              timeout=900)
-        report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
-                  "nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
-                            "b": b.node_id}}
-        report["hosts_train"] = workspace_hosts(cluster.address)
-        if proc.returncode == 0:  # then eval.run of the trained policy, same backend
-            report["eval"] = evaluate_on_ray(cluster.address, runs, root, env)
-            report["hosts_all"] = workspace_hosts(cluster.address)
-    finally:
-        cluster.shutdown()
+    on the session's cluster (a head node, the trainer's, without the sandbox resource, and
+    two sandbox nodes), then ``eval.run`` of its final checkpoint on the same cluster
+    (:func:`evaluate_on_ray`). Workspace hosts already in the actor table (earlier
+    scenarios on that cluster) are not counted."""
+    address, nodes = session_cluster()
+    earlier = workspace_hosts(address)
+    root = Path(__file__).resolve().parents[1]
+    cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
+           "1", "ecredit_trl/train.py", "--arm", "M", "--max_steps", "2", "--runs_dir",
+           runs, "--sandbox_backend", "ray", "--ray_address", address,
+           "--sandbox_max_in_flight", "6"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env,
+                          timeout=900)
+    report = {"rc": proc.returncode, "tail": proc.stdout[-2000:] + proc.stderr[-4000:],
+              "nodes": nodes, "hosts_earlier": earlier}
+    report["hosts_train"] = without(workspace_hosts(address), earlier)
+    if proc.returncode == 0:  # then eval.run of the trained policy, same backend
+        report["eval"] = evaluate_on_ray(address, runs, root, env)
+        report["hosts_all"] = without(workspace_hosts(address), earlier)
     Path(out_path).write_text(json.dumps(report, indent=1))
+
+
+def without(items: list[str], earlier: list[str]) -> list[str]:
+    """``items`` less one occurrence of each of ``earlier`` (a multiset difference)."""
+    left = list(items)
+    for x in earlier:
+        left.remove(x)
+    return left
 
 
 def victim(address: str, run_id: str, n: int) -> None:
@@ -755,41 +796,33 @@ def killed_driver(address: str, driver: str, poll_s: float) -> dict:
 
 
 def cleanup(out_path: str) -> None:
-    """The cleanup scenario (tests/test_ray_cleanup.py) on its own cluster: a head node
-    without the sandbox resource and two sandbox nodes, as in :func:`main`."""
-    from ray.cluster_utils import Cluster
+    """The cleanup scenario (tests/test_ray_cleanup.py) on the session's cluster: a head
+    node without the sandbox resource and two sandbox nodes, as in :func:`main`."""
+    import ray
 
     from sandbox.cluster.reaper import REAP_POLL_S
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    address, nodes = session_cluster()
+    report = {"nodes": nodes, "poll_s": REAP_POLL_S}
     try:
-        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
-        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
-        cluster.wait_for_nodes()
-        report = {"nodes": {"head": cluster.head_node.node_id, "a": a.node_id,
-                            "b": b.node_id}, "poll_s": REAP_POLL_S}
         t = time.monotonic()
-        report["killed"] = killed_driver(cluster.address, __file__, REAP_POLL_S)
+        report["killed"] = killed_driver(address, __file__, REAP_POLL_S)
         report["killed"]["seconds"] = round(time.monotonic() - t, 2)
         t = time.monotonic()
-        report["resumed"] = resumed_at_once(cluster.address, __file__)
+        report["resumed"] = resumed_at_once(address, __file__)
         report["resumed"]["seconds"] = round(time.monotonic() - t, 2)
     finally:
-        import ray
-
         if ray.is_initialized():  # killed_driver connected this process as a driver
             ray.shutdown()
-        cluster.shutdown()
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
 def tools(out_path: str, work: str) -> None:
     """``python -m eval.controls`` (one bundled holdout task: its gold and empty controls) and
     ``python -m ecredit_trl.credit.pilot`` (one scripted gold_only rollout of that task:
-    factual, counterfactual and control trials) with ``--sandbox-backend ray`` on a head
-    node and two sandbox nodes; rc, output tail and the node of every trial they recorded."""
-    from ray.cluster_utils import Cluster
-
+    factual, counterfactual and control trials) with ``--sandbox-backend ray`` on the
+    session's cluster (a head node and two sandbox nodes); rc, output tail and the node of
+    every trial they recorded."""
     from ecredit_trl.credit.scripted import scripted_trajectories
     from ecredit_trl.credit.trajectory import dump_trajectories
     from eval.tasks.splits import load_tasks
@@ -798,33 +831,27 @@ def tools(out_path: str, work: str) -> None:
     task = load_tasks("bundled:holdout")[0]
     trajs = work / "trajs.jsonl"
     dump_trajectories(scripted_trajectories([task], kinds=("gold_only",)), trajs)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        a = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_a": 1})
-        b = cluster.add_node(num_cpus=1, resources={"ecredit_sandbox": 4, "node_b": 1})
-        cluster.wait_for_nodes()
-        ray_flags = ["--sandbox-backend", "ray", "--ray-address", cluster.address,
-                     "--sandbox-max-in-flight", "2"]
-        report = {"nodes": {"head": cluster.head_node.node_id, "a": a.node_id, "b": b.node_id}}
-        for name, cmd, records in (
-                ("controls", ["-m", "eval.controls", "--split", "bundled:holdout", "--task-id",
-                              task.instance_id, "--out", str(work / "controls")],
-                 lambda: [c.get("node", "") for r in json.loads(
-                     (work / "controls" / "controls.json").read_text())["per_task"].values()
-                     for c in (r["gold"], r["empty"])]),
-                ("pilot", ["-m", "ecredit_trl.credit.pilot", "--tasks", "bundled:holdout",
-                           "--trajectories", str(trajs), "--out", str(work / "pilot")],
-                 lambda: [json.loads(x)["node"] for x in (work / "pilot" / "trials.jsonl")
-                          .read_text().splitlines() if x.strip()])):
-            proc = subprocess.run([sys.executable, *cmd, *ray_flags], cwd=root,
-                                  capture_output=True, text=True, timeout=600)
-            report[name] = {"rc": proc.returncode, "tail": proc.stderr[-3000:]}
-            try:
-                report[name]["nodes"] = records()
-            except (OSError, KeyError, ValueError) as exc:
-                report[name]["nodes"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        cluster.shutdown()
+    address, nodes = session_cluster()
+    ray_flags = ["--sandbox-backend", "ray", "--ray-address", address,
+                 "--sandbox-max-in-flight", "2"]
+    report = {"nodes": nodes}
+    for name, cmd, records in (
+            ("controls", ["-m", "eval.controls", "--split", "bundled:holdout", "--task-id",
+                          task.instance_id, "--out", str(work / "controls")],
+             lambda: [c.get("node", "") for r in json.loads(
+                 (work / "controls" / "controls.json").read_text())["per_task"].values()
+                 for c in (r["gold"], r["empty"])]),
+            ("pilot", ["-m", "ecredit_trl.credit.pilot", "--tasks", "bundled:holdout",
+                       "--trajectories", str(trajs), "--out", str(work / "pilot")],
+             lambda: [json.loads(x)["node"] for x in (work / "pilot" / "trials.jsonl")
+                      .read_text().splitlines() if x.strip()])):
+        proc = subprocess.run([sys.executable, *cmd, *ray_flags], cwd=root,
+                              capture_output=True, text=True, timeout=600)
+        report[name] = {"rc": proc.returncode, "tail": proc.stderr[-3000:]}
+        try:
+            report[name]["nodes"] = records()
+        except (OSError, KeyError, ValueError) as exc:
+            report[name]["nodes"] = f"{type(exc).__name__}: {exc}"
     Path(out_path).write_text(json.dumps(report, indent=1))
 
 
@@ -983,5 +1010,7 @@ if __name__ == "__main__":
         tools(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "auth":
         auth(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "serve":
+        serve(sys.argv[2])
     else:
         main(sys.argv[1])

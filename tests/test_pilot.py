@@ -478,8 +478,15 @@ def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_run
     the pool's retry hangs too) is scored the failure value, as training scores it
     (:func:`ecredit_trl.runs.outcomes.trial_verdict`), not excluded: before, the pilot
     dropped every non-``ok`` trial, so a policy that hangs its verifier left the pilot's D
-    table. Its other block (a harmless new file) is the ablation: the ablated patch no
-    longer hangs, so D = U(P) − U(P\\b) exists."""
+    table. The selection (run seed 1) ablates the hanging edit, so the ablated patch (the
+    harmless new file alone) no longer hangs and D = U(P) − U(P\\b) exists.
+
+    Cost: the hang costs its timeout and the retry's doubled one (20 s + 40 s) once, on the
+    factual trial only; the counterfactual runs the task's tests as usual. (With run seed 0
+    the harmless file was ablated and the counterfactual hung as well: another minute that
+    proved nothing the factual does not.) What it still proves: a hang at import is charged
+    to the artifact (timeout, retried once under twice the limit, the control healthy under
+    the same limits), scored the failure value, never excluded, and its D exists."""
     import subprocess
 
     from eval.integrity.failure_value import failure_utility
@@ -494,7 +501,7 @@ def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_run
         Turn(5, {"NOTES.md": FileWrite(b"looked at the bug\n")}),
         Turn(7, {path: FileWrite(("import time\ntime.sleep(10**6)\n" + base).encode())})))
     out = tmp_path / "pilot"
-    table = run_pilot([task], [hang], out, seed=0, concurrency=2, runtime=podman_runtime,
+    table = run_pilot([task], [hang], out, seed=1, concurrency=2, runtime=podman_runtime,
                       timeout_s=20, log=lambda _m: None)
     (rec,) = _read_jsonl(out / "records.jsonl")
     trials = _read_jsonl(out / "trials.jsonl")
@@ -508,4 +515,7 @@ def test_pilot_charges_a_hang_to_the_artifact_like_training(tmp_path, podman_run
     assert rec["grades"]["factual"]["failure_evidence"]["controls"][0]["exit_class"] == "ok"
     # whichever block was ablated, D is the contrast of two utilities, never a missing value
     assert rec["U_Pb"] is not None and rec["D"] == rec["U_P"] - rec["U_Pb"]
+    # run seed 1 ablates the hang (the cost note above): the counterfactual ran to its end
+    cf = next(t for t in trials if t["role"] == "counterfactual")
+    assert rec["selected_paths"] == [path] and cf["exit_class"] == "ok", cf
     assert table["usable"] == 1

@@ -4,8 +4,9 @@ A trainer-like driver (tests/ray_cluster_driver.py ``victim``: the runtime train
 pool with two long trials in flight on the two sandbox nodes) is SIGKILLed; the run's
 dispatcher sees its job die and removes the run's containers on every node, then itself
 (sandbox.cluster.dispatch, "A killed trainer ..."). A second one is SIGKILLed holding both slots
-of its cap and resumed at once (same run id): the resume is not starved. One cluster start,
-in a loopback-only network namespace like tests/test_ray_dispatch.py.
+of its cap and resumed at once (same run id): the resume is not starved. On the session's
+shared test cluster (``ray_cluster``: loopback-only namespace, tests/ray_namespace.py); the
+scenarios kill drivers, never nodes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import time
 import uuid
 
 import pytest
-from test_ray_dispatch import _in_namespace
 
 from sandbox.cluster.reaper import LEASE_S, RunReaper, jobs_alive
 from sandbox.images import default_image
@@ -110,10 +110,10 @@ def test_job_table_emptied_under_a_live_run_keeps_its_containers(podman_runtime)
 
 
 @pytest.fixture(scope="module")
-def cleanup_report(tmp_path_factory):
-    """The driver's cleanup scenarios (one cluster start for this module)."""
-    return _in_namespace("cleanup", str(tmp_path_factory.mktemp("ray") / "cleanup.json"),
-                         timeout=500)
+def cleanup_report(tmp_path_factory, ray_cluster):
+    """The driver's cleanup scenarios, on the session's cluster."""
+    return ray_cluster.run("cleanup", str(tmp_path_factory.mktemp("ray") / "cleanup.json"),
+                           timeout=500)
 
 
 @pytest.mark.podman

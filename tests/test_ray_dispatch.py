@@ -4,26 +4,28 @@ Ray actors, Podman on every node.
 The cluster tests run a real local Ray cluster (head + worker nodes, ``ray.cluster_utils``)
 and real trials in Podman, inside a loopback-only network namespace (``unshare -n``), so
 every Ray address is 127.0.0.1 (see tests/ray_cluster_driver.py). All nodes share this
-machine's one Podman, except node C, which gets its own image storage.
+machine's one Podman, except node C, which gets its own image storage. The main job runs
+on the session's shared cluster (``ray_cluster``, tests/ray_namespace.py); the node-killing
+scenarios and the authentication scenario keep clusters of their own (their fixtures say
+why).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ray_namespace import in_namespace
 
 from sandbox.backend import SandboxOptions, make_runtime
 from sandbox.cluster.dispatch import RayOptions, choose_node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-DRIVER = Path(__file__).resolve().parent / "ray_cluster_driver.py"
 IMG = "localhost/task:1"
 OTHER = "docker.io/swebench/sweb.eval.x86_64.a:latest"
 
@@ -165,68 +167,12 @@ def test_allowing_an_unauthenticated_cluster_is_one_explicit_flag_on_every_face(
     assert "--sandbox-allow-unauthenticated" not in plain.argv()
 
 
-def _unshare_ok() -> str | None:
-    """Why the cluster tests cannot run here, or None."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return "ray is not installed (pip install 'ecredit-trl[ray]')"
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare/ip not found: the test cluster needs a loopback-only network namespace"
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"unshare -n is not permitted here ({probe.stderr.strip()}): needs root"
-    return None
-
-
-_TOKEN: list[Path] = []
-
-
-def _token_file() -> Path:
-    """This session's test-cluster token file (``ray get-auth-token --generate`` with a
-    private HOME, then mode 600), made once."""
-    if not _TOKEN:
-        import tempfile
-
-        home = Path(tempfile.mkdtemp(prefix="ecredit-raytoken-"))
-        ray_cli = Path(sys.executable).with_name("ray")
-        subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True,
-                       capture_output=True, env=dict(os.environ, HOME=str(home)), timeout=120)
-        path = home / ".ray" / "auth_token"
-        path.chmod(0o600)
-        _TOKEN.append(path)
-    return _TOKEN[0]
-
-
-def _in_namespace(*args: str, timeout: int) -> dict:
-    """Run tests/ray_cluster_driver.py ``args`` inside ``unshare -n``; its JSON report
-    (written to ``args[0]``)."""
-    why = _unshare_ok()
-    if why:
-        pytest.skip(why)
-    from sandbox.images import build_offline
-
-    build_offline(log=lambda *_: None)
-    # every test cluster enforces Ray token authentication: the token made by Ray's own
-    # command (`ray get-auth-token --generate`, into a private HOME) reaches the nodes, the
-    # driver and its children as a file (RAY_AUTH_TOKEN_PATH), as the scale-out page says
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
-               RAY_AUTH_TOKEN_PATH=str(_token_file()),
-               PYTHONPATH=os.pathsep.join([str(DRIVER.parents[1]),
-                                           os.environ.get("PYTHONPATH", "")]))
-    env.pop("RAY_AUTH_TOKEN", None)
-    cmd = " ".join(["ip link set lo up && exec", sys.executable, str(DRIVER), *args])
-    proc = subprocess.run(["unshare", "-n", "bash", "-c", cmd], capture_output=True,
-                          text=True, env=env, timeout=timeout)
-    out = Path(args[1] if args[0] in ("train", "cleanup", "tools", "auth") else args[0])
-    assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def cluster_report(tmp_path_factory):
-    """The trial scenarios of the driver, run once for this module."""
-    return _in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=600)
+    """The trial scenarios of the driver, run once for this module, on a cluster of their
+    own (not the session's): they kill nodes B, D and A mid-work, add node C with its own
+    image storage and node E with a failing doctor report, and end with E alone."""
+    return in_namespace(str(tmp_path_factory.mktemp("ray") / "report.json"), timeout=600)
 
 
 
@@ -418,13 +364,16 @@ def _jsonl(path: Path) -> list[dict]:
 
 @pytest.mark.podman
 @pytest.mark.slow
-def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path):
+def test_main_job_arm_m_two_steps_and_eval_run_on_the_ray_backend(tmp_path, ray_cluster):
+    """On the session's cluster (the job adds no node and kills none): the workspace hosts
+    it counts are the ones this job and its eval.run made (those of earlier scenarios on the
+    same cluster are subtracted in the driver)."""
     from ecredit_trl.policy.warmstart import ensure_default_policy
     from eval.tasks.splits import load_tasks
 
     ensure_default_policy(load_tasks("bundled:train", purpose="train"))  # cached, not timed
     runs = tmp_path / "runs"
-    rep = _in_namespace("train", str(tmp_path / "train.json"), str(runs), timeout=1000)
+    rep = ray_cluster.run("train", str(tmp_path / "train.json"), str(runs), timeout=1000)
     assert rep["rc"] == 0, rep["tail"]
     (run,) = list(runs.iterdir())
     cfg = json.loads((run / "config.json").read_text())["ecredit"]
@@ -490,9 +439,11 @@ def test_an_address_nothing_listens_on_is_one_line_at_once_and_starts_nothing(tm
 
 @pytest.fixture(scope="module")
 def auth_report(tmp_path_factory):
-    """The token-authentication scenario of the driver (the scale-out page's commands)."""
+    """The token-authentication scenario of the driver (the scale-out page's commands), on
+    clusters of its own: the page's `ray start` commands, and a head without token
+    authentication (a mode the session's cluster must never have)."""
     work = tmp_path_factory.mktemp("rayauth")
-    return _in_namespace("auth", str(work / "auth.json"), str(work), timeout=900)
+    return in_namespace("auth", str(work / "auth.json"), str(work), timeout=900)
 
 
 FIX = ("make a token with `ray get-auth-token --generate` (it writes ~/.ray/auth_token), copy "

@@ -1,19 +1,19 @@
 """``eval.controls`` and the signal pilot on the ``ray`` backend, end to end: each
 CLI started with ``--sandbox-backend ray`` against a local cluster (a head node and two
-sandbox nodes, tests/ray_cluster_driver.py ``tools``, inside ``unshare -n``) grades its trials
+sandbox nodes: the session's shared test cluster ``ray_cluster``, tests/ray_namespace.py; the
+driver is tests/ray_cluster_driver.py ``tools``) grades its trials
 on the sandbox nodes and records the node that served each one. ``eval.run`` and the main
 job are covered by tests/test_ray_dispatch.py's slow test."""
 
 from __future__ import annotations
 
 import pytest
-from test_ray_dispatch import _in_namespace
 
 
 @pytest.mark.podman
 @pytest.mark.slow
-def test_controls_and_pilot_cli_grade_on_the_sandbox_nodes(tmp_path):
-    rep = _in_namespace("tools", str(tmp_path / "tools.json"), str(tmp_path), timeout=900)
+def test_controls_and_pilot_cli_grade_on_the_sandbox_nodes(tmp_path, ray_cluster):
+    rep = ray_cluster.run("tools", str(tmp_path / "tools.json"), str(tmp_path), timeout=900)
     sandbox_nodes = {rep["nodes"]["a"], rep["nodes"]["b"]}
     ctl = rep["controls"]
     assert ctl["rc"] == 0, ctl["tail"]  # 0: the task was admitted (gold resolved, empty not)
