@@ -4,7 +4,8 @@ Overhead = setup (create container, copy repo + scripts, start) + apply +
 cleanup, per trial; reported in seconds and as a fraction of the test time.
 Throughput (trials/minute) at concurrency 1 and 2 through the VerifierPool.
 
-Target: overhead ≤ 0.5 s per trial.
+Target: overhead ≤ 0.30 s per trial (median, concurrency 1). The load average is printed
+with the table: other jobs on this 2-core machine stretch every figure.
 
 The cost of the attribution retry: an artifact that OOMs at import and one
 that hangs at import (``--hang-timeout`` seconds) are each run through the pool, which runs
@@ -20,6 +21,7 @@ import io
 import statistics
 import tarfile
 import time
+from pathlib import Path
 
 from eval.integrity.retry import RetryPolicy
 from sandbox.bounds import ArgumentParser, Float, Int
@@ -28,6 +30,7 @@ from sandbox.runtimes.podman_runtime import PodmanRuntime
 from sandbox.trials.pool import VerifierPool
 from sandbox.trials.trial import OOM, TIMEOUT, Limits, TrialSpec
 
+TARGET_S = 0.30
 SRC = "def add(a, b):\n    return a + b\n"
 # ~1 s of test time: 10 tests of 0.1 s each
 TESTS = "import time\nfrom calc import add\n\n" + "".join(
@@ -107,8 +110,9 @@ def main() -> None:
             print(f"{conc:>11} {len(res):>6} {med['setup_s']:>8.3f} {med['apply_s']:>8.3f} "
                   f"{med['test_s']:>7.3f} {med['cleanup_s']:>9.3f} {overhead:>10.3f} "
                   f"{overhead / med['test_s']:>13.1%} {len(res) / wall * 60:>10.1f} "
-                  f"{'yes' if overhead <= 0.5 else 'NO':>3}")
-        print("target: overhead <= 0.5 s per trial (median)")
+                  f"{'yes' if overhead <= TARGET_S else 'NO':>3}")
+        print(f"target: overhead <= {TARGET_S} s per trial (median); load average "
+              f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
         retry_cost(rt, image, tar, args.hang_timeout)
 
 
