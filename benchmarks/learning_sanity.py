@@ -17,7 +17,8 @@ solves 20–80 % of the time, trained on alone, must end above 95 %), on the emb
    ``--steps`` steps, with the trainer's defaults plus any ``--train-flag`` given
    (``python ecredit_trl/train.py``; arms share the seed).
 4. **After.** ``eval.run`` of each trained run on the sanity tasks (seed 1, the run's own
-   settings, which ``eval.run`` reads from the run).
+   settings, which ``eval.run`` reads from the run). The benchmark stops, naming the field,
+   when any evaluation's generation settings differ from the others'.
 
 Prints, and writes to ``--out`` (``sanity.json``, ``sanity.md``, ``curve.png``): the per-step
 resolved rate of each arm's training rollouts (from its ``ledger.jsonl``), the sampling–
@@ -69,6 +70,17 @@ def evaluate(model: str, split: str, out: Path, *, n: int, seed: int, runtime: s
              "--n", str(n), "--seed", str(seed), "--runtime", runtime, "--out", str(out),
              *settings], out.with_suffix(".log"))
     return json.loads((out / "results.json").read_text())
+
+
+def same_settings(a: dict, b: dict, where: str) -> None:
+    """Exit naming the generation settings two evaluations differ in: a before/after
+    comparison at different budgets (a bare model directory gets ``eval.run``'s defaults,
+    a run directory its training settings) would compare different things."""
+    sa, sb = a.get("settings") or {}, b.get("settings") or {}
+    differ = sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
+    if differ:
+        sys.exit(f"learning_sanity: {where}: the evaluations' generation settings differ in "
+                 + ", ".join(f"{k} ({sa.get(k)!r} vs {sb.get(k)!r})" for k in differ))
 
 
 def per_task(results: dict) -> dict[str, float]:
@@ -158,8 +170,10 @@ def main() -> None:
     print(f"   {len(chosen)} sanity tasks: {', '.join(chosen)}", flush=True)
 
     print("2. before (seed 1)", flush=True)
-    before = per_task(evaluate(policy, str(tasks_file), out / "before", n=a.n, seed=1,
-                               runtime=a.runtime, settings=settings))
+    before_res = evaluate(policy, str(tasks_file), out / "before", n=a.n, seed=1,
+                          runtime=a.runtime, settings=settings)
+    same_settings(sel, before_res, "select vs before")
+    before = per_task(before_res)
     result = {"tasks": chosen, "n": a.n, "steps": a.steps, "train_flags": flags,
               "settings": sel.get("settings"), "select": per_task(sel), "before": before,
               "arms": {}}
@@ -168,8 +182,10 @@ def main() -> None:
         run_dir = train(arm, tasks_file, out, steps=a.steps, runtime=a.runtime, policy=policy,
                         flags=flags)
         rows = ledger(run_dir)
-        after = per_task(evaluate(str(run_dir), str(tasks_file), out / f"after-{arm}", n=a.n,
-                                  seed=1, runtime=a.runtime, settings=[]))
+        after_res = evaluate(str(run_dir), str(tasks_file), out / f"after-{arm}", n=a.n,
+                             seed=1, runtime=a.runtime, settings=[])
+        same_settings(before_res, after_res, f"before vs after arm {arm}")
+        after = per_task(after_res)
         pb = paired_bootstrap(after, before, n_boot=10000, seed=0)
         result["arms"][arm] = {
             "run": str(run_dir), "after": after,
