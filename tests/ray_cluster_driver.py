@@ -35,6 +35,7 @@ from conftest import make_tar  # noqa: E402
 from test_sandbox_podman import CALC, EVAL, TESTS  # noqa: E402
 
 from eval.integrity.retry import RetryPolicy  # noqa: E402
+from sandbox.cluster.auth import gcs_address_of  # noqa: E402
 from sandbox.cluster.dispatch import (  # noqa: E402
     RayOptions,
     RayUnavailable,
@@ -589,6 +590,9 @@ def session_cluster() -> tuple[str, dict]:
 def main(out_path: str) -> None:
     report: dict = {}
     if not Path("/tmp/ray/ray_current_cluster").exists():
+        # Ray's "auto" also finds a GCS by scanning the process table: a cluster another test
+        # holds in its own network namespace is seen here and does not answer
+        report["gcs_seen"] = gcs_address_of("auto")
         try:
             connect("auto")
             report["no_cluster"] = "connected"

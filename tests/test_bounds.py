@@ -128,8 +128,10 @@ def test_the_training_fields_declare_bounds():
     assert missing == []
     grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     relied = (set(embedded_defaults(False)) | set(gen_ref._reads(gen_ref.ROOT, set(grpo)))) - own
+    # mappings handed through to transformers (``*_kwargs``) are checked by their reader
     relied = {n for n in relied if "bool" not in str(grpo[n].type) and not n.startswith("vllm")
-              and n not in ("report_to", "lr_scheduler_kwargs", "lr_scheduler_type")}
+              and "dict" not in str(grpo[n].type)
+              and n not in ("report_to", "lr_scheduler_type")}
     assert sorted(n for n in relied if bound_of(ECreditConfig, n) is None) == []
     assert not [n for n in INHERITED if n.startswith("vllm")]
 

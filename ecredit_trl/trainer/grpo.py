@@ -163,8 +163,9 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         else:  # TRL's transformers path returns no log-probabilities: record the sampler's
             model = self.accelerator.unwrap_model(self.model_wrapped)
             with record_sampled_logprobs(model) as recorders:
-                ids, _ = super()._generate_single_turn(*args, **kwargs)
-            out = ids, recorders[-1].row_logprobs(ids)
+                ids, logps = super()._generate_single_turn(*args, **kwargs)
+            # a seam that sampled nothing (no generate call) keeps what it returned
+            out = (ids, recorders[-1].row_logprobs(ids)) if recorders else (ids, logps)
         if rnd is not None:
             rnd.clock.add("generation", t0, time.monotonic())
         return out
