@@ -221,11 +221,18 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("%%", "%").replace("|", "\\|")
 
 
-def _type_name(t) -> str:
-    """A field's annotation as written: the string under ``from __future__ import
-    annotations``, or the class's name once transformers' ``HfArgumentParser`` has replaced
-    ``Field.type`` by the resolved type (it does, in place, in any process that parsed a
-    config: the reference must not depend on that)."""
+def _type_name(cls, f: dataclasses.Field) -> str:
+    """A field's annotation as written in its class (the string under ``from __future__
+    import annotations``), read from ``__annotations__`` rather than ``Field.type``:
+    transformers' ``HfArgumentParser`` replaces ``Field.type`` in place by the resolved and
+    narrowed type (``str | None`` becomes ``str``) in any process that parsed a config, and
+    the reference must not depend on that."""
+    for k in (cls.__mro__ if cls is not None else ()):
+        t = vars(k).get("__annotations__", {}).get(f.name)
+        if t is not None:
+            break
+    else:
+        t = f.type
     if isinstance(t, str):
         return t
     return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
@@ -247,7 +254,7 @@ def _bounds_cell(cls, name: str) -> str:
 def _field_table(fields, cls=None) -> str:
     rows = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for f in fields:
-        rows.append(f"| `{f.name}` | `{_cell(_type_name(f.type))}` | {_cell(_default(f))} | "
+        rows.append(f"| `{f.name}` | `{_cell(_type_name(cls, f))}` | {_cell(_default(f))} | "
                     f"{_bounds_cell(cls, f.name)} | {_prose(f.metadata.get('help', ''))} |")
     return "\n".join(rows) + "\n"
 
