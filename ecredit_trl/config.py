@@ -76,6 +76,11 @@ class ECreditConfig(GRPOConfig):
                                                         "help": "λ: weight of the contrast D"})
     credit_cap: float = field(default=1.0, metadata={"bounds": Float(gt=0),
                                                      "help": "c: cap on |C(t)| per token"})
+    negative_advantage_weight: float = field(default=1.0, metadata={
+        "bounds": Float(ge=0, le=1),
+        "help": "weight of the negative terminal advantages A < 0 of every arm (1: GRPO's "
+                "own; below 1 a failed rollout pushes its tokens down less than a resolved "
+                "one pushes its tokens up)"})
     test_path_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_TEST_PATTERNS),
         metadata={"bounds": Text(),

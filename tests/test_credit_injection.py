@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ecredit_trl.credit.injection import arm_contrasts, inject_credit, rollout_credit
+from ecredit_trl.credit.injection import (
+    arm_contrasts,
+    inject_credit,
+    rollout_credit,
+    weight_negative,
+)
 from ecredit_trl.runs.faults import SandboxUnavailable
 from ecredit_trl.runs.rollout_record import RolloutRecord
 from ecredit_trl.runs.sandbox_health import (
@@ -59,6 +64,31 @@ def test_arm_o_uses_no_contrast_and_gives_c_zero():
     assert not bool((inj.C != 0).any())
     assert torch.equal(inj.loss_mask, completion)
     assert torch.allclose(inj.per_token, inj.A[:, None] * completion.float())
+
+
+def test_negative_advantages_are_weighted_and_the_contrast_is_not():
+    A = torch.tensor([1.5, -0.5, 0.0, -2.0])
+    assert weight_negative(A, 0.25).tolist() == [1.5, -0.125, 0.0, -0.5]
+    assert weight_negative(A, 0.0).tolist() == [1.5, 0.0, 0.0, 0.0]
+    assert weight_negative(A, 1.0) is A  # GRPO's own, untouched
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="negative_advantage_weight"):
+            weight_negative(A, bad)
+    completion, tool = _masks()
+    for arm in ("O", "M", "B", "E"):
+        recs = _records([-1.0, 1.0])
+        kw = dict(completion_mask=completion, tool_mask=tool, records=recs,
+                  credit_lambda=0.5, credit_cap=1.0)
+        full = inject_credit(arm, advantages=torch.tensor([0.5, -0.5]), **kw)
+        half = inject_credit(arm, advantages=torch.tensor([0.5, -0.5]), negative_weight=0.5,
+                             **kw)
+        assert half.A.tolist() == [0.5, -0.25]
+        assert torch.allclose(half.per_token[0], full.per_token[0])  # A > 0: unchanged
+        if arm == "E":  # C is the terminal advantage refocused: the row scales with A
+            assert torch.allclose(half.per_token[1], full.per_token[1] * 0.5)
+        else:  # the contrast's credit (B, M; O: none) is never weighted
+            assert torch.equal(half.C, full.C)
+            assert torch.allclose(half.per_token[1], (-0.25 + half.C[1]) * half.loss_mask[1])
 
 
 def test_inject_credit_refuses_rows_that_do_not_line_up():

@@ -18,6 +18,7 @@ import pytest
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 LAMBDA, CAP = 0.5, 1.0
+NEG_W = 0.5  # negative_advantage_weight: GRPO's negative advantages halved
 
 
 def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
@@ -60,7 +61,8 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
                "--runs_dir", str(tmp_path / "runs"), "--max_tasks", "1",
                "--save_strategy", "no",
                "--mask_truncated_completions", "false",
-               "--credit_lambda", str(LAMBDA), "--credit_cap", str(CAP)])
+               "--credit_lambda", str(LAMBDA), "--credit_cap", str(CAP),
+               "--negative_advantage_weight", str(NEG_W)])
     assert rc == 0
     rnd = seen["rnd"]
     assert seen["current"] is None  # the round is an argument, not left on the trainer
@@ -82,9 +84,12 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
             assert rec.resolved is True and rec.utility == 1.0  # the gold patch
     assert any(rec.contrast is not None and rec.contrast > 0 for rec in rnd.records)
     # 2. the advantages TRL's loss gets: (A + C) on the loss tokens, with arm B's
-    #    C = s·λ·D on every credited token (design page, "Credit arms")
+    #    C = s·λ·D on every credited token (design page, "Credit arms") and TRL's negative
+    #    advantages times negative_advantage_weight (the failed rows: the odd ones)
     A, per_token, turns, mask = seen["A_trl"], seen["per_token"], seen["turns"], seen["loss_mask"]
     assert per_token.shape == mask.shape and A.shape == (len(rnd.records),)
+    assert bool((A < 0).any())
+    A = torch.where(A < 0, A * NEG_W, A)
     credited = 0
     for i, rec in enumerate(rnd.records):
         gen = turns[i] >= 0

@@ -33,7 +33,7 @@ class CreditInjection:
     """One round's injected credit (B rows, T completion tokens).
 
     ``per_token``: (B, T) float32, the advantages TRL's token-level loss uses;
-    ``A``: (B,) float32 terminal advantages; ``C``: (B, T) float32 coefficients;
+    ``A``: (B,) float32 terminal advantages as trained on (negative ones weighted); ``C``: (B, T) float32 coefficients;
     ``turns``: (B, T) int64 credit turn map (-1 on tool-result tokens and after submit);
     ``loss_mask``: (B, T) TRL's ``completion_mask * tool_mask``; ``contrasts``: the D each
     row's credit used (None: unavailable or not used by the arm).
@@ -52,9 +52,23 @@ def arm_contrasts(arm: str, records: Sequence) -> list[float | None]:
     return [r.contrast if arm in COUNTERFACTUAL_ARMS else None for r in records]
 
 
+def weight_negative(advantages: torch.Tensor, weight: float) -> torch.Tensor:
+    """``advantages`` (any shape) with each negative entry multiplied by ``weight`` in
+    [0, 1], the others unchanged (asymmetric REINFORCE, Le Roux et al. 2025: a failed
+    rollout pushes its tokens down less than a resolved one pushes its tokens up).
+
+    Raises: ValueError when ``weight`` is outside [0, 1].
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"negative_advantage_weight: {weight} is outside [0, 1]")
+    if weight == 1.0:
+        return advantages
+    return torch.where(advantages < 0, advantages * weight, advantages)
+
+
 def inject_credit(arm: str, *, advantages: torch.Tensor, completion_mask: torch.Tensor,
                   tool_mask: torch.Tensor | None, records: Sequence, credit_lambda: float,
-                  credit_cap: float) -> CreditInjection:
+                  credit_cap: float, negative_weight: float = 1.0) -> CreditInjection:
     """Per-token advantages of one round's rows.
 
     Args:
@@ -63,6 +77,8 @@ def inject_credit(arm: str, *, advantages: torch.Tensor, completion_mask: torch.
         completion_mask, tool_mask: (B, T) TRL's masks (``tool_mask`` None: no tools).
         records: B rollout records, in row order.
         credit_lambda, credit_cap: λ ≥ 0 and c > 0 of the credit rule.
+        negative_weight: w in [0, 1]; each negative terminal advantage is multiplied by it
+            before the arm spreads it (1: GRPO's own; the contrast C is never weighted).
 
     Returns: :class:`CreditInjection`.
 
@@ -73,6 +89,7 @@ def inject_credit(arm: str, *, advantages: torch.Tensor, completion_mask: torch.
         raise RuntimeError(f"advantages: expected ({len(records)},) local rows, "
                            f"got {tuple(advantages.shape)}")
     contrasts = arm_contrasts(arm, records)
+    advantages = weight_negative(advantages, negative_weight)
     per_token, C, turns = per_token_advantages(
         arm, advantages=advantages, completion_mask=completion_mask, tool_mask=tool_mask,
         contrasts=contrasts, selected_turns=[r.selected_turn for r in records],
@@ -143,4 +160,4 @@ def rollout_credit(arm: str, records: Sequence, *, turns: torch.Tensor,
 
 
 __all__ = ["CreditInjection", "RolloutCredit", "arm_contrasts", "inject_credit",
-           "rollout_credit"]
+           "rollout_credit", "weight_negative"]

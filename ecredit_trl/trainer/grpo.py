@@ -286,14 +286,16 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
 
     def _credit_round(self, rnd: Round, out: dict, t0: float) -> torch.Tensor:
         """The round's per-token advantages ``(A[:, None] + C) * completion_mask * tool_mask``
-        (B, T) from TRL's (B,) ``out["advantages"]`` and the contrasts in ``rnd.records``
+        (B, T) from TRL's (B,) ``out["advantages"]`` (its negative entries times
+        ``negative_advantage_weight``) and the contrasts in ``rnd.records``
         (:func:`~ecredit_trl.credit.injection.inject_credit`); writes the round's records.
         ``t0``: the round's start (``time.monotonic()``)."""
         cfg = self.ecfg
         inj = inject_credit(cfg.arm, advantages=out["advantages"],
                             completion_mask=out["completion_mask"],
                             tool_mask=out.get("tool_mask"), records=rnd.records,
-                            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
+                            credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap,
+                            negative_weight=cfg.negative_advantage_weight)
         end = time.monotonic()
         self._record_round(rnd, inj, wall_s=end - t0, timings=stage_timings(rnd.clock, end))
         return inj.per_token
