@@ -24,6 +24,7 @@ from ecredit_trl.study.config import (
     load_study_config,
     split_dirname,
 )
+from ecredit_trl.train import embedded_defaults
 
 BASE = {"arms": ["O", "M"], "seeds": [0], "train": {"max_steps": 2},
         "eval": {"splits": ["bundled:train"], "n": 1}}
@@ -81,6 +82,10 @@ def test_shipped_study_configs_load():
     assert emb.eval["splits"] == ["bundled:train"]
     assert emb.eval_n("bundled:train") >= 4 and emb.eval["temperature"] == 1.0
     assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (to save cost)
+    # the study trains with the trainer's learning recipe
+    recipe = ("learning_rate", "lr_scheduler_type", "warmup_steps", "beta",
+              "negative_advantage_weight")
+    assert {k: emb.train[k] for k in recipe} == {k: embedded_defaults(False)[k] for k in recipe}
     off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
     assert off.arms == ["O", "B", "M", "E"] and off.seeds == [0, 1, 2]
     assert off.train["max_steps"] == 80 and off.train["lora_r"] > 0

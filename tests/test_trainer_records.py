@@ -211,7 +211,10 @@ def test_resume_at_max_steps_trains_nothing_and_a_raised_horizon_keeps_a_live_lr
     runs = tmp_path / "runs"
     args = ["--arm", "O", "--max_steps", "2", "--runs_dir", str(runs), "--max_tasks", "2",
             "--num_generations", "2", "--per_device_train_batch_size", "2",
-            "--max_completion_length", "256", "--save_steps", "100", "--verifier_retries", "0"]
+            "--max_completion_length", "256", "--save_steps", "100", "--verifier_retries", "0",
+            # a schedule that decays to 0 at its horizon (the default holds its rate), so a
+            # raised horizon must rebuild it
+            "--learning_rate", "1e-4", "--lr_scheduler_type", "linear", "--warmup_steps", "0"]
     assert main(args) == 0
     (run,) = runs.iterdir()
     ck = run / "checkpoint-2"  # saved at the last step (save_strategy "steps")
