@@ -82,7 +82,7 @@ def test_negative_advantages_are_weighted_and_the_contrast_is_not():
         full = inject_credit(arm, advantages=torch.tensor([0.5, -0.5]), **kw)
         half = inject_credit(arm, advantages=torch.tensor([0.5, -0.5]), negative_weight=0.5,
                              **kw)
-        assert half.A.tolist() == [0.5, -0.25]
+        assert half.A.tolist() == [0.5, -0.25] and half.A_group.tolist() == [0.5, -0.5]
         assert torch.allclose(half.per_token[0], full.per_token[0])  # A > 0: unchanged
         if arm == "E":  # C is the terminal advantage refocused: the row scales with A
             assert torch.allclose(half.per_token[1], full.per_token[1] * 0.5)
@@ -114,6 +114,14 @@ def test_rollout_credit_counts_generated_and_credited_tokens():
     assert inj.turns[0].tolist() == [1, 1, -1, -1, -1]  # C = 0 after submit
     assert out[0].counts["credit_nonzero"] and not out[1].counts["credit_nonzero"]
     assert [c.advantage for c in out] == [0.5, -0.5]
+    # weighted for training, recorded as the group gave it: a failed rollout stays negative
+    w = inject_credit("M", advantages=torch.tensor([0.5, -0.5]), completion_mask=completion,
+                      tool_mask=tool, records=recs, credit_lambda=0.5, credit_cap=1.0,
+                      negative_weight=0.0)
+    rec = rollout_credit("M", recs, turns=w.turns, generated=generated, A=w.A, C=w.C,
+                         loss_mask=w.loss_mask, credit_lambda=0.5, credit_cap=1.0,
+                         A_group=w.A_group)
+    assert w.A.tolist() == [0.5, 0.0] and [c.advantage for c in rec] == [0.5, -0.5]
     assert set(out[0].counts) == {"L", "applied", "cap_active", "sel_mean", "other_mean",
                                   "credited", "credit_nonzero"}
 

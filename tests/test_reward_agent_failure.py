@@ -62,7 +62,10 @@ def test_agent_pids_rollout_is_scored_in_the_group_baseline(tmp_path, monkeypatc
     runs = tmp_path / "runs"
     rc = main(["--arm", "M", "--max_steps", "1", "--runs_dir", str(runs), "--max_tasks", "2",
                "--save_strategy", "no", "--verifier_retries", "0",
-               "--terminal_reward", "utility"])
+               "--terminal_reward", "utility",
+               # GRPO's own negative advantages (the default weights them 0), so the loss
+               # itself shows the failure being paid for
+               "--negative_advantage_weight", "1"])
     assert rc == 0 and flooded
     (run,) = runs.iterdir()
     trajs = _jsonl(run / "trajectories.jsonl")

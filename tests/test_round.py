@@ -12,6 +12,7 @@ verdicts, the records, the injection and TRL's loss run as in training.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -104,3 +105,7 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
         assert torch.allclose(per_token[i], want, atol=1e-6), (i, d, L, m)
         credited += int((c != 0).sum())
     assert credited > 0  # D changed some token's advantage
+    # 3. the records keep the group's own advantage (a failed rollout's stays negative)
+    (run,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["advantage"] for r in rows] == pytest.approx(seen["A_trl"].tolist(), abs=1e-6)

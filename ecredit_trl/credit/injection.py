@@ -33,7 +33,9 @@ class CreditInjection:
     """One round's injected credit (B rows, T completion tokens).
 
     ``per_token``: (B, T) float32, the advantages TRL's token-level loss uses;
-    ``A``: (B,) float32 terminal advantages as trained on (negative ones weighted); ``C``: (B, T) float32 coefficients;
+    ``A``: (B,) float32 terminal advantages as trained on (negative ones weighted);
+    ``A_group``: (B,) float32 TRL's group advantages before that weighting (what the records
+    call ``advantage``); ``C``: (B, T) float32 coefficients;
     ``turns``: (B, T) int64 credit turn map (-1 on tool-result tokens and after submit);
     ``loss_mask``: (B, T) TRL's ``completion_mask * tool_mask``; ``contrasts``: the D each
     row's credit used (None: unavailable or not used by the arm).
@@ -41,6 +43,7 @@ class CreditInjection:
 
     per_token: torch.Tensor
     A: torch.Tensor
+    A_group: torch.Tensor
     C: torch.Tensor
     turns: torch.Tensor
     loss_mask: torch.Tensor
@@ -89,15 +92,16 @@ def inject_credit(arm: str, *, advantages: torch.Tensor, completion_mask: torch.
         raise RuntimeError(f"advantages: expected ({len(records)},) local rows, "
                            f"got {tuple(advantages.shape)}")
     contrasts = arm_contrasts(arm, records)
-    advantages = weight_negative(advantages, negative_weight)
+    trained = weight_negative(advantages, negative_weight)
     per_token, C, turns = per_token_advantages(
-        arm, advantages=advantages, completion_mask=completion_mask, tool_mask=tool_mask,
+        arm, advantages=trained, completion_mask=completion_mask, tool_mask=tool_mask,
         contrasts=contrasts, selected_turns=[r.selected_turn for r in records],
         credit_lambda=credit_lambda, credit_cap=credit_cap,
         submit_turns=[r.submit_turn for r in records])
     loss_mask = completion_mask * (tool_mask if tool_mask is not None else 1)
-    return CreditInjection(per_token=per_token, A=advantages.to(torch.float32), C=C,
-                           turns=turns, loss_mask=loss_mask, contrasts=contrasts)
+    return CreditInjection(per_token=per_token, A=trained.to(torch.float32),
+                           A_group=advantages.to(torch.float32), C=C, turns=turns,
+                           loss_mask=loss_mask, contrasts=contrasts)
 
 
 @dataclass
@@ -107,7 +111,8 @@ class RolloutCredit:
     ``counts``: the per-rollout dict :func:`ecredit_trl.runs.ledger.round_counts` sums
     (``L``, ``applied``, ``cap_active``, ``sel_mean``, ``other_mean``, ``credited``,
     ``credit_nonzero``); ``stats``: the rule's :class:`CreditStats`; ``tokens_per_turn``:
-    generated tokens of turns 1..K; ``advantage``: the terminal A.
+    generated tokens of turns 1..K; ``advantage``: the rollout's GRPO group advantage
+    (before ``negative_advantage_weight``: a failed rollout's stays negative).
     """
 
     counts: dict
@@ -126,16 +131,19 @@ class RolloutCredit:
 
 def rollout_credit(arm: str, records: Sequence, *, turns: torch.Tensor,
                    generated: torch.Tensor, A: torch.Tensor, C: torch.Tensor,
-                   loss_mask: torch.Tensor, credit_lambda: float,
-                   credit_cap: float) -> list[RolloutCredit]:
+                   loss_mask: torch.Tensor, credit_lambda: float, credit_cap: float,
+                   A_group: torch.Tensor | None = None) -> list[RolloutCredit]:
     """Per rollout, its credit as the records show it.
 
     Args:
         turns: (B, T) credit turn map (-1 after submit and on tool results).
         generated: (B, T') turn of each policy token before any masking (tokens after
             submit and of truncated rows were generated and cost: they count in L).
-        A: (B,) float32 terminal advantages; C: (B, T) coefficients.
+        A: (B,) float32 terminal advantages as trained on (the rule's statistics read
+            them); C: (B, T) coefficients.
         loss_mask: (B, T) TRL's; its tokens are the ``credited`` ones.
+        A_group: (B,) the group advantages before weighting, recorded as ``advantage``
+            (None: ``A``, no weighting).
 
     Returns: one :class:`RolloutCredit` per record, in order.
     """
@@ -155,7 +163,8 @@ def rollout_credit(arm: str, records: Sequence, *, turns: torch.Tensor,
             counts={"L": L, "applied": st.applied, "cap_active": st.cap_active,
                     "sel_mean": sel_mean, "other_mean": other_mean, "credited": credited,
                     "credit_nonzero": nonzero},
-            stats=st, tokens_per_turn=per_turn, advantage=float(A[i])))
+            stats=st, tokens_per_turn=per_turn,
+            advantage=float((A if A_group is None else A_group)[i])))
     return out
 
 

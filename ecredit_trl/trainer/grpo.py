@@ -313,7 +313,8 @@ class ECreditGRPOTrainer(ExactResumeMixin, RoundDispatchMixin, GRPOTrainer):
         cfg = self.ecfg
         credit = rollout_credit(cfg.arm, rnd.records, turns=inj.turns, generated=rnd.gen_turns,
                                 A=inj.A, C=inj.C, loss_mask=inj.loss_mask,
-                                credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap)
+                                credit_lambda=cfg.credit_lambda, credit_cap=cfg.credit_cap,
+                                A_group=inj.A_group)
         rows = write_round(rnd.records, credit, rnd.trials, accelerator=self.accelerator,
                            run_dir=self.run_dir, arm=cfg.arm, step=self.state.global_step + 1,
                            wall_s=wall_s, timings=timings, scaffold=self.scaffold.name,
