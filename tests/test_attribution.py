@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import make_tar
 
-from eval.integrity.attribution import attribute_failure
+from eval.integrity.attribution import HEADROOM, attribute_failure
 from eval.integrity.controls import ControlFacts
 from eval.integrity.failure_value import failure_utility
 from eval.integrity.retry import RetryPolicy
@@ -412,12 +412,21 @@ def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     rows = [{"task_id": task.instance_id, "rollout_index": i, "artifact": arts[k],
              "model_sha256": "f" * 64, "turns": 1} for i, k in enumerate(("hang", "honest"))]
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = evaluate(EvalOptions(model=None, split=str(tmp_path / "one.jsonl"), n=2,
-                               out=tmp_path / "ev", rollouts=tmp_path / "rollouts.jsonl",
-                               timeout_s=12),  # the control needs half of it: headroom
-                   runtime=podman_runtime, log=lambda *_: None)
-    slots = {r["rollout_index"]: r for r in res["slots"]}
-    hang, honest = slots[0], slots[1]
+    # 12 s is enough on a quiet machine (the control takes about 3 s); when a loaded host
+    # stretches the control past half of it, the rule must refuse to charge the hang, and the
+    # test checks that answer, then runs again with more room
+    for timeout in (12, 40):
+        res = evaluate(EvalOptions(model=None, split=str(tmp_path / "one.jsonl"), n=2,
+                                   out=tmp_path / f"ev-{timeout}",
+                                   rollouts=tmp_path / "rollouts.jsonl", timeout_s=timeout),
+                       runtime=podman_runtime, log=lambda *_: None)
+        slots = {r["rollout_index"]: r for r in res["slots"]}
+        hang, honest = slots[0], slots[1]
+        ev = hang.get("failure_evidence") or {}
+        if ev.get("unattributed") != "control_no_headroom":
+            break
+        assert hang["failure_class"] is None and hang["unknown_reason"] == "trial_unattributed"
+        assert any(c["test_s"] > HEADROOM * timeout for c in ev["controls"]), ev
     assert hang["exit_class"] == "timeout" and hang["failure_class"] == "artifact_timeout", \
         hang.get("failure_evidence")
     assert hang["resolved"] is False and hang["classification"]["unknown"] is False
