@@ -51,14 +51,24 @@ from sandbox.bounds import ArgumentParser, Choice, Float, Int, OutDir, Text  # n
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 
+PHASES = "phases.json"
+"""Seconds of each phase that ran, by its log's name, kept across resumed invocations."""
+
+
 def run(cmd: list[str], log: Path) -> None:
-    """Run ``cmd`` (from the repository root), its output to ``log``; exit on failure."""
+    """Run ``cmd`` (from the repository root), its output to ``log``; exit on failure. Its
+    seconds are added to ``PHASES`` beside the log."""
     t0 = time.monotonic()
     with log.open("w") as f:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=ENV).returncode
-    print(f"  [{time.monotonic() - t0:6.0f} s] {' '.join(cmd[1:4])} ... (log {log})", flush=True)
+    took = time.monotonic() - t0
+    print(f"  [{took:6.0f} s] {' '.join(cmd[1:4])} ... (log {log})", flush=True)
     if rc != 0:
         sys.exit(f"learning_sanity: {' '.join(cmd)} exited {rc}; see {log}")
+    phases = log.parent / PHASES
+    seen = json.loads(phases.read_text()) if phases.is_file() else {}
+    seen[log.stem] = round(took, 1)
+    phases.write_text(json.dumps(seen, indent=1))
 
 
 def evaluate(model: str, split: str, out: Path, *, n: int, seed: int, runtime: str,
@@ -105,7 +115,14 @@ def train(arm: str, tasks: Path, out: Path, *, steps: int, runtime: str, policy:
     return done[0].parent
 
 
-def plot(curves: dict[str, list[float]], before: float, path: Path) -> None:
+def running_mean(ys: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each step (fewer at the start): with one task a
+    step, a window of the task count averages over one visit of each task."""
+    return [sum(ys[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window))
+            for i in range(len(ys))]
+
+
+def plot(curves: dict[str, list[float]], before: float, window: int, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,11 +130,13 @@ def plot(curves: dict[str, list[float]], before: float, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for arm, ys in curves.items():
-        ax.plot(range(1, len(ys) + 1), ys, marker="o", label=f"arm {arm}")
+        xs = range(1, len(ys) + 1)
+        (line,) = ax.plot(xs, running_mean(ys, window), label=f"arm {arm}")
+        ax.plot(xs, ys, linestyle="none", marker=".", alpha=0.35, color=line.get_color())
     ax.axhline(before, color="grey", linestyle="--", label="start (evaluation)")
-    ax.set(xlabel="step", ylabel="resolved rate of the step's rollouts", ylim=(-0.05, 1.05),
-           title="Training on the sanity tasks")
-    ax.legend()
+    ax.set(xlabel="step", ylabel="resolved rate of the training rollouts", ylim=(-0.05, 1.05),
+           title=f"Training on the sanity tasks (dots: each step; lines: mean of {window})")
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -195,6 +214,8 @@ def main() -> None:
             "after_mean": sum(after.values()) / len(after),
             "diff": pb["mean"], "ci": pb["ci"]}
     result["wall_s"] = round(time.monotonic() - t_start, 1)
+    phases = out / PHASES
+    result["phase_s"] = json.loads(phases.read_text()) if phases.is_file() else {}
 
     lines = ["| arm | start | end | end − start | 95 % CI (task-paired) | "
              "max step logp-diff mean |", "|---|---|---|---|---|---|"]
@@ -205,15 +226,21 @@ def main() -> None:
     curves = ["", "Per-step resolved rate of the training rollouts:"]
     curves += [f"  {arm}: " + " ".join(f"{x:.2f}" for x in r["curve"])
                for arm, r in result["arms"].items()]
+    curves += ["", f"The same, mean over the last {len(chosen)} steps (one visit of each task):"]
+    curves += [f"  {arm}: " + " ".join(f"{x:.2f}" for x in running_mean(r["curve"], len(chosen)))
+               for arm, r in result["arms"].items()]
     text = "\n".join([f"{len(chosen)} sanity tasks, n = {a.n}, {a.steps} steps, "
                       f"flags {' '.join(flags) or '(defaults)'}", "", *lines, *curves,
-                      "", f"wall {result['wall_s']:.0f} s"])
+                      "", f"wall {result['wall_s']:.0f} s (this invocation); phases that ran, "
+                      "over every invocation: " + ", ".join(
+                          f"{k} {v:.0f} s" for k, v in result["phase_s"].items())
+                      + f"; total {sum(result['phase_s'].values()):.0f} s"])
     print("\n" + text)
     (out / "sanity.json").write_text(json.dumps(result, indent=1))
     (out / "sanity.md").write_text(text + "\n")
     if result["arms"]:
         plot({k: v["curve"] for k, v in result["arms"].items()},
-             sum(before.values()) / len(before), out / "curve.png")
+             sum(before.values()) / len(before), len(chosen), out / "curve.png")
 
 
 if __name__ == "__main__":

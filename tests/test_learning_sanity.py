@@ -30,3 +30,26 @@ def test_a_different_budget_stops_naming_the_field(field, value):
                              "before vs after arm O")
     msg = str(exc.value)
     assert "before vs after arm O" in msg and field in msg and repr(value) in msg
+
+
+def test_running_mean_averages_one_visit_of_each_task():
+    assert sanity.running_mean([1.0, 0.0, 1.0, 1.0, 0.0], 2) == [1.0, 0.5, 0.5, 1.0, 0.5]
+    assert sanity.running_mean([0.25, 0.75], 4) == [0.25, 0.5]
+
+
+def test_the_curve_is_drawn(tmp_path):
+    sanity.plot({"O": [0.5, 0.25, 1.0], "M": [0.0, 1.0, 1.0]}, 0.4, 2, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_phase_that_ran_keeps_its_seconds_across_invocations(tmp_path):
+    import json
+    import sys
+
+    sanity.run([sys.executable, "-c", "pass"], tmp_path / "select.log")
+    sanity.run([sys.executable, "-c", "import time; time.sleep(0.3)"], tmp_path / "train-O.log")
+    phases = json.loads((tmp_path / sanity.PHASES).read_text())
+    assert list(phases) == ["select", "train-O"] and phases["train-O"] >= 0.3
+    with pytest.raises(SystemExit, match="exited 3"):
+        sanity.run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "after-O.log")
+    assert list(json.loads((tmp_path / sanity.PHASES).read_text())) == ["select", "train-O"]
