@@ -204,13 +204,27 @@ def test_a_re_tokenized_tool_turn_breaks_agreement(tmp_path, monkeypatch, warm_p
     assert logged[DIFF_MEAN] > BROKEN
 
 
-def test_a_different_chat_template_breaks_agreement(tmp_path, monkeypatch, warm_policy, healthy):
-    # the sampler rendered the prompt with a system turn the training template has not
-    def system_turn(tok, turn, ctx):
-        head = tok.encode("<|im_start|>system\nYou are a careful engineer.<|im_end|>\n")
-        return [head + c for c in ctx]
+def _replace(ids: list[int], old: list[int], new: list[int]) -> list[int]:
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i:i + len(old)] == old:
+            out, i = out + new, i + len(old)
+        else:
+            out, i = out + [ids[i]], i + 1
+    return out
 
-    _sampling_contexts(monkeypatch, system_turn)
+
+def test_a_different_chat_template_breaks_agreement(tmp_path, monkeypatch, warm_policy, healthy):
+    # the sampler's template names the assistant's role as another family's does ("model"),
+    # so every assistant header it rendered differs from the training template's. A system
+    # turn prepended to the prompt was the first variant tried: how far it moves a policy
+    # depends on the policy (one warm start moved 0.0008 nats per token, another past 0.01),
+    # while a changed header right before each generated turn moves every one of them
+    def other_role(tok, turn, ctx):
+        a, m = tok.encode("<|im_start|>assistant\n"), tok.encode("<|im_start|>model\n")
+        return [_replace(c, a, m) for c in ctx]
+
+    _sampling_contexts(monkeypatch, other_role)
     row, _ = _one_step(tmp_path, warm_policy)
     print("other template:", row["sampling_logp_diff_mean"], row["sampling_logp_diff_max"])
     assert row["sampling_logp_diff_mean"] > BROKEN > healthy[0]["sampling_logp_diff_mean"]
