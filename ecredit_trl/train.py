@@ -84,6 +84,7 @@ from ecredit_trl.runs.faults import (  # noqa: E402
     SandboxUnavailable,
     exit_code,
     follow_launcher_signals,
+    launcher_kills_on_stop,
     signal_consequence,
     termination_class,
 )
@@ -307,7 +308,12 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = GracefulStop()
     stop.install()
-    follow_launcher_signals()
+    # world size 1: the single-process launcher (several processes run under torchrun's agent)
+    if follow_launcher_signals() and cfg.world_size == 1 and launcher_kills_on_stop():
+        print("[ecredit] warning: this accelerate's launcher SIGKILLs the training process 5 s "
+              "after a SIGTERM or Ctrl-C, before the step can finish: a stop leaves no "
+              "checkpoint of it and no termination receipt (install accelerate<1.16, as the "
+              "project pins)", file=sys.stderr, flush=True)
     runtime = None
     trainer = None
     exc: BaseException | None = None
@@ -323,11 +329,16 @@ def main(argv: list[str] | None = None) -> int:
         final_dir = _run_training(trainer, tokenizer, stop, receipts, resume, run_dir, is_main)
     except BaseException as e:  # noqa: BLE001 - every way out gets a receipt
         exc = e
-    stop.restore()
-
-    return _end_session(cfg, exc=exc, stop=stop, trainer=trainer, runtime=runtime,
-                        receipts=receipts, run_dir=run_dir, run_name=run_name, session=session,
-                        final_dir=final_dir)
+    try:
+        return _end_session(cfg, exc=exc, stop=stop, trainer=trainer, runtime=runtime,
+                            receipts=receipts, run_dir=run_dir, run_name=run_name,
+                            session=session, final_dir=final_dir)
+    finally:
+        # only once the receipt is written: a SIGTERM that comes while the session closes
+        # (the launcher's death signal that trails the group's, a scheduler that repeats
+        # its signal) is still a request, where the default action would kill the process
+        # before its checkpoint and receipt
+        stop.restore()
 
 
 def _prompt_tokens(cfg, model_path, tasks) -> int:

@@ -107,3 +107,45 @@ def test_group_sigterm_during_snapshot_and_trial_is_a_sigterm(tmp_path, warm_pol
     steps = [json.loads(x)["step"] for x in (run / "ledger.jsonl").read_text().splitlines()
              if x.strip()]
     assert steps == [1, 2]
+
+
+def test_a_sigterm_repeated_while_the_session_closes_is_still_a_sigterm(tmp_path, warm_policy):
+    """The group's SIGTERM is followed by more: the kernel's death signal when the launcher
+    dies with the group, a scheduler that repeats its signal until the job is gone. Each
+    one, until the termination receipt is written, is a request: the run is not killed
+    between the end of its step and its receipt (a later start would record it as
+    ``unknown`` with no checkpoint of the step)."""
+    runs, tmp = tmp_path / "runs", tmp_path / "tmp"
+    tmp.mkdir()
+    p = _train(runs, tmp, os.environ["PATH"], *ARGS, "--run_name_prefix", "rep")
+    try:
+        deadline = time.monotonic() + 600
+        run = None
+        while time.monotonic() < deadline and p.poll() is None:
+            dirs = list(runs.glob("rep-*")) if runs.is_dir() else []
+            run = dirs[0] if dirs else None
+            if run is not None and (run / "checkpoint-1").is_dir():
+                break
+            time.sleep(0.05)
+        assert run is not None and p.poll() is None, p.stdout.read()[-3000:]
+        os.killpg(p.pid, signal.SIGTERM)
+        sent = 1
+        while p.poll() is None and time.monotonic() < deadline:  # every 20 ms until it exits
+            time.sleep(0.02)
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+                sent += 1
+            except ProcessLookupError:
+                break
+        out = p.communicate(timeout=300)[0]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert sent > 10  # the repeats covered the close, not just the step
+    # its own exit status 143, or a repeat that came after the receipt, while the interpreter
+    # exits with the default handler back: either way a shell reads 143
+    assert p.returncode in (143, -signal.SIGTERM), out[-3000:]
+    term = json.loads((run / "receipts" / "s00-termination.json").read_text())
+    assert term["class"] == "sigterm" and not term.get("detected"), term
+    assert term["resumable_checkpoint"], term
