@@ -282,6 +282,66 @@ def test_graceful_stop_and_termination_classes():
     assert (exit_code("sigterm"), exit_code("sigint"), exit_code("completed")) == (143, 130, 0)
 
 
+_STOPPING_SCRIPT = """
+import sys, time, pathlib
+from ecredit_trl.runs.faults import GracefulStop, follow_launcher_signals
+out = pathlib.Path(sys.argv[1])
+stop = GracefulStop().install()
+assert follow_launcher_signals(), "the parent is not accelerate launch"
+(out / "ready").write_text("1")
+while not stop.requested:
+    time.sleep(0.05)
+time.sleep(8)  # the step in progress finishes and its checkpoint is written
+(out / "receipt").write_text(stop.signal_name)
+"""
+
+
+@pytest.mark.parametrize("form", ["accelerate", "python-m"])
+@pytest.mark.parametrize("how", ["sigterm-to-launcher", "ctrl-c-to-group"])
+def test_a_stop_through_accelerate_launch_is_graceful(tmp_path, how, form):
+    """The installed ``accelerate launch`` lets the training process finish its step after a
+    scheduler's SIGTERM to the launcher or a Ctrl-C to the terminal's group (accelerate 1.16
+    SIGKILLs it 5 s later: no checkpoint, no receipt)."""
+    import time
+
+    from ecredit_trl.runs.faults import launcher_kills_on_stop
+
+    script = tmp_path / "stopping.py"
+    script.write_text(_STOPPING_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    launch = ([str(Path(sys.executable).parent / "accelerate"), "launch"] if form == "accelerate"
+              else [sys.executable, "-m", "accelerate.commands.launch"])
+    launcher = subprocess.Popen(
+        launch + ["--num_processes", "1", "--cpu", str(script), str(tmp_path)], env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists():
+        assert launcher.poll() is None, launcher.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    if how == "sigterm-to-launcher":
+        os.kill(launcher.pid, signal.SIGTERM)
+    else:
+        os.killpg(launcher.pid, signal.SIGINT)
+    sig = "SIGTERM" if how == "sigterm-to-launcher" else "SIGINT"
+    launcher.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "receipt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "receipt").read_text() == sig
+    assert not launcher_kills_on_stop()
+
+
+def test_a_launcher_that_kills_its_child_on_stop_is_recognised():
+    import types
+
+    from ecredit_trl.runs.faults import launcher_kills_on_stop
+
+    assert launcher_kills_on_stop(types.SimpleNamespace(_terminate_process_tree=lambda p: None))
+    assert not launcher_kills_on_stop(types.SimpleNamespace(simple_launcher=lambda a: None))
+
+
 def test_changes_accepted_by_an_earlier_resume_stay_accepted():
     from ecredit_trl.runs.binding import check_binding
 

@@ -109,7 +109,9 @@ def follow_launcher_signals() -> bool:
         parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    if not any(b"accelerate" in x for x in parent[:3]) or b"launch" not in parent:
+    # `accelerate launch ...` or `python -m accelerate.commands.launch ...`
+    if not (b"accelerate.commands.launch" in parent[:3]
+            or (any(b"accelerate" in x for x in parent[:3]) and b"launch" in parent)):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -117,6 +119,31 @@ def follow_launcher_signals() -> bool:
         return libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def launcher_kills_on_stop(launch_module=None) -> bool:
+    """True when ``accelerate launch``'s single-process launcher ends the training process
+    itself on SIGTERM or Ctrl-C, too soon for a graceful stop.
+
+    accelerate 1.16 catches the signal in the launcher, terminates the child's whole
+    process tree and SIGKILLs whatever is alive 5 s later (``_terminate_process_tree`` in
+    ``accelerate/commands/launch.py``): the step in progress cannot finish, so no
+    checkpoint of it and no termination receipt are written, and a later start records
+    the session as ``unknown``. 1.15 and earlier leave the child alone, and
+    :func:`follow_launcher_signals` delivers the stop. The project's dependencies keep
+    accelerate below 1.16 for this reason; the check is on the behaviour (the function's
+    presence), not the version string, so a backport is caught too.
+
+    Args:
+        launch_module: the module to inspect (tests); default ``accelerate.commands.launch``.
+    Returns: False when accelerate is not installed.
+    """
+    if launch_module is None:
+        try:
+            from accelerate.commands import launch as launch_module
+        except ImportError:
+            return False
+    return callable(getattr(launch_module, "_terminate_process_tree", None))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -171,4 +198,5 @@ def exit_code(cls: str, exc: BaseException | None = None) -> int:
 
 
 __all__ = ["EXIT_CODES", "GracefulStop", "SandboxUnavailable", "exit_code",
-           "follow_launcher_signals", "is_oom", "signal_consequence", "termination_class"]
+           "follow_launcher_signals", "is_oom", "launcher_kills_on_stop", "signal_consequence",
+           "termination_class"]
