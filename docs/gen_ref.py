@@ -314,8 +314,15 @@ def config_reference(root: Path = ROOT) -> str:
     """Markdown of the configuration reference (the body of ``docs/reference/config.md``)."""
     from trl import GRPOConfig
 
-    from ecredit_trl.config import INHERITED, MIN_TURN_TOKENS, SIZE_FIELDS, ECreditConfig
-    from ecredit_trl.train import ModelArguments, RunArguments, embedded_defaults
+    from ecredit_trl.config import (
+        INHERITED,
+        MIN_TURN_TOKENS,
+        SIZE_FIELDS,
+        ECreditConfig,
+        ModelArguments,
+        RunArguments,
+    )
+    from ecredit_trl.train import embedded_defaults
 
     grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     every = {f.name: f for f in dataclasses.fields(ECreditConfig)}
@@ -325,10 +332,10 @@ def config_reference(root: Path = ROOT) -> str:
         f"adds {len(own)} fields to `trl.GRPOConfig` "
         f"({len(dataclasses.fields(ECreditConfig))} fields in all).\n",
         _field_table(own_config_fields(), ECreditConfig),
-        "## Model arguments {#model-arguments}\n\n`ecredit_trl.train.ModelArguments`: which "
+        "## Model arguments {#model-arguments}\n\n`ecredit_trl.config.ModelArguments`: which "
         "policy to train and how (recorded in the manifest as `model.<field>`).\n",
         _field_table(dataclasses.fields(ModelArguments), ModelArguments),
-        "## Session arguments {#session-arguments}\n\n`ecredit_trl.train.RunArguments`: "
+        "## Session arguments {#session-arguments}\n\n`ecredit_trl.config.RunArguments`: "
         "session control, never part of the run's config or its hashes.\n",
         _field_table(dataclasses.fields(RunArguments), RunArguments),
     ]

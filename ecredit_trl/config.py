@@ -1,4 +1,6 @@
-"""ECreditConfig: the one configuration object of a run (a ``GRPOConfig`` subclass).
+"""ECreditConfig: the one configuration object of a run (a ``GRPOConfig`` subclass), and the
+main job's two other argument groups: ``ModelArguments`` (the policy and LoRA) and
+``RunArguments`` (session control, never part of the run's config).
 
 Every field is settable from the command line (``--credit_lambda 0.5`` or
 ``--credit-lambda 0.5``) and from a YAML file (``--config file.yaml``), through
@@ -25,6 +27,7 @@ from sandbox.bounds import (
     Float,
     InFile,
     Int,
+    ModelRef,
     OutDir,
     Source,
     Text,
@@ -390,3 +393,53 @@ def check_resume_sizes(recorded: dict, cfg, allowed: list[str]) -> None:
         raise BoundError("resume refused: changed sizes (" + ", ".join(changed) + ") would change "
                          "the run's data order and groups; pass the original values, or accept "
                          "each with --allow-changed FIELD --reason TEXT")
+
+
+@declared
+@dataclass
+class ModelArguments:
+    """Which policy to train and how (LoRA through peft). Bounds beside each field, checked
+    at construction (BoundError naming the flag)."""
+
+    model: str | None = field(default=None, metadata={
+        "bounds": ModelRef(nullable=True),
+        "help": "causal LM path or hub id; default: the embedded tiny policy (built locally)"})
+    lora_r: int = field(default=0, metadata={"bounds": Int(ge=0, why="0 trains all weights"),
+                                             "help": "LoRA rank; 0 trains all weights"})
+    lora_alpha: int | None = field(default=None, metadata={
+        "bounds": Int(gt=0, nullable=True), "help": "LoRA alpha (default 2 x r)"})
+    lora_dropout: float = field(default=0.0, metadata={
+        "bounds": Float(ge=0, lt=1, why="a probability"), "help": "LoRA dropout"})
+    lora_target_modules: list[str] = field(default_factory=lambda: ["auto"], metadata={
+        "bounds": Text(),
+        "help": "modules LoRA adapts: auto (the architecture's default, "
+                "ecredit_trl.policy.lora_defaults), all-linear, or peft module names"})
+    warmstart_steps: int | None = field(default=None, metadata={
+        "bounds": Int(ge=0, nullable=True),
+        "help": "SFT steps of the embedded policy's warm start (default: its recipe)"})
+    config: str | None = field(default=None, metadata={
+        "bounds": InFile("yaml", nullable=True), "help": "YAML file of config fields"})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@declared
+@dataclass
+class RunArguments:
+    """Session control (never part of the run's config or its hashes)."""
+
+    resume_from: str | None = field(default=None, metadata={
+        "bounds": Text(nullable=True, why="a checkpoint inside a run directory: checked first "
+                                          "by the resume, naming the missing manifest"),
+        "help": "checkpoint directory (runs/<name>/checkpoint-<step>) to resume exactly"})
+    allow_changed: list[str] = field(default_factory=list, metadata={
+        "bounds": Text(),
+        "help": "bound field allowed to differ from the manifest on resume (repeatable, or "
+                "comma-separated: a config field, model.<field>, tasks, code, world_size)"})
+    reason: str | None = field(default=None, metadata={
+        "bounds": Text(nullable=True),
+        "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
+
+    def __post_init__(self) -> None:
+        check_fields(self)

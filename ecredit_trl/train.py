@@ -30,7 +30,6 @@ import argparse
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,7 +60,12 @@ from transformers import AutoTokenizer, HfArgumentParser  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
 from ecredit_trl.agent.scaffolds import get_scaffold  # noqa: E402
-from ecredit_trl.config import ECreditConfig, check_resume_sizes  # noqa: E402
+from ecredit_trl.config import (  # noqa: E402
+    ECreditConfig,
+    ModelArguments,
+    RunArguments,
+    check_resume_sizes,
+)
 from ecredit_trl.policy.lora_defaults import resolve_lora  # noqa: E402
 from ecredit_trl.policy.run_inputs import load_policy, tasks_and_policy  # noqa: E402
 from ecredit_trl.policy.vllm_checks import (  # noqa: E402
@@ -108,68 +112,12 @@ from eval.evaluation.templatecheck import TemplateRefused, resolve_template_opti
 from sandbox.backend import make_runtime  # noqa: E402
 from sandbox.bounds import (  # noqa: E402
     BoundError,
-    Float,
-    InFile,
-    Int,
-    ModelRef,
-    Text,
-    check_fields,
-    declared,
     use_bounds,
 )
 from sandbox.cluster.dispatch import RayUnavailable, cluster_image_ids, connect  # noqa: E402
 
 __all__ = ["RunRefused", "check_binding", "supersede_records", "main", "cli"]
 
-
-@declared
-@dataclass
-class ModelArguments:
-    """Which policy to train and how (LoRA through peft). Bounds beside each field, checked
-    at construction (BoundError naming the flag)."""
-
-    model: str | None = field(default=None, metadata={
-        "bounds": ModelRef(nullable=True),
-        "help": "causal LM path or hub id; default: the embedded tiny policy (built locally)"})
-    lora_r: int = field(default=0, metadata={"bounds": Int(ge=0, why="0 trains all weights"),
-                                             "help": "LoRA rank; 0 trains all weights"})
-    lora_alpha: int | None = field(default=None, metadata={
-        "bounds": Int(gt=0, nullable=True), "help": "LoRA alpha (default 2 x r)"})
-    lora_dropout: float = field(default=0.0, metadata={
-        "bounds": Float(ge=0, lt=1, why="a probability"), "help": "LoRA dropout"})
-    lora_target_modules: list[str] = field(default_factory=lambda: ["auto"], metadata={
-        "bounds": Text(),
-        "help": "modules LoRA adapts: auto (the architecture's default, "
-                "ecredit_trl.policy.lora_defaults), all-linear, or peft module names"})
-    warmstart_steps: int | None = field(default=None, metadata={
-        "bounds": Int(ge=0, nullable=True),
-        "help": "SFT steps of the embedded policy's warm start (default: its recipe)"})
-    config: str | None = field(default=None, metadata={
-        "bounds": InFile("yaml", nullable=True), "help": "YAML file of config fields"})
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-
-@declared
-@dataclass
-class RunArguments:
-    """Session control (never part of the run's config or its hashes)."""
-
-    resume_from: str | None = field(default=None, metadata={
-        "bounds": Text(nullable=True, why="a checkpoint inside a run directory: checked first "
-                                          "by the resume, naming the missing manifest"),
-        "help": "checkpoint directory (runs/<name>/checkpoint-<step>) to resume exactly"})
-    allow_changed: list[str] = field(default_factory=list, metadata={
-        "bounds": Text(),
-        "help": "bound field allowed to differ from the manifest on resume (repeatable, or "
-                "comma-separated: a config field, model.<field>, tasks, code, world_size)"})
-    reason: str | None = field(default=None, metadata={
-        "bounds": Text(nullable=True),
-        "help": "why the --allow-changed fields changed (recorded in the resume receipt)"})
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 def embedded_defaults(on_gpu: bool) -> dict:
     """Config values of the embedded default run (CPU, tiny model, short episodes).

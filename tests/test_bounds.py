@@ -29,14 +29,14 @@ from trl import GRPOConfig
 sys.path.insert(0, str(REPO_ROOT / "docs"))
 import gen_ref  # noqa: E402 - after the docs path entry
 
-from ecredit_trl.config import INHERITED, ECreditConfig, check_resume_sizes  # noqa: E402
-from ecredit_trl.train import (  # noqa: E402
+from ecredit_trl.config import (  # noqa: E402
+    INHERITED,
+    ECreditConfig,
     ModelArguments,
     RunArguments,
-    build_parser,
-    embedded_defaults,
-    parse_args,
+    check_resume_sizes,
 )
+from ecredit_trl.train import build_parser, embedded_defaults, parse_args  # noqa: E402
 from sandbox.bounds import Bound, BoundError, bound_of, flag_bounds  # noqa: E402
 
 CLIS = [rel for rel in gen_ref.cli_sources() if rel != gen_ref.TRAIN]

@@ -168,8 +168,7 @@ def test_every_cli_named_has_its_help_run():
 
 
 def _train_flags() -> set[str]:
-    from ecredit_trl.config import ECreditConfig
-    from ecredit_trl.train import ModelArguments, RunArguments
+    from ecredit_trl.config import ECreditConfig, ModelArguments, RunArguments
 
     names = [f.name for dc in (ECreditConfig, ModelArguments, RunArguments)
              for f in dataclasses.fields(dc)]

@@ -63,10 +63,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ecredit_trl.config import ECreditConfig
+from ecredit_trl.config import ECreditConfig, ModelArguments
 from ecredit_trl.credit.arms import ARMS
 from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
-from ecredit_trl.train import ModelArguments, embedded_defaults
+from ecredit_trl.train import embedded_defaults
 from eval.files import read_json_object
 from sandbox.backend import (
     CONFIG_FIELDS,
