@@ -31,13 +31,15 @@ ARGS = ["--arm", "O", "--max_steps", "2", "--max_tasks", "2", "--num_generations
         "--per_device_train_batch_size", "2", "--max_completion_length", "256",
         "--save_steps", "1", "--verifier_retries", "0", "--pipeline", "overlapped"]
 
-# armed (the file ``armed`` exists) once step 1 is saved: step 1 runs at full speed. Held:
-# the commit of a rollout's base snapshot S_0 at the episode's reset, which the round's
-# controls (already submitted) overlap; killed, it raises out of the step
+# armed once step 1 is saved (its checkpoint directory exists when git starts: the save is
+# synchronous, so every commit of step 2 sees it, whatever the test's polling misses); step
+# 1 runs at full speed. Held: the commit of a rollout's base snapshot S_0 at the episode's
+# reset, which the round's controls (already submitted) overlap; killed, it raises out of
+# the step
 SLOW_GIT = """#!/bin/sh
 case " $* " in
-  *" commit-tree "*) if [ -e {marks}/armed ]; then
-      m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi ;;
+  *" commit-tree "*) for d in {runs}/grp-*/checkpoint-1; do if [ -d "$d" ]; then
+      m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi; break; done ;;
 esac
 exec {git} "$@"
 """
@@ -67,7 +69,7 @@ def test_group_sigterm_during_snapshot_and_trial_is_a_sigterm(tmp_path, warm_pol
     runs, tmp, marks, shim = (tmp_path / n for n in ("runs", "tmp", "marks", "bin"))
     for d in (tmp, marks, shim):
         d.mkdir()
-    (shim / "git").write_text(SLOW_GIT.format(marks=marks, git=shutil.which("git")))
+    (shim / "git").write_text(SLOW_GIT.format(runs=runs, marks=marks, git=shutil.which("git")))
     (shim / "git").chmod(0o755)
     path = f"{shim}{os.pathsep}{os.environ['PATH']}"
     p = _train(runs, tmp, path, *ARGS, "--run_name_prefix", "grp")
@@ -77,8 +79,6 @@ def test_group_sigterm_during_snapshot_and_trial_is_a_sigterm(tmp_path, warm_pol
         while time.monotonic() < deadline and p.poll() is None:
             dirs = list(runs.glob("grp-*")) if runs.is_dir() else []
             run = dirs[0] if dirs else None
-            if run is not None and (run / "checkpoint-1").is_dir():
-                (marks / "armed").touch()  # step 2 has begun: hold its snapshots in flight
             # during step 2, a snapshot and a trial in flight at once
             if list(marks.glob("snap.*")) and _running_trials(run.name):
                 break
