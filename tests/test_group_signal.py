@@ -31,15 +31,14 @@ ARGS = ["--arm", "O", "--max_steps", "2", "--max_tasks", "2", "--num_generations
         "--per_device_train_batch_size", "2", "--max_completion_length", "256",
         "--save_steps", "1", "--verifier_retries", "0", "--pipeline", "overlapped"]
 
-# armed once step 1 is saved (its checkpoint directory exists when git starts: the save is
-# synchronous, so every commit of step 2 sees it, whatever the test's polling misses); step
-# 1 runs at full speed. Held: the commit of a rollout's base snapshot S_0 at the episode's
-# reset, which the round's controls (already submitted) overlap; killed, it raises out of
-# the step
+# armed by step 1's checkpoint, which git itself looks for: the save is synchronous, so every
+# commit of step 2 sees it, however late the test's polling would (step 1 runs at full speed).
+# Held: the commit of a rollout's base snapshot S_0 at the episode's reset, which the round's
+# controls (already submitted) overlap; killed, it raises out of the step
 SLOW_GIT = """#!/bin/sh
 case " $* " in
-  *" commit-tree "*) for d in {runs}/grp-*/checkpoint-1; do if [ -d "$d" ]; then
-      m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi; break; done ;;
+  *" commit-tree "*) if ls -d {runs}/grp-*/checkpoint-1 >/dev/null 2>&1; then
+      m="{marks}/snap.$$"; : > "$m"; sleep 5; rm -f "$m"; fi ;;
 esac
 exec {git} "$@"
 """
