@@ -182,3 +182,62 @@ def test_errors_name_the_repo(tmp_path):
         Snapshotter(tmp_path)
     with pytest.raises(SnapshotError, match="neither a git directory"):
         changed_paths(tmp_path, EMPTY_TREE, EMPTY_TREE)
+
+
+def _reference_tree(tree, tmp_path) -> str:
+    """The tree plain git records for ``tree``'s files (a fresh repository, a fresh index,
+    ``add -A`` with the base's ``.gitignore``): an oracle independent of the snapshotter."""
+    import shutil
+
+    ref = tmp_path / "oracle"
+    shutil.rmtree(ref, ignore_errors=True)
+    shutil.copytree(tree, ref, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    git(ref, "init", "-q")
+    git(ref, "add", "-A")
+    return git(ref, "write-tree")
+
+
+def test_snapshots_match_plain_git_turn_after_turn(repo, tmp_path):
+    """Edits, deletions, new files in new directories and a file replaced by a directory of
+    its name, over enough turns that the private index is rewritten several times: every
+    snapshot is the tree plain git records for the same files."""
+    import random
+
+    rng = random.Random(7)
+    for i in range(40):
+        (repo / "pkg" / f"m{i}.py").write_text(f"M = {i}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "more")
+    with Snapshotter(repo) as snap:
+        for turn in range(12):
+            files = sorted(p for p in (repo / "pkg").rglob("*.py") if p.is_file())
+            for f in rng.sample(files, min(6, len(files))):
+                f.write_text(f.read_text() + f"# turn {turn}\n")
+            if files:
+                files[rng.randrange(len(files))].unlink()
+            (repo / f"new{turn}" / "deep").mkdir(parents=True)
+            (repo / f"new{turn}" / "deep" / "n.py").write_text(f"N = {turn}\n")
+            (repo / f"skip{turn}.log").write_text("ignored\n")
+            if turn == 5:
+                (repo / "run.sh").unlink()
+                (repo / "run.sh").mkdir()
+                (repo / "run.sh" / "inner.txt").write_text("a directory now\n")
+            assert snap.snapshot() == _reference_tree(repo, tmp_path), f"turn {turn}"
+
+
+def test_a_callers_store_keeps_an_index_that_stands_alone(repo, tmp_path):
+    """A snapshotter working in a caller's store (whose index file is copied elsewhere,
+    sandbox.workspace.imagetree) leaves an index that another git directory can read."""
+    store = tmp_path / "store.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(store))
+    (repo / "pkg" / "a.py").write_text("A = 3\n")
+    with Snapshotter(repo, store=store) as snap:
+        snap.snapshot()
+        copy = tmp_path / "copied.index"
+        copy.write_bytes(snap.index_file.read_bytes())
+    elsewhere = tmp_path / "elsewhere.git"
+    git(tmp_path, "init", "-q", "--bare", str(elsewhere))
+    listed = subprocess.run(["git", f"--git-dir={elsewhere}", "ls-files"], capture_output=True,
+                            text=True, env=dict(os.environ, GIT_INDEX_FILE=str(copy)))
+    assert listed.returncode == 0, listed.stderr
+    assert "pkg/a.py" in listed.stdout.split()

@@ -88,16 +88,42 @@ def run_git(git_dir: Path, args: list[str], *, work_tree: Path | None = None, in
 
     Raises: SnapshotError naming the command and directory when ``check`` and git fails.
     """
+    return run_git_together(git_dir, [(args, input, check)], work_tree=work_tree,
+                            index_file=index_file)[0]
+
+
+def run_git_together(git_dir: Path, calls: Sequence[tuple[list[str], bytes | None, bool]], *,
+                     work_tree: Path | None = None,
+                     index_file=None) -> list[subprocess.CompletedProcess]:
+    """Run several git commands at once, as :func:`run_git` runs one, and wait for all.
+
+    ``calls``: ``(args, input, check)`` per command. Only for commands whose results do not
+    depend on each other (a snapshot's ``add -u`` beside its ``ls-files --others``: the
+    first rewrites the index atomically, the second reads either version, and both list
+    the same untracked files). A process costs ~2 ms to start here, the lstat pass ~8 ms at
+    5k files; side by side they overlap on a second core.
+
+    Returns: one CompletedProcess per call, in order (stdout and stderr as bytes).
+    Raises: SnapshotError naming the first command with ``check`` that failed, after all ended.
+    """
     cmd = ["git", f"--git-dir={git_dir}"]
     if work_tree is not None:
         cmd.append(f"--work-tree={work_tree}")
-    proc = subprocess.run([*cmd, *_SAFE_C, *args], input=input, capture_output=True,
-                          cwd=work_tree or git_dir, env=git_env(index_file))
-    if check and proc.returncode != 0:
-        raise SnapshotError(
-            f"git {' '.join(args[:3])} failed in {work_tree or git_dir}: "
-            f"{proc.stderr.decode(errors='replace').strip()}")
-    return proc
+    env = git_env(index_file)
+    procs = [subprocess.Popen([*cmd, *_SAFE_C, *args], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              cwd=work_tree or git_dir, env=env)
+             for args, _, _ in calls]
+    done = []
+    for proc, (_, data, _) in zip(procs, calls, strict=True):
+        out, err = proc.communicate(data)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    for proc, (args, _, check) in zip(done, calls, strict=True):
+        if check and proc.returncode != 0:
+            raise SnapshotError(
+                f"git {' '.join(args[:3])} failed in {work_tree or git_dir}: "
+                f"{proc.stderr.decode(errors='replace').strip()}")
+    return done
 
 
 def store_of(repo: str | os.PathLike) -> Path:
