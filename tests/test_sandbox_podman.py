@@ -250,3 +250,68 @@ def test_private_service_dies_with_a_killed_owner():
     gone = not running()
     shutil.rmtree(workdir, ignore_errors=True)
     assert gone, f"podman system service {pid} outlived its SIGKILLed owner"
+
+
+def _volumes() -> list[str]:
+    out = subprocess.run(["podman", "volume", "ls", "--format", "{{.Name}}"],
+                         capture_output=True, text=True, env=podman_env(), check=True)
+    return out.stdout.split()
+
+
+def test_trial_inputs_are_read_only_and_leave_nothing_behind(podman_runtime):
+    """The trial's archive comes in through a read-only bind mount (not a copy through the
+    engine): code in the trial can neither write nor remount it, and after the trial neither
+    the archive on the host nor the control volume is left."""
+    from sandbox.trials.archive import INPUTS_PATH
+
+    attack = (f"echo tampered >> {INPUTS_PATH} && echo WROTE-INPUTS\n"
+              f"mount -o remount,rw {INPUTS_PATH} && echo REMOUNTED\n"
+              "echo mine > /ecredit/scratch && echo WROTE-CONTROL\n"
+              "echo '>>>>> Start Test Output'\n"
+              "python3 -m pytest -rA -p no:cacheprovider test_calc.py\n"
+              "echo '>>>>> End Test Output'\n")
+    r = podman_runtime.run_trial(spec("ro-inputs", eval_script=attack))
+    assert r.exit_class == "ok", r.error
+    assert "Read-only file system" in r.log
+    assert "WROTE-INPUTS" not in r.log and "REMOUNTED" not in r.log
+    assert "WROTE-CONTROL" in r.log  # the control directory stays the script's to write
+    assert "PASSED test_calc.py::test_add" in r.log
+    assert list(podman_runtime._inputs_dir().iterdir()) == [
+        podman_runtime._inputs_dir() / ".ecredit-owner.json"]
+    assert not [v for v in _volumes() if v.startswith(f"ecredit-{podman_runtime.run_id}-")]
+
+
+def test_gc_removes_control_volumes_left_by_a_killed_run():
+    from sandbox.runtimes.podman_runtime import gc
+    from sandbox.trials.archive import control_volume
+
+    left = control_volume("ecredit-gc-test-t1-abc123")
+    other = "ecredit-gc-test-not-a-control-volume"
+    for name in (left, other):
+        subprocess.run(["podman", "volume", "rm", "-f", name], capture_output=True,
+                       env=podman_env())
+        subprocess.run(["podman", "volume", "create", name], check=True, capture_output=True,
+                       env=podman_env())
+    gc("gc-test")
+    assert left not in _volumes() and other in _volumes()
+    subprocess.run(["podman", "volume", "rm", "-f", other], capture_output=True,
+                   env=podman_env())
+
+
+def test_an_image_without_tar_is_an_infra_error_naming_the_unpack(podman_runtime):
+    """A trial image that cannot unpack the inputs ends the trial as unavailable, with the
+    reason, never as a test result of an empty tree."""
+    image, box = "localhost/ecredit-test-notar:1", "ecredit-test-notar-build"
+    run = dict(capture_output=True, env=podman_env())
+    subprocess.run(["podman", "rm", "-f", box], **run)
+    subprocess.run(["podman", "run", "--name", box, default_image(), "rm", "-f", "/usr/bin/tar",
+                    "/bin/tar"], check=True, **run)
+    subprocess.run(["podman", "commit", "-q", box, image], check=True, **run)
+    subprocess.run(["podman", "rm", "-f", box], **run)
+    try:
+        r = podman_runtime.run_trial(spec("notar", image=image))
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], **run)
+    assert r.exit_class == "infra_error"
+    assert "could not be unpacked" in r.error and "tar" in r.error
+    assert outcome(r) == (None, None, "infra_error")

@@ -32,7 +32,14 @@ from pathlib import Path
 from sandbox.runtimes.podman_store import local_image_ids, podman_env
 from sandbox.runtimes.protocol import runtime_flags
 from sandbox.runtimes.tempdirs import mark_owner
-from sandbox.trials.archive import combined
+from sandbox.trials.archive import (
+    CONTROL_DIR,
+    UNPACK_COMMAND,
+    combined,
+    control_volume,
+    inputs_mount,
+    write_inputs,
+)
 from sandbox.trials.trial import (
     SWEBENCH_LOG,
     Limits,
@@ -41,7 +48,7 @@ from sandbox.trials.trial import (
     control_files,
     finish,
 )
-from sandbox.trials.watch import TrialWatch, file_size, log_cap, log_file, read_logs
+from sandbox.trials.watch import TrialWatch, file_size, log_cap, log_file, read_file, read_logs
 
 RUN_LABEL = "ecredit.run"
 TRIAL_LABEL = "ecredit.trial"
@@ -232,6 +239,7 @@ class PodmanRuntime:
         self._lock = threading.Lock()
         self._live: dict[str, str] = {}  # container name -> endpoint
         self._closed = False
+        self._inputs: Path | None = None  # trial archives, one file per live trial
         atexit.register(self.close)
 
     # -- lifecycle -----------------------------------------------------------
@@ -245,7 +253,7 @@ class PodmanRuntime:
             return
         self._closed = True
         failed = [name for name, endpoint in list(self._live.items())
-                  if not self._force_remove(endpoint, name)]
+                  if not self._force_remove(endpoint, name, volume=control_volume(name))]
         if failed:  # every endpoint is on this machine: the CLI reaches its containers
             try:
                 gc(self.run_id)
@@ -253,6 +261,18 @@ class PodmanRuntime:
                 pass
         if self._service is not None:
             self._service.stop()
+        if self._inputs is not None:
+            shutil.rmtree(self._inputs, ignore_errors=True)
+
+    def _inputs_dir(self) -> Path:
+        """This runtime's directory of trial archives (made on first use, owner-marked so
+        ``python -m sandbox gc`` removes it after a killed run)."""
+        with self._lock:
+            if self._inputs is None:
+                self._inputs = Path(tempfile.mkdtemp(prefix="ecredit-trial-inputs-"))
+                self._inputs.chmod(0o755)
+                mark_owner(self._inputs)
+            return self._inputs
 
     def check_available(self, attempts: int = 4, backoff_s: float = 2.0,
                         timeout_s: float = 10.0) -> int:
@@ -337,8 +357,9 @@ class PodmanRuntime:
         with self._lock:
             return self.agent_endpoints[next(self._next_agent)]
 
-    def _force_remove(self, endpoint: str, name: str) -> bool:
-        """Kill and remove container ``name``; False when the API could not (service gone)."""
+    def _force_remove(self, endpoint: str, name: str, volume: str | None = None) -> bool:
+        """Kill and remove container ``name`` (then ``volume``, when given and there); False
+        when the API could not (service gone)."""
         ok = True
         try:
             with self.client(endpoint) as client:
@@ -355,6 +376,14 @@ class PodmanRuntime:
             from podman.errors import NotFound
 
             ok = isinstance(exc, NotFound)  # already gone is fine
+        if volume is not None and ok:
+            try:
+                with self.client(endpoint) as client:
+                    client.volumes.remove(volume, force=True)
+            except Exception as exc:
+                from podman.errors import NotFound
+
+                ok = isinstance(exc, NotFound)
         self._live.pop(name, None)
         return ok
 
@@ -401,20 +430,26 @@ class PodmanRuntime:
         t0 = time.monotonic()
         timed_out = oom = flooded = False
         exit_code: int | None = None
+        inputs: Path | None = None
         log = ""
         try:
             with self.client(endpoint, timeout_s=spec.timeout_s + 120) as client:
                 args = self.container_args(
                     image=spec.image, name=name,
                     labels={TRIAL_LABEL: spec.trial_id, ROLE_LABEL: "verifier", **spec.labels},
-                    limits=spec.limits, command=["/bin/bash", "/ecredit/trial.sh"])
+                    limits=spec.limits, command=UNPACK_COMMAND)
                 args["environment"]["ECREDIT_WORKDIR"] = spec.workdir
                 res.protected = list(spec.protected)
+                # the inputs go in through a read-only bind mount, not a copy through the
+                # engine (sandbox.trials.archive)
+                inputs = write_inputs(self._inputs_dir(), name, combined(
+                    spec.workdir, spec.repo_archive, control_files(spec)))
+                args["mounts"] = [inputs_mount(inputs)]
+                # the control files' directory: a volume of its own (an image's root may not be
+                # writable without capabilities), on disk like the container's own files
+                args["volumes"] = {control_volume(name): {"bind": CONTROL_DIR, "mode": "rw"}}
                 container = client.containers.create(**args)
                 self._live[name] = endpoint
-                # one copy: each costs the engine a mount of the container's root
-                container.put_archive("/", combined(spec.workdir, spec.repo_archive,
-                                                    control_files(spec)))
                 log_path = log_file(container)
                 cap = log_cap(spec.max_output_bytes)
                 container.start()
@@ -448,31 +483,17 @@ class PodmanRuntime:
                 finish(res, log, run_s=t_done - t_started, exit_code=exit_code,
                        timed_out=timed_out, oom=oom, output_over=flooded)
                 if spec.swebench_pass and res.protected_touched and res.exit_class == "ok":
-                    res.log_swebench = _read_file(container, f"/ecredit/{SWEBENCH_LOG}")
+                    res.log_swebench = read_file(container, f"/ecredit/{SWEBENCH_LOG}")
         except Exception as exc:
             res.exit_class = "infra_error"
             res.error = f"{type(exc).__name__}: {exc}"
         finally:
             t_clean = time.monotonic()
-            self._force_remove(endpoint, name)
+            self._force_remove(endpoint, name, volume=control_volume(name))
+            if inputs is not None:
+                inputs.unlink(missing_ok=True)
             res.cleanup_s = time.monotonic() - t_clean
         return res
-
-
-def _read_file(container, path: str) -> str | None:
-    """Text of one file in a (stopped) container, None when it is not there."""
-    import io
-    import tarfile
-
-    try:
-        stream, _ = container.get_archive(path)
-        data = b"".join(stream)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = tar.next()
-            fh = tar.extractfile(member) if member is not None else None
-            return fh.read().decode("utf-8", errors="replace") if fh else None
-    except Exception:
-        return None
 
 
 def gc(run_id: str | None = None) -> list[str]:
@@ -487,5 +508,13 @@ def gc(run_id: str | None = None) -> list[str]:
     names = [n for n in out.stdout.split() if n]
     if names:
         subprocess.run(["podman", "rm", "-f", "-v", *names], capture_output=True,
+                       env=podman_env())
+    # the control volumes of trials whose containers are gone (a volume in use stays)
+    out = subprocess.run(["podman", "volume", "ls", "--format", "{{.Name}}"],
+                         capture_output=True, text=True, env=podman_env())
+    prefix, suffix = (f"ecredit-{run_id}-" if run_id else "ecredit-"), control_volume("")
+    volumes = [v for v in out.stdout.split() if v.startswith(prefix) and v.endswith(suffix)]
+    if volumes:
+        subprocess.run(["podman", "volume", "rm", *volumes], capture_output=True,
                        env=podman_env())
     return names

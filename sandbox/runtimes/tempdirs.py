@@ -1,7 +1,8 @@
 """Removal of temp directories left by dead processes.
 
 Temp directories (``ecredit-rollouts-*`` working roots, ``ecredit-snap-*`` private
-snapshot indexes, ``ecredit-podman-*`` private service sockets and logs) carry an owner marker (:func:`mark_owner`: pid + process start
+snapshot indexes, ``ecredit-podman-*`` private service sockets and logs, ``ecredit-trial-inputs-*`` verifier
+trials' archives) carry an owner marker (:func:`mark_owner`: pid + process start
 time); :func:`gc_temp_dirs` removes those whose owner is gone, which is how
 ``python -m sandbox gc`` cleans up after a killed run without touching a live one.
 """
@@ -15,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-TEMP_PREFIXES = ("ecredit-rollouts-", "ecredit-snap-", "ecredit-podman-")
+TEMP_PREFIXES = ("ecredit-rollouts-", "ecredit-snap-", "ecredit-podman-",
+                 "ecredit-trial-inputs-")
 OWNER_FILE = ".ecredit-owner.json"
 
 

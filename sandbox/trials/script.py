@@ -44,7 +44,8 @@ when no process can be forked. A test can print such lines itself, but they only
 failure, never a pass. The whole script is one function, parsed before it runs, so code of
 the artifact that rewrites ``trial.sh`` cannot change what the script does next.
 
-Exit codes: 0 (eval script ran to its end), 94 (the base branch could not be checked out),
+Exit codes: 0 (eval script ran to its end), 93 (the trial's inputs could not be unpacked, before
+this script; :mod:`sandbox.trials.archive`), 94 (the base branch could not be checked out),
 95 / 97 (apply failed), 96 (protection could not be applied: infra), 98 (no workdir).
 """
 
@@ -56,6 +57,9 @@ APPLY_UNEXPECTED_EXIT = 95
 """Exit code when applying changed a path the artifact does not name."""
 PROTECT_FAILED_EXIT = 96
 """Exit code when the protected set could not be stashed or restored."""
+UNPACK_FAILED_EXIT = 93
+"""Exit code of a container whose trial inputs could not be unpacked (before the trial script:
+no ``tar`` in the image, a full disk; :mod:`sandbox.trials.archive`)."""
 CHECKOUT_FAILED_EXIT = 94
 """Exit code when the task's base branch (``checkout``) is not in the image's repository or
 could not be checked out."""
@@ -190,4 +194,5 @@ main "$@"
 exit
 """
 
-__all__ = ["APPLY_FAILED_EXIT", "APPLY_UNEXPECTED_EXIT", "CHECKOUT_FAILED_EXIT", "PROTECT_FAILED_EXIT", "TRIAL_SCRIPT"]
+__all__ = ["APPLY_FAILED_EXIT", "APPLY_UNEXPECTED_EXIT", "CHECKOUT_FAILED_EXIT", "PROTECT_FAILED_EXIT", "TRIAL_SCRIPT",
+           "UNPACK_FAILED_EXIT"]

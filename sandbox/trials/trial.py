@@ -25,6 +25,7 @@ from sandbox.trials.script import (
     CHECKOUT_FAILED_EXIT,
     PROTECT_FAILED_EXIT,
     TRIAL_SCRIPT,
+    UNPACK_FAILED_EXIT,
 )
 
 # Same marker strings as swebench.harness.constants, so SWE-bench tooling can
@@ -434,6 +435,9 @@ def finish(res: TrialResult, log: str, *, run_s: float, exit_code: int | None,
         failed = [ln for ln in log.splitlines() if ln.startswith(_CHECKOUT_FAILED)]
         res.error = (f"the trial's protected set could not be stashed or restored (exit "
                      f"{exit_code})" if exit_code == PROTECT_FAILED_EXIT else
+                     f"the trial's inputs could not be unpacked in the sandbox (exit {exit_code}; "
+                     "the image needs /bin/sh and tar): "
+                     f"{log.strip()[-300:]}" if exit_code == UNPACK_FAILED_EXIT else
                      f"{CHECKOUT_ERROR} {failed[0][len(_CHECKOUT_FAILED):].strip()}; "
                      f"{CHECKOUT_HELP}"
                      if exit_code == CHECKOUT_FAILED_EXIT and failed else

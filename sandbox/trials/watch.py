@@ -14,8 +14,10 @@ script's cap holds.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
+import tarfile
 import threading
 import time
 
@@ -99,4 +101,17 @@ def read_logs(container, cap: int | None = None) -> str:
     return bytes(buf[:cap]).decode("utf-8", errors="replace")
 
 
-__all__ = ["POLL_S", "TrialWatch", "file_size", "log_cap", "log_file", "read_logs"]
+def read_file(container, path: str) -> str | None:
+    """Text of one file in a (stopped) container, None when it is not there."""
+    try:
+        stream, _ = container.get_archive(path)
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            fh = tar.extractfile(member) if member is not None else None
+            return fh.read().decode("utf-8", errors="replace") if fh else None
+    except Exception:
+        return None
+
+
+__all__ = ["POLL_S", "TrialWatch", "file_size", "log_cap", "log_file", "read_file", "read_logs"]
