@@ -413,7 +413,7 @@ class PodmanRuntime:
             nano_cpus=int(limits.cpus * 1e9),
             ulimits=[{"Name": "nofile", "Soft": 1024, "Hard": 1024},
                      {"Name": "nproc", "Soft": 4096, "Hard": 4096}],
-            environment={"ECREDIT_DIR": "/ecredit", "ECREDIT_WORKDIR": "/testbed"},
+            environment={"ECREDIT_DIR": CONTROL_DIR, "ECREDIT_WORKDIR": "/testbed"},
         )
 
     # -- trials --------------------------------------------------------------
@@ -483,7 +483,7 @@ class PodmanRuntime:
                 finish(res, log, run_s=t_done - t_started, exit_code=exit_code,
                        timed_out=timed_out, oom=oom, output_over=flooded)
                 if spec.swebench_pass and res.protected_touched and res.exit_class == "ok":
-                    res.log_swebench = read_file(container, f"/ecredit/{SWEBENCH_LOG}")
+                    res.log_swebench = read_file(container, f"{CONTROL_DIR}/{SWEBENCH_LOG}")
         except Exception as exc:
             res.exit_class = "infra_error"
             res.error = f"{type(exc).__name__}: {exc}"

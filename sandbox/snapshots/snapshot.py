@@ -187,6 +187,13 @@ class Snapshotter:
         return run_git(self.git_dir, [*self._index_opts(), *args], work_tree=self.workdir,
                        index_file=self.index_file, **kw)
 
+    def _run_together(self, calls: list[tuple[list[str], bytes | None, bool]]):
+        """:meth:`_run` for commands that run at once (:func:`~sandbox.snapshots.gitsafe.run_git_together`)."""
+        opts = self._index_opts()
+        return run_git_together(self.git_dir, [([*opts, *args], data, check)
+                                               for args, data, check in calls],
+                                work_tree=self.workdir, index_file=self.index_file)
+
     def tree_of(self, treeish: str) -> str:
         """Tree id (40 hex) of ``treeish`` in the private store. Raises SnapshotError."""
         out = run_git(self.git_dir, ["rev-parse", "--verify", "-q", f"{treeish}^{{tree}}"],
@@ -312,10 +319,7 @@ class Snapshotter:
         if tracked:
             data = ("\0".join(tracked) + "\0").encode("utf-8", errors="surrogateescape")
             add = [*lit, "add", "-u", "--pathspec-from-file=-", "--pathspec-file-nul"]
-            opts = self._index_opts()
-            added, listed = run_git_together(
-                self.git_dir, [([*opts, *add], data, False), ([*opts, *others], None, True)],
-                work_tree=self.workdir, index_file=self.index_file)
+            added, listed = self._run_together([(add, data, False), (others, None, True)])
             if added.returncode != 0:
                 self._update_tracked_one_by_one()
         else:

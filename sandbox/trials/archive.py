@@ -33,7 +33,7 @@ UNPACK_COMMAND = [
     "/bin/sh", "-c",
     f"tar -xf {INPUTS_PATH} -C / --no-same-owner || "
     f"{{ echo '>>>>> ecredit unpack-failed'; exit {UNPACK_FAILED_EXIT}; }}; "
-    "exec /bin/bash /ecredit/trial.sh"]
+    f"exec /bin/bash {CONTROL_DIR}/trial.sh"]
 """The trial container's command: unpack the inputs at ``/`` (files owned by the container's
 user: a container without capabilities cannot give them away), then the trial script."""
 
