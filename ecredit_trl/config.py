@@ -147,6 +147,12 @@ class ECreditConfig(GRPOConfig):
                                                            "help": "concurrent verifier trials"})
     verifier_retries: int = field(default=1, metadata={"bounds": Int(ge=0),
                                                        "help": "retries after an infra error"})
+    reuse_control_for_empty_ablation: bool = field(default=True, metadata={
+        "help": "arms B/M: a rollout whose ablated artifact is empty (restoring its selected "
+                "block gives the base tree) takes U(P\\b) from the task's empty-patch control, a "
+                "completed trial of that same empty artifact under the same limits, instead "
+                "of a trial of its own (docs/design.md, \"Query bound\"); false: every "
+                "admitted rollout of B/M runs its own counterfactual trial"})
     trial_timeout_s: float | None = field(default=None, metadata={
         "bounds": Float(gt=0, nullable=True),
         "help": "seconds per verifier trial; default from the task (eval.tasks.trialspec."

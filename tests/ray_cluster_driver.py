@@ -685,7 +685,9 @@ def train(out_path: str, runs: str) -> None:
     cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
            "1", "ecredit_trl/train.py", "--arm", "M", "--max_steps", "2", "--runs_dir",
            runs, "--sandbox_backend", "ray", "--ray_address", address,
-           "--sandbox_max_in_flight", "6"]
+           "--sandbox_max_in_flight", "6",
+           # every ablation its own trial: counterfactual trials dispatched through Ray
+           "--reuse_control_for_empty_ablation", "false"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env,
                           timeout=900)

@@ -394,6 +394,59 @@ def test_an_ablation_that_hangs_gives_the_failure_value_so_the_contrast_exists(h
 
 
 @pytest.mark.podman
+def test_an_empty_ablation_takes_the_controls_utility_only_from_a_complete_control(
+        healthy, podman_runtime):
+    """An empty ablated artifact is the empty-patch control's artifact: with reuse on, U(P\\b)
+    is the healthy control's utility and no trial runs. A control that timed out, or whose
+    log was cut (no report), is never reused: the rollout's own counterfactual trial runs
+    (real Podman) and gives the same U(∅). With reuse off, the own trial runs anyway; a
+    rollout excluded by then runs nothing."""
+    from ecredit_trl.runs.rollout_record import RolloutRecord
+    from ecredit_trl.runs.timings import RoundClock
+    from ecredit_trl.trainer.round import Round
+    from ecredit_trl.trainer.trials import TrialPipelineMixin
+
+    control, _ = healthy
+    assert verdict(control, control).utility == 0.0  # F2P fails, P2P passes: U(∅) = 0
+
+    class Pipe(TrialPipelineMixin):
+        def __init__(self, pool, reuse: bool):
+            self.tasks, self._control = {_Task.instance_id: _Task}, {}
+            self.verified_trial_ids, self.pool = [], pool
+            self.ecfg = SimpleNamespace(arm="M", reuse_control_for_empty_ablation=reuse)
+
+        def _spec(self, task, artifact, trial_id):
+            return spec(f"attr-{trial_id}", artifact)
+
+    def run(pool, reuse: bool, ctrl, exclusion=None):
+        pipe, rnd = Pipe(pool, reuse), Round(index=0, clock=RoundClock(start=0.0))
+        pipe._take_controls(rnd, [(_Task.instance_id, ctrl)])
+        r = RolloutRecord(task_id=_Task.instance_id, rollout_index=7, format_error=False,
+                          num_turns=1, snapshots=[], utility=1.0, exclusion=exclusion)
+        empty = SimpleNamespace(ablated_artifact="")
+        assert pipe._wants_control(r, empty) is reuse
+        pipe._counterfactuals(rnd, [(r, empty, None if reuse else pipe._submit_cf(rnd, r, empty))])
+        return r, [(kind, res.trial_id) for kind, res in rnd.trials]
+
+    timed_out = SimpleNamespace(**{**vars(control), "exit_class": "timeout"})
+    cut = SimpleNamespace(**{**vars(control), "log": control.log.split(">>>>> End")[0]})
+    with VerifierPool(podman_runtime, max_concurrency=2, retry=RetryPolicy(max_retries=0)) as pool:
+        r, trials = run(pool, True, control)
+        assert trials == [("control", control.trial_id)]  # no trial of its own
+        assert r.counterfactual == {"source": "control", "trial_id": control.trial_id}
+        assert (r.utility_ablated, r.contrast, r.counterfactual_outcome) == (0.0, 1.0, "graded")
+        for ctrl in (timed_out, cut):  # not a usable control: the rollout's own trial
+            r, trials = run(pool, True, ctrl)
+            assert trials == [("control", control.trial_id), ("counterfactual", "attr-cf-7")]
+            assert r.counterfactual["trial_id"] == "attr-cf-7"
+            assert (r.utility_ablated, r.contrast) == (0.0, 1.0)
+        r, trials = run(pool, False, control)  # reuse off: its own trial
+        assert trials[1:] == [("counterfactual", "attr-cf-7")] and r.contrast == 1.0
+        r, trials = run(pool, True, control, exclusion="no_original_utility")
+        assert trials == [("control", control.trial_id)] and r.counterfactual is None
+
+
+@pytest.mark.podman
 def test_eval_run_charges_a_hang_to_the_artifact(tmp_path, podman_runtime):
     """``eval.run`` on a bundled task: the hanging rollout's slot is a failure (resolved False,
     the failure value, ``artifact_timeout``), not an unknown slot; its retry is counted."""

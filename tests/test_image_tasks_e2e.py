@@ -195,7 +195,7 @@ def test_train_arm_m_two_steps_on_image_tasks(tmp_path, warm_policy, image_tasks
     cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--num_processes",
            "1", "ecredit_trl/train.py", "--arm", "M", "--runs_dir", str(runs), "--max_steps",
            "2", "--tasks", "bundled-image:train", "--max_tasks", "2", "--model",
-           str(warm_policy)]
+           str(warm_policy), "--reuse_control_for_empty_ablation", "false"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
                           env=env)

@@ -44,7 +44,11 @@ def _run(tmp_path: Path, pipeline: str) -> Path:
     runs = tmp_path / pipeline
     rc = main(["--arm", "B", "--max_steps", "2", "--runs_dir", str(runs), "--max_tasks", "2",
                "--save_strategy", "no", "--verifier_retries", "0", "--pipeline", pipeline,
-               "--agent_concurrency", "4"])
+               "--agent_concurrency", "4",
+               # every ablation its own trial, so the overlapped run submits rollout 3's
+               # counterfactual before its factual result (an empty ablation taken from the
+               # control would submit nothing to discard)
+               "--reuse_control_for_empty_ablation", "false"])
     assert rc == 0
     (run,) = runs.iterdir()
     return run

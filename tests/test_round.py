@@ -22,11 +22,16 @@ LAMBDA, CAP = 0.5, 1.0
 NEG_W = 0.5  # negative_advantage_weight: GRPO's negative advantages halved
 
 
+@pytest.mark.parametrize("reuse", [False, True], ids=["own-trial", "from-control"])
 def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
-        tmp_path, monkeypatch, tiny_policy):
+        tmp_path, monkeypatch, tiny_policy, reuse):
+    """``reuse`` False: every admitted row's empty ablation runs its own counterfactual trial;
+    True (the default): it takes U(P\\b) from the task's empty-patch control trial of the
+    same round, and no counterfactual trial runs."""
     import torch
 
     import ecredit_trl.agent.episode_record as record_mod
+    from ecredit_trl.runs.outcomes import trial_verdict
     from ecredit_trl.train import main
     from ecredit_trl.trainer import ECreditGRPOTrainer
     from eval.tasks.splits import load_tasks
@@ -63,15 +68,31 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
                "--save_strategy", "no",
                "--mask_truncated_completions", "false",
                "--credit_lambda", str(LAMBDA), "--credit_cap", str(CAP),
-               "--negative_advantage_weight", str(NEG_W)])
+               "--negative_advantage_weight", str(NEG_W),
+               "--reuse_control_for_empty_ablation", str(reuse).lower()])
     assert rc == 0
     rnd = seen["rnd"]
     assert seen["current"] is None  # the round is an argument, not left on the trainer
     assert rnd.index == 0 and rnd.pending is None and rnd.records
-    # 1. the counterfactual trial of each row is in the round, and its record holds the
-    #    contrast D = U(P) - U(P\b) of that trial's verdict
+    # 1. the counterfactual trial of each row is in the round (or, reused, the control's),
+    #    and its record holds the contrast D = U(P) - U(P\b) of that trial's verdict
     trials = {res.trial_id: (kind, res) for kind, res in rnd.trials}
-    for rec in rnd.records:
+    (run,) = (tmp_path / "runs").iterdir()
+    (ledger,) = [json.loads(x) for x in (run / "ledger.jsonl").read_text().splitlines()]
+    if reuse:
+        (control,) = [res for kind, res in rnd.trials if kind == "control"]
+        assert control.exit_class == "ok"
+        assert not any(kind.startswith("counterfactual") for kind, _ in rnd.trials)
+        u_empty = trial_verdict(tasks[rnd.records[0].task_id], control, None).utility
+        assert u_empty is not None and u_empty < 1.0  # the empty patch does not resolve
+        admitted = [rec for rec in rnd.records if rec.exclusion is None]
+        assert admitted and ledger["counterfactual_from_control"] == len(admitted)
+        assert ledger["trials_counterfactual"] == 0
+        for rec in admitted:
+            assert rec.counterfactual == {"source": "control", "trial_id": control.trial_id}
+            assert rec.utility_ablated == u_empty
+            assert rec.contrast == rec.utility - u_empty
+    for rec in [] if reuse else rnd.records:
         kind, res = trials[f"cf-{rec.rollout_index}"]  # every row was admitted: one cf trial
         if rec.exclusion is not None:  # its factual utility was unavailable (infra): unused
             assert kind == "counterfactual_discarded" and rec.contrast is None
@@ -106,6 +127,5 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
         credited += int((c != 0).sum())
     assert credited > 0  # D changed some token's advantage
     # 3. the records keep the group's own advantage (a failed rollout's stays negative)
-    (run,) = (tmp_path / "runs").iterdir()
     rows = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
     assert [r["advantage"] for r in rows] == pytest.approx(seen["A_trl"].tolist(), abs=1e-6)

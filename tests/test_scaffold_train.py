@@ -31,9 +31,10 @@ def mswea_policy():
 
 @pytest.fixture(scope="module")
 def m_run(tmp_path_factory, mswea_policy):
-    """Two GRPO steps of arm M with ``--scaffold mini-swe-agent`` (the run directory)."""
+    """Two GRPO steps of arm M with ``--scaffold mini-swe-agent`` (the run directory), every
+    ablation verified by a counterfactual trial of its own (none taken from the control)."""
     return _launch(tmp_path_factory.mktemp("m"), "M", "--scaffold", "mini-swe-agent",
-                   "--max_steps", "2")
+                   "--max_steps", "2", "--reuse_control_for_empty_ablation", "false")
 
 
 def test_arm_m_trains_two_steps_with_mini_swe_agent_actions(m_run, mswea_policy):

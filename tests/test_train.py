@@ -47,9 +47,14 @@ def warm_policy():
     return ensure_default_policy(load_tasks("bundled:train", purpose="train"))
 
 
+#: arm M runs with every ablation verified by a trial of its own, arm B with the default (an
+#: empty ablation takes U(P\b) from the task's empty-patch control): both paths end to end
+OWN_TRIAL = {"M": ("--reuse_control_for_empty_ablation", "false")}
+
+
 @pytest.mark.parametrize("arm", ["O", "B", "M", "E"])
 def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
-    run = _launch(tmp_path, arm, "--max_steps", "2")
+    run = _launch(tmp_path, arm, "--max_steps", "2", *OWN_TRIAL.get(arm, ()))
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["ecredit"]["arm"] == arm
     ledger = _jsonl(run / "ledger.jsonl")
@@ -69,14 +74,24 @@ def test_each_arm_runs_two_steps(arm, tmp_path, warm_policy):
     assert all("conftest.py" in t["factual"]["protected"] for t in trajs if t["factual"])
     assert sum(r["protected_paths_touched"] for r in ledger) == sum(
         1 for t in trajs if t["factual"] and t["factual"]["protected_touched"])
+    reused = sum(r["counterfactual_from_control"] for r in ledger)
     if arm in ("B", "M"):
-        assert cf >= 1, "no counterfactual trial was answered"
         queried = [t for t in trajs if t["counterfactual"]]
+        assert queried, "no counterfactual was answered"
         assert all(t["exclusion"] is None for t in queried)
-        assert cf == len(queried)  # exactly one per admitted rollout
+        from_control = [t for t in queried if t["counterfactual"].get("source") == "control"]
+        assert cf + reused == len(queried)  # exactly one per admitted rollout
+        assert reused == len(from_control)
+        for t in queried:  # only an empty ablation (the control's artifact) takes the control's
+            if t in from_control:
+                assert t["ablation"]["artifact_empty"] and t["counterfactual"]["trial_id"]
+            else:
+                assert t["counterfactual"]["trial_id"] == f"cf-{t['rollout_index']}"
+        if arm in OWN_TRIAL:
+            assert cf >= 1 and reused == 0, "no counterfactual trial was answered"
         assert any(t["contrast"] is not None for t in trajs)
     else:
-        assert cf == 0 and all(t["contrast"] is None for t in trajs)
+        assert cf == reused == 0 and all(t["contrast"] is None for t in trajs)
     for t in trajs:  # at most one counterfactual per rollout, by construction of the record
         assert t["counterfactual"] is None or isinstance(t["counterfactual"], dict)
     assert (run / "checkpoint-final" / "config.json").exists()

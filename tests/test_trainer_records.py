@@ -183,7 +183,8 @@ def test_truncated_rows_are_excluded_not_queried_in_both_pipelines(tmp_path, mon
             assert t["exclusion"] != "truncated" and t["credited_tokens"] > 0
     ids = json.loads((ovl / "ranks" / "rank0.json").read_text())["trial_ids"]
     assert not {f"cf-{t['rollout_index']}" for t in excluded} & set(ids)
-    assert sum(r["trials_counterfactual"] + r["counterfactual_discarded"] for r in l_ovl) == \
+    assert sum(r["trials_counterfactual"] + r["counterfactual_discarded"]
+               + r["counterfactual_from_control"] for r in l_ovl) == \
         sum(1 for t in t_ovl if t["counterfactual"] is not None)
     # the ledger: exclusions by reason, tokens generated vs credited, credit per step
     for r in l_ovl:

@@ -83,7 +83,7 @@ def test_embedded_default_arm_m_through_vllm_colocate(tmp_path, monkeypatch, war
     seen = _capture_credit(monkeypatch)
     runs = tmp_path / "runs"
     assert main(["--arm", "M", "--use_vllm", "true", "--vllm_mode", "colocate",
-                 "--runs_dir", str(runs)]) == 0
+                 "--runs_dir", str(runs), "--reuse_control_for_empty_ablation", "false"]) == 0
     (run,) = runs.iterdir()
     assert len(pushes) == 2
     ledger = _jsonl(run / "ledger.jsonl")

@@ -128,6 +128,8 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
         "trials_control": sum(1 for k, _ in trials if k == "control"),
         "counterfactual_discarded": sum(1 for k, _ in trials if k == "counterfactual_discarded"),
+        "counterfactual_from_control": sum(1 for r in records if (r.counterfactual or {}).get(
+            "source") == "control"),
         "retries": sum(r.retries for _, r in trials),
         "failure_retries": sum(len(getattr(r, "failed_attempts", None) or []) for _, r in trials),
         "failure_not_reproduced": sum(1 for _, r in trials if getattr(r, "failed_attempts", None)
@@ -164,7 +166,7 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
     why = [(getattr(r, "failure_evidence", None) or {}).get("unattributed") for r in records]
     for u in UNATTRIBUTED_REASONS:
         local[f"unattributed_{u}"] = why.count(u)
-    for o in TRIAL_OUTCOMES:  # factual + counterfactual trials by how their result was used
+    for o in TRIAL_OUTCOMES:  # factual + counterfactual results by how they were used
         local[f"outcome_{o}"] = sum(1 for r in records for x in (r.factual_outcome,
                                                                  r.counterfactual_outcome)
                                     if x == o)
@@ -223,7 +225,10 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
     ``tool_busy_s``, ``verifier_busy_s``, ``generation_wait_s``, ``verifier_idle_s``,
     ``rollout_setup_s``). ``trials_counterfactual`` counts the used counterfactual trials
     (at most one per admitted rollout); ``counterfactual_discarded`` the ones that ran and
-    were not used (their seconds are in the sums).
+    were not used (their seconds are in the sums); ``counterfactual_from_control`` the
+    rollouts whose empty ablation took U(P\\b) from the task's empty-patch control, no trial
+    of their own (:mod:`ecredit_trl.trainer.trials`; their outcome is counted in
+    ``trial_outcomes`` as the control's).
 
     Tokens and credit: ``generated_tokens`` every token the policy generated
     (tool results excluded; tokens after submit and of truncated rows included: they cost),
@@ -279,6 +284,7 @@ def ledger_row(tot: dict[str, float], *, step: int, arm: str, wall_s: float,
             "trial_outcomes": {o: int(tot[f"outcome_{o}"]) for o in TRIAL_OUTCOMES
                                if tot[f"outcome_{o}"]},
             "counterfactual_discarded": int(tot.get("counterfactual_discarded", 0)),
+            "counterfactual_from_control": int(tot.get("counterfactual_from_control", 0)),
             "image_pulls": int(tot.get("image_pulls", 0)),
             **agreement_fields(agreement),
             **(timings or {})}

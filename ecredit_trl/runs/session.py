@@ -357,11 +357,13 @@ def close_session(*, cfg, receipts, run_dir: Path, run_name: str, session: int, 
     if trainer is not None:
         rows = trainer.ledger_rows
         cf = sum(r["trials_counterfactual"] for r in rows)
+        reused = sum(r.get("counterfactual_from_control", 0) for r in rows)
         usable = sum(r["usable_contrasts"] for r in rows)
         print(f"[ecredit] run {run_name}: {cls} at step {step}; this session "
               f"{len(rows)} generation rounds, "
               f"{sum(r['trials_factual'] for r in rows)} factual and {cf} counterfactual "
-              f"trials, {usable} usable contrasts; receipt {path}", flush=True)
+              f"trials ({reused} empty ablations from the control), {usable} usable "
+              f"contrasts; receipt {path}", flush=True)
     if resumable and cls != "completed":
         print(f"[ecredit] resume with: accelerate launch ecredit_trl/train.py --resume-from "
               f"{resumable}", flush=True)

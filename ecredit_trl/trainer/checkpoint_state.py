@@ -103,6 +103,10 @@ class ExactResumeMixin:
                 "controls": {tid: log for tid, (_, log) in sorted(self._control.items())},
                 "control_facts": {tid: asdict(f) for tid, f in
                                   sorted(self._control_facts().items()) if tid in self._control},
+                # the trial an empty ablation's U(P\b) names when taken from the control
+                "control_trial_ids": {tid: x for tid, x in
+                                      sorted(self._control_trial_ids().items())
+                                      if tid in self._control},
                 "verified_trial_ids": list(self.verified_trial_ids),
                 "rank": self.accelerator.process_index,
                 "world_size": self.accelerator.num_processes}
@@ -217,6 +221,8 @@ class ExactResumeMixin:
                 self._control[tid] = (self._grade(self.tasks[tid], log, None), log)
                 facts = state.get("control_facts", {}).get(tid)  # absent: older checkpoints
                 self._control_facts()[tid] = control_facts(facts or {})
+                if tid in state.get("control_trial_ids", {}):
+                    self._control_trial_ids()[tid] = state["control_trial_ids"][tid]
         if state.get("buffered_inputs"):
             buf = path.with_name(path.name.replace(".json", "_buffer.pt"))
             self._buffered_inputs = torch.load(buf, weights_only=False)

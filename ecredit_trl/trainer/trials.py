@@ -8,6 +8,14 @@ The method's query rules (design page, "Query bound") in one place for both orde
   ``mask_truncated_completions`` a truncated row, known when its episode ends);
 * a counterfactual result is *used* only when the factual utility exists; otherwise the
   rollout is excluded as ``no_original_utility`` (admission order unchanged);
+* an **empty** ablated artifact (restoring the selected block gives the base tree) is the
+  artifact of the task's empty-patch control, which every arm runs once per task and rank
+  under the same limits: with ``reuse_control_for_empty_ablation`` (the default) its
+  U(P\\b) is that control's utility and no trial of its own runs (the record's
+  ``counterfactual`` is ``{"source": "control", "trial_id": <the control's>}``, counted as
+  ``counterfactual_from_control``). A control that did not complete, or whose report is not
+  complete, is never reused: the rollout then runs its own counterfactual trial, after the
+  controls are in;
 * a trial that ended in an attributable exit class (:mod:`eval.integrity.exits`) is scored
   with the failure value when the task's control is healthy and the pool's one retry broke
   too (:mod:`eval.integrity.attribution`, through :mod:`ecredit_trl.runs.outcomes`): factual and counterfactual alike, the record
@@ -44,7 +52,7 @@ from dataclasses import dataclass
 
 from ecredit_trl.credit.arms import COUNTERFACTUAL_ARMS
 from ecredit_trl.credit.planning import contrast
-from ecredit_trl.runs.outcomes import control_facts, trial_verdict
+from ecredit_trl.runs.outcomes import TrialVerdict, control_facts, trial_verdict
 from ecredit_trl.trainer.round import Round
 from eval.grading.grader import grade
 from eval.tasks.trialspec import task_trial_spec
@@ -58,12 +66,14 @@ PIPELINES = ("sequential", "overlapped")
 @dataclass
 class PendingRollout:
     """One ended episode of the overlapped pipeline: its record and plan (``plan`` None:
-    excluded before any trial) and the futures of its submitted trials."""
+    excluded before any trial), the futures of its submitted trials, and whether its
+    counterfactual waits for the task's control (``from_control``: an empty ablation)."""
 
     record: object
     plan: object | None
     factual: Future | None = None
     counterfactual: Future | None = None
+    from_control: bool = False  # empty ablation: U(P\b) from the control when it is usable
 
 
 class TrialPipelineMixin:
@@ -85,6 +95,26 @@ class TrialPipelineMixin:
         """Task id → :class:`~eval.integrity.controls.ControlFacts` of its latest control, failed
         ones included (the ``ok`` ones are saved in checkpoints with the logs)."""
         return self.__dict__.setdefault("_control_facts_by_task", {})
+
+    def _control_trial_ids(self) -> dict:
+        """Task id → trial id of its ``ok`` control (saved in checkpoints; one older than
+        this field resumes without them, and an empty ablation then names no trial id)."""
+        return self.__dict__.setdefault("_control_trial_id_by_task", {})
+
+    def _wants_control(self, rec, plan) -> bool:
+        """Whether admitted rollout ``rec`` (arms B/M) takes its U(P\\b) from the task's
+        control rather than a trial: its ablated artifact is empty and reuse is on."""
+        return self.ecfg.reuse_control_for_empty_ablation and plan.ablated_artifact == ""
+
+    def _control_ablation(self, task_id: str) -> TrialVerdict | None:
+        """The empty-patch control's verdict as the U(P\\b) of an empty ablation: the
+        control completed (``ok``) with a complete report (a utility); else None (the
+        rollout needs a trial of its own). The control was graded without a control log;
+        a complete report needs none (:func:`eval.grading.grader.grade`)."""
+        control = self._control.get(task_id)
+        if control is None or control[0].utility is None or control[0].log_rejected:
+            return None
+        return TrialVerdict(control[0].utility, control[0].resolved, "graded")
 
     def _verdict_of(self, task, res):
         """:func:`~ecredit_trl.runs.outcomes.trial_verdict` of ``res`` with the task's control."""
@@ -125,6 +155,7 @@ class TrialPipelineMixin:
             self._control_facts()[tid] = control_facts(res)
             if res.exit_class == "ok":
                 self._control[tid] = (self._grade(self.tasks[tid], res.log, None), res.log)
+                self._control_trial_ids()[tid] = res.trial_id
 
     def _ensure_controls(self, rnd: Round, task_ids: set[str]) -> None:
         """Run the empty-patch control once per task and rank (for the attribution rule)."""
@@ -148,9 +179,18 @@ class TrialPipelineMixin:
         pending.factual = self._submit_trial(rnd, self._spec(task, plan.final_artifact,
                                                              f"f-{rec.rollout_index}"))
         if self.ecfg.arm in COUNTERFACTUAL_ARMS and rec.exclusion is None:
-            pending.counterfactual = self._submit_trial(
-                rnd, self._spec(task, plan.ablated_artifact or "", f"cf-{rec.rollout_index}"))
+            if self._wants_control(rec, plan):  # decided when the controls are in
+                pending.from_control = True
+            else:
+                pending.counterfactual = self._submit_cf(rnd, rec, plan)
         return pending
+
+    def _submit_cf(self, rnd: Round, rec, plan) -> Future:
+        """Queue the counterfactual trial of ``rec`` (its ablated artifact, trial id
+        ``cf-<rollout index>``)."""
+        return self._submit_trial(rnd, self._spec(self.tasks[rec.task_id],
+                                                  plan.ablated_artifact or "",
+                                                  f"cf-{rec.rollout_index}"))
 
     # -- results into records ------------------------------------------------------------------
     def _take_factual(self, rnd: Round, rec, res) -> None:
@@ -184,6 +224,38 @@ class TrialPipelineMixin:
         rec.utility_ablated, rec.counterfactual_outcome = v.utility, v.outcome
         rec.contrast = contrast(rec.utility, rec.utility_ablated)
 
+    def _take_control_ablation(self, rec, verdict: TrialVerdict) -> None:
+        """U(P\\b) of ``rec``'s empty ablation from its task's control (``verdict``:
+        :meth:`_control_ablation`) and the contrast D; no trial ran."""
+        rec.counterfactual = {"source": "control",
+                              "trial_id": self._control_trial_ids().get(rec.task_id)}
+        rec.utility_ablated, rec.counterfactual_outcome = verdict.utility, verdict.outcome
+        rec.contrast = contrast(rec.utility, rec.utility_ablated)
+
+    def _counterfactuals(self, rnd: Round, items) -> None:
+        """The counterfactual side of admitted rollouts, in rollout order, after the
+        controls and the factual results are in: ``items`` are ``(record, plan, future or
+        None)``; a None future is an empty ablation, taken from the control when it is
+        usable (:meth:`_control_ablation`), else given its trial now. A record excluded by
+        then (no factual utility) takes nothing: its submitted trial is discarded, its
+        empty ablation runs nothing."""
+        todo = []
+        for rec, plan, fut in items:
+            if fut is None:
+                if rec.exclusion is not None:
+                    continue
+                verdict = self._control_ablation(rec.task_id)
+                if verdict is not None:
+                    todo.append((rec, verdict))
+                    continue
+                fut = self._submit_cf(rnd, rec, plan)
+            todo.append((rec, fut))
+        for rec, x in todo:
+            if isinstance(x, TrialVerdict):
+                self._take_control_ablation(rec, x)
+            else:
+                self._take_counterfactual(rnd, rec, x.result())
+
     def _verify(self, rnd: Round, records: list, plans: list) -> None:
         """Sequential pipeline: factual trials for every planned rollout, then (arms B/M)
         one counterfactual trial per admitted rollout; fills the records in place."""
@@ -196,13 +268,11 @@ class TrialPipelineMixin:
         for i, fut in zip(planned, futures, strict=True):
             self._take_factual(rnd, records[i], fut.result())
         if self.ecfg.arm in COUNTERFACTUAL_ARMS:
-            cf_idx = [i for i in planned if records[i].exclusion is None]
-            futures = [self._submit_trial(rnd, self._spec(self.tasks[records[i].task_id],
-                                                     plans[i].ablated_artifact or "",
-                                                     f"cf-{records[i].rollout_index}"))
-                       for i in cf_idx]
-            for i, fut in zip(cf_idx, futures, strict=True):
-                self._take_counterfactual(rnd, records[i], fut.result())
+            self._counterfactuals(rnd, [
+                (records[i], plans[i],
+                 None if self._wants_control(records[i], plans[i])
+                 else self._submit_cf(rnd, records[i], plans[i]))
+                for i in planned if records[i].exclusion is None])
 
     def _collect(self, rnd: Round, pending: list[PendingRollout]) -> None:
         """Overlapped pipeline: wait for the round's controls and every rollout's trials and
@@ -211,9 +281,8 @@ class TrialPipelineMixin:
         for p in pending:
             if p.factual is not None:
                 self._take_factual(rnd, p.record, p.factual.result())
-        for p in pending:
-            if p.counterfactual is not None:
-                self._take_counterfactual(rnd, p.record, p.counterfactual.result())
+        self._counterfactuals(rnd, [(p.record, p.plan, p.counterfactual) for p in pending
+                                    if p.counterfactual is not None or p.from_control])
 
 
 __all__ = ["PIPELINES", "PendingRollout", "TrialPipelineMixin"]
