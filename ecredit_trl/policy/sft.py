@@ -226,7 +226,8 @@ def run_sft_job(job: str | Path, prepare: Callable[[dict, list[dict]], Prepared]
     ``learning_rate``, ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``,
     ``max_grad_norm``, ``seed``), fp32 CPU, no packing, no truncation, no checkpoints, a loss
     line every tenth of the steps, :func:`~ecredit_trl.agent.generation.torch_threads` torch
-    threads during training (restored after, also on error); saved by :func:`save_model`
+    threads during training (the CPUs idle when training starts; the thread count does not
+    change the trained bits) (restored after, also on error); saved by :func:`save_model`
     with ``warmstart.json`` = the job record + ``info`` + ``train_loss``, ``final_loss``,
     ``train_s``, ``s_per_step`` (seconds), ``threads``.
 
@@ -249,7 +250,7 @@ def run_sft_job(job: str | Path, prepare: Callable[[dict, list[dict]], Prepared]
         article = "an" if p.unit[:1] in "aeiou" else "a"
         raise RuntimeError(f"{article} {p.unit} has {max_len} tokens, more than the model's "
                            f"{positions} positions")
-    threads = torch_threads()
+    threads = torch_threads(now=True)  # a warm start runs alone: what is busy now counts
     log(f"warmstart: {p.describe + ', ' if p.describe else ''}{threads} torch thread(s)")
     steps = r["steps"]
     prev = torch.get_num_threads()
