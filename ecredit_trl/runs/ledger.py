@@ -128,8 +128,9 @@ def round_counts(records, stats: list[dict], trials) -> dict[str, float]:
         "trials_counterfactual": sum(1 for k, _ in trials if k == "counterfactual"),
         "trials_control": sum(1 for k, _ in trials if k == "control"),
         "counterfactual_discarded": sum(1 for k, _ in trials if k == "counterfactual_discarded"),
-        "counterfactual_from_control": sum(1 for r in records if (r.counterfactual or {}).get(
-            "source") == "control"),
+        "counterfactual_from_control": sum(
+            1 for r in records
+            if (getattr(r, "counterfactual", None) or {}).get("source") == "control"),
         "retries": sum(r.retries for _, r in trials),
         "failure_retries": sum(len(getattr(r, "failed_attempts", None) or []) for _, r in trials),
         "failure_not_reproduced": sum(1 for _, r in trials if getattr(r, "failed_attempts", None)
