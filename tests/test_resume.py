@@ -8,7 +8,7 @@ timings, final parameters within 1e-6):
   step 2 → bounded health checks → emergency checkpoint-2 + termination
   receipt (exit 75) → ``--resume-from checkpoint-2`` on a new service.
 * signals: SIGTERM during step 2 → checkpoint-2 + receipt ``sigterm`` (exit
-  143) → resume, SIGKILL during step 3 (no receipt) → the next start reports
+  143) → resume, SIGKILL once step 3 is logged (no receipt) → the next start reports
   it as terminated without receipt → resume from checkpoint-2 again.
 
 The three histories run side by side (they share the two CPU cores).
@@ -180,13 +180,14 @@ def test_interrupted_runs_resume_exactly(tmp_path, warm_policy):
         assert term["class"] == "sigterm" and term["signal"]["during_step"] == 2
         assert term["step"] == 2 and term["resumable_checkpoint"] == str(run_s / "checkpoint-2")
         assert _receipt(run_s, "s00-checkpoint-000002.json")["reason"] == "signal"
-        # -- resume, then SIGKILL during step 3 ----------------------------------------------
+        # -- resume, then SIGKILL past the checkpoint ----------------------------------------
+        # as soon as step 3 is logged (step 4 under way, no checkpoint after 2): a fixed
+        # sleep instead raced the run's end once its steps got faster
         killed = Proc(runs, "--resume-from", str(run_s / "checkpoint-2"))
         procs.append(killed)
+        killed.on_line(r"\[ecredit\] step 3/4", killed.p.kill)
         killed.wait_for(r"resumed from checkpoint-2 \(session 1\)")
-        time.sleep(8)  # model loaded, step 3 under way (where exactly does not matter)
-        killed.p.kill()
-        assert killed.finish() == -signal.SIGKILL
+        assert killed.finish() == -signal.SIGKILL, killed.text[-4000:]
         assert not (run_s / "receipts" / "s01-termination.json").exists()
         again = Proc(runs, "--resume-from", str(run_s / "checkpoint-2"))
         procs.append(again)
