@@ -92,18 +92,19 @@ def test_the_contrast_of_a_real_step_reaches_the_advantages_through_the_round(
             assert rec.counterfactual == {"source": "control", "trial_id": control.trial_id}
             assert rec.utility_ablated == u_empty
             assert rec.contrast == rec.utility - u_empty
-    for rec in [] if reuse else rnd.records:
-        kind, res = trials[f"cf-{rec.rollout_index}"]  # every row was admitted: one cf trial
-        if rec.exclusion is not None:  # its factual utility was unavailable (infra): unused
-            assert kind == "counterfactual_discarded" and rec.contrast is None
-            continue
-        assert kind == "counterfactual" and rec.counterfactual["trial_id"] == res.trial_id
-        if rec.utility_ablated is None:  # the counterfactual trial gave no utility
-            assert rec.contrast is None
-            continue
-        assert rec.contrast == rec.utility - rec.utility_ablated
-        if rec.rollout_index % 2 == 0:
-            assert rec.resolved is True and rec.utility == 1.0  # the gold patch
+    else:
+        for rec in rnd.records:
+            kind, res = trials[f"cf-{rec.rollout_index}"]  # every row was admitted: one cf trial
+            if rec.exclusion is not None:  # its factual utility was unavailable (infra): unused
+                assert kind == "counterfactual_discarded" and rec.contrast is None
+                continue
+            assert kind == "counterfactual" and rec.counterfactual["trial_id"] == res.trial_id
+            if rec.utility_ablated is None:  # the counterfactual trial gave no utility
+                assert rec.contrast is None
+                continue
+            assert rec.contrast == rec.utility - rec.utility_ablated
+            if rec.rollout_index % 2 == 0:
+                assert rec.resolved is True and rec.utility == 1.0  # the gold patch
     assert any(rec.contrast is not None and rec.contrast > 0 for rec in rnd.records)
     # 2. the advantages TRL's loss gets: (A + C) on the loss tokens, with arm B's
     #    C = s·λ·D on every credited token (design page, "Credit arms") and TRL's negative

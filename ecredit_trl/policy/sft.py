@@ -226,8 +226,8 @@ def run_sft_job(job: str | Path, prepare: Callable[[dict, list[dict]], Prepared]
     ``learning_rate``, ``lr_scheduler_type``, ``warmup_steps``, ``weight_decay``,
     ``max_grad_norm``, ``seed``), fp32 CPU, no packing, no truncation, no checkpoints, a loss
     line every tenth of the steps, :func:`~ecredit_trl.agent.generation.torch_threads` torch
-    threads during training (the CPUs idle when training starts; the thread count does not
-    change the trained bits) (restored after, also on error); saved by :func:`save_model`
+    threads during training: the CPUs idle when training starts (the thread count does not
+    change the trained bits), restored after, also on error; saved by :func:`save_model`
     with ``warmstart.json`` = the job record + ``info`` + ``train_loss``, ``final_loss``,
     ``train_s``, ``s_per_step`` (seconds), ``threads``.
 

@@ -66,14 +66,13 @@ PIPELINES = ("sequential", "overlapped")
 @dataclass
 class PendingRollout:
     """One ended episode of the overlapped pipeline: its record and plan (``plan`` None:
-    excluded before any trial), the futures of its submitted trials, and whether its
-    counterfactual waits for the task's control (``from_control``: an empty ablation)."""
+    excluded before any trial) and the futures of its submitted trials (no counterfactual
+    future for an admitted rollout: an empty ablation, decided once the controls are in)."""
 
     record: object
     plan: object | None
     factual: Future | None = None
     counterfactual: Future | None = None
-    from_control: bool = False  # empty ablation: U(P\b) from the control when it is usable
 
 
 class TrialPipelineMixin:
@@ -178,11 +177,9 @@ class TrialPipelineMixin:
         task = self.tasks[rec.task_id]
         pending.factual = self._submit_trial(rnd, self._spec(task, plan.final_artifact,
                                                              f"f-{rec.rollout_index}"))
-        if self.ecfg.arm in COUNTERFACTUAL_ARMS and rec.exclusion is None:
-            if self._wants_control(rec, plan):  # decided when the controls are in
-                pending.from_control = True
-            else:
-                pending.counterfactual = self._submit_cf(rnd, rec, plan)
+        if (self.ecfg.arm in COUNTERFACTUAL_ARMS and rec.exclusion is None
+                and not self._wants_control(rec, plan)):  # else: decided when the controls are in
+            pending.counterfactual = self._submit_cf(rnd, rec, plan)
         return pending
 
     def _submit_cf(self, rnd: Round, rec, plan) -> Future:
@@ -224,37 +221,31 @@ class TrialPipelineMixin:
         rec.utility_ablated, rec.counterfactual_outcome = v.utility, v.outcome
         rec.contrast = contrast(rec.utility, rec.utility_ablated)
 
-    def _take_control_ablation(self, rec, verdict: TrialVerdict) -> None:
-        """U(P\\b) of ``rec``'s empty ablation from its task's control (``verdict``:
-        :meth:`_control_ablation`) and the contrast D; no trial ran."""
+    def _take_control_ablation(self, rec) -> None:
+        """U(P\\b) of ``rec``'s empty ablation from its task's usable control
+        (:meth:`_control_ablation`) and the contrast D; no trial ran."""
+        verdict = self._control_ablation(rec.task_id)
         rec.counterfactual = {"source": "control",
                               "trial_id": self._control_trial_ids().get(rec.task_id)}
         rec.utility_ablated, rec.counterfactual_outcome = verdict.utility, verdict.outcome
         rec.contrast = contrast(rec.utility, rec.utility_ablated)
 
     def _counterfactuals(self, rnd: Round, items) -> None:
-        """The counterfactual side of admitted rollouts, in rollout order, after the
-        controls and the factual results are in: ``items`` are ``(record, plan, future or
-        None)``; a None future is an empty ablation, taken from the control when it is
-        usable (:meth:`_control_ablation`), else given its trial now. A record excluded by
-        then (no factual utility) takes nothing: its submitted trial is discarded, its
-        empty ablation runs nothing."""
-        todo = []
-        for rec, plan, fut in items:
-            if fut is None:
-                if rec.exclusion is not None:
-                    continue
-                verdict = self._control_ablation(rec.task_id)
-                if verdict is not None:
-                    todo.append((rec, verdict))
-                    continue
-                fut = self._submit_cf(rnd, rec, plan)
-            todo.append((rec, fut))
-        for rec, x in todo:
-            if isinstance(x, TrialVerdict):
-                self._take_control_ablation(rec, x)
-            else:
-                self._take_counterfactual(rnd, rec, x.result())
+        """The counterfactual side of planned rollouts (arms B/M), in rollout order, after
+        the controls and the factual results are in. ``items`` are ``(record, plan, future
+        or None)``; a record admitted when its trials were submitted and given no future
+        has an empty ablation (:meth:`_wants_control`): it takes the control's U(∅) when the
+        control is usable (:meth:`_control_ablation`), else its trial is submitted now. A
+        record excluded by then takes nothing: its submitted trial is discarded, its empty
+        ablation runs nothing."""
+        items = [(rec, fut if fut is not None or rec.exclusion is not None
+                  or self._control_ablation(rec.task_id) is not None
+                  else self._submit_cf(rnd, rec, plan)) for rec, plan, fut in items]
+        for rec, fut in items:  # every trial is queued before the first wait
+            if fut is not None:
+                self._take_counterfactual(rnd, rec, fut.result())
+            elif rec.exclusion is None:
+                self._take_control_ablation(rec)
 
     def _verify(self, rnd: Round, records: list, plans: list) -> None:
         """Sequential pipeline: factual trials for every planned rollout, then (arms B/M)
@@ -281,8 +272,9 @@ class TrialPipelineMixin:
         for p in pending:
             if p.factual is not None:
                 self._take_factual(rnd, p.record, p.factual.result())
-        self._counterfactuals(rnd, [(p.record, p.plan, p.counterfactual) for p in pending
-                                    if p.counterfactual is not None or p.from_control])
+        if self.ecfg.arm in COUNTERFACTUAL_ARMS:
+            self._counterfactuals(rnd, [(p.record, p.plan, p.counterfactual) for p in pending
+                                        if p.plan is not None])
 
 
 __all__ = ["PIPELINES", "PendingRollout", "TrialPipelineMixin"]
