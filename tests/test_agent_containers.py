@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -254,6 +255,42 @@ def test_gc_removes_temp_dirs_of_dead_processes_only(tmp_path):
     assert not d_dead.exists() and not d_old.exists()
     assert d_live.exists() and d_fresh.exists() and other.exists()
     assert gc_temp_dirs(tmp_path) == []
+
+
+def test_a_socket_directory_falls_back_to_a_short_root_that_gc_also_scans(tmp_path,
+                                                                         monkeypatch):
+    """socket_dir: in TMPDIR when the socket's path fits 107 bytes, else under SHORT_ROOT;
+    gc with no temp root scans both, removes a dead owner's and keeps a live one's; with no
+    root short enough, one error naming the length."""
+    import shutil
+
+    import sandbox.runtimes.tempdirs as td
+
+    # short roots of this test's own (tmp_path itself may be too deep for a socket)
+    short, shallow = (Path(tempfile.mkdtemp(prefix="s", dir="/tmp")) for _ in range(2))
+    try:
+        monkeypatch.setattr(td, "SHORT_ROOT", str(short))
+        d = td.socket_dir("ecredit-podman-", "podman.sock", shallow)
+        assert d.parent == shallow and (d / OWNER_FILE).is_file()
+        deep = tmp_path / ("d" * 60) / ("e" * 60)
+        deep.mkdir(parents=True)
+        monkeypatch.setattr(tempfile, "tempdir", str(deep))
+        far = td.socket_dir("ecredit-podman-", "podman.sock")
+        assert far.parent == short and (far / OWNER_FILE).is_file()
+        assert len(os.fsencode(far / "podman.sock")) <= td.MAX_SOCKET_PATH
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        mark_owner(far, pid=dead.pid)
+        live = td.socket_dir("ecredit-podman-", "podman.sock")
+        assert live.parent == short
+        assert td.gc_temp_dirs() == [str(far)]
+        assert live.exists() and not far.exists()
+        monkeypatch.setattr(td, "SHORT_ROOT", str(deep))
+        with pytest.raises(OSError, match="exceed 107 bytes"):
+            td.socket_dir("ecredit-podman-", "podman.sock")
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(shallow, ignore_errors=True)
 
 
 def test_container_that_cannot_start_ends_the_episode_as_infra(task, tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import make_tar
@@ -315,3 +316,33 @@ def test_an_image_without_tar_is_an_infra_error_naming_the_unpack(podman_runtime
     assert r.exit_class == "infra_error"
     assert "could not be unpacked" in r.error and "tar" in r.error
     assert outcome(r) == (None, None, "infra_error")
+
+
+def test_a_tmpdir_too_deep_for_a_socket_still_runs_trials(tmp_path, monkeypatch):
+    """A ``TMPDIR`` so deep that the private service's socket path would pass the 107 bytes a
+    unix socket address holds (unix(7)): the service binds under /tmp instead (owner-marked,
+    for gc), a real trial runs through it, and closing the runtime removes that directory."""
+    import os
+    import tempfile
+
+    from sandbox.runtimes.podman_runtime import PodmanRuntime, gc
+    from sandbox.runtimes.tempdirs import MAX_SOCKET_PATH, OWNER_FILE, SHORT_ROOT
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    # the fault's precondition: a socket in TMPDIR cannot be bound
+    assert len(os.fsencode(deep / "ecredit-podman-12345678" / "podman.sock")) > MAX_SOCKET_PATH
+    rt = PodmanRuntime()
+    try:
+        sock = rt._service.socket
+        assert sock.parent.parent == Path(SHORT_ROOT) and sock.is_socket()
+        assert len(os.fsencode(sock)) <= MAX_SOCKET_PATH
+        assert (sock.parent / OWNER_FILE).is_file()
+        res = rt.run_trial(spec("deep-tmpdir"))
+        assert res.exit_class == "ok", (res.error, res.log[-1500:])
+        assert "PASSED test_calc.py::test_add" in res.log
+    finally:
+        rt.close()
+        assert gc(rt.run_id) == []
+    assert not sock.parent.exists()

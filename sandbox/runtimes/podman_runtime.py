@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sandbox.runtimes.podman_store import local_image_ids, podman_env
 from sandbox.runtimes.protocol import runtime_flags
-from sandbox.runtimes.tempdirs import mark_owner
+from sandbox.runtimes.tempdirs import mark_owner, socket_dir
 from sandbox.trials.archive import (
     CONTROL_DIR,
     UNPACK_COMMAND,
@@ -97,8 +97,8 @@ class PodmanService:
     def __init__(self, start_timeout_s: float = 20.0) -> None:
         if shutil.which("podman") is None:
             raise PodmanUnavailable("podman not found on PATH (apt-get install podman runc)")
-        self._dir = Path(tempfile.mkdtemp(prefix="ecredit-podman-"))
-        mark_owner(self._dir)  # a SIGKILLed owner leaves it: `python -m sandbox gc` removes it
+        # owner-marked (`python -m sandbox gc` removes it after a SIGKILL); /tmp if TMPDIR is deep
+        self._dir = socket_dir("ecredit-podman-", "podman.sock")
         self.socket = self._dir / "podman.sock"
         self.url = f"unix://{self.socket}"
         self._log = open(self._dir / "service.log", "wb")

@@ -19,6 +19,30 @@ from pathlib import Path
 TEMP_PREFIXES = ("ecredit-rollouts-", "ecredit-snap-", "ecredit-podman-",
                  "ecredit-trial-inputs-")
 OWNER_FILE = ".ecredit-owner.json"
+#: A unix socket's path must fit ``sun_path``: 108 bytes on Linux, its closing NUL included
+#: (unix(7)); a longer one fails to bind ("invalid argument").
+MAX_SOCKET_PATH = 107
+#: Where a socket goes when the temp directory's path is too long for one (:func:`socket_dir`).
+SHORT_ROOT = "/tmp"
+
+
+def socket_dir(prefix: str, name: str, root: str | os.PathLike | None = None) -> Path:
+    """A new owner-marked directory for a unix socket called ``name``: under ``root`` (default:
+    :func:`tempfile.gettempdir`, which follows ``TMPDIR``) when the socket's path fits
+    :data:`MAX_SOCKET_PATH` bytes there, else under :data:`SHORT_ROOT`, so that a deep
+    ``TMPDIR`` does not stop a service from binding. :func:`gc_temp_dirs` scans both roots.
+
+    Raises: OSError naming the path when neither root gives a path short enough.
+    """
+    base = Path(root or tempfile.gettempdir())
+    for where in dict.fromkeys([base, Path(SHORT_ROOT)]):
+        # mkdtemp's suffix is 8 characters: the length is known before the directory exists
+        if len(os.fsencode(where / f"{prefix}{'x' * 8}" / name)) <= MAX_SOCKET_PATH:
+            d = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+            mark_owner(d)
+            return d
+    raise OSError(f"no directory short enough for a unix socket: {base / prefix}*/{name} and "
+                  f"{SHORT_ROOT}/{prefix}*/{name} exceed {MAX_SOCKET_PATH} bytes")
 
 
 def _start_time(pid: int) -> str | None:
@@ -71,16 +95,20 @@ def gc_temp_dirs(root: str | os.PathLike | None = None, *,
     left by dead processes.
 
     Args:
-        root: the temp directory to scan (default: :func:`tempfile.gettempdir`).
+        root: the temp directory to scan (default: :func:`tempfile.gettempdir`, and
+            :data:`SHORT_ROOT` too, where :func:`socket_dir` puts a socket that a long
+            ``TMPDIR`` cannot hold).
         unmarked_idle_s: a directory without an owner marker (made by code that does
             not mark, or by an older version) is removed only when nothing in it changed
             for this many seconds, so a live process's directory is never taken.
 
     Returns: the removed paths. A directory whose owner is alive is always kept.
     """
-    base = Path(root or tempfile.gettempdir())
+    bases = [Path(root)] if root else list(dict.fromkeys([Path(tempfile.gettempdir()),
+                                                         Path(SHORT_ROOT)]))
+    found = sorted(d for base in bases if base.is_dir() for d in base.iterdir())
     removed = []
-    for d in sorted(base.iterdir()):
+    for d in found:
         if not d.name.startswith(TEMP_PREFIXES) or d.is_symlink() or not d.is_dir():
             continue
         alive = owner_alive(d)
