@@ -23,6 +23,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_rendezvous():
+    """Every test starts and ends without a torch.distributed rendezvous in this process's
+    environment (``RANK``, ``MASTER_PORT``, ... : ``DIST_ENV``). In-process trainers write
+    them (accelerate on a CPU group, TRL's vLLM colocate) and nothing takes them back; a later
+    test's training child then inherits them, joins a group on port 29500 and, while another
+    pytest worker's child holds that port, fails to start."""
+    from ecredit_trl.policy.sft import DIST_ENV
+
+    for name in DIST_ENV:
+        os.environ.pop(name, None)
+    yield
+    for name in DIST_ENV:
+        os.environ.pop(name, None)
+
+
 def load_benchmark(name: str):
     """The module ``benchmarks/<name>.py`` (not a package: loaded from its file), registered as
     ``sys.modules[name]`` (dataclasses need it)."""
