@@ -15,7 +15,10 @@ It runs nothing and asserts nothing: the budget is read, not timed in a test.
 Columns: the tests listed, their seconds, the area's share of the listed seconds and of the
 suite's wall (when the log has the closing line), and the area's slowest test. The row
 ``not listed`` is the wall minus the listed seconds (tests below the N slowest, collection,
-start-up).
+start-up). A run on pytest-xdist workers (``-n``: ``pyproject.toml``'s addopts) has
+workers x wall seconds of test time: the shares are then of that ("% of worker time"), and
+the worker count is read from the log (``created: N/N workers``), or, in a ``-q`` log that
+only says ``bringing up nodes``, from the addopts' ``-n``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.bounds import ArgumentParser, InFile, OutFile
+from sandbox.bounds import ArgumentParser, InFile, Int, OutFile
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: (area, regex on the test's node id). Ordered: the first match names the area.
 AREAS: tuple[tuple[str, str], ...] = (
@@ -52,6 +57,9 @@ OTHER = "other"
 
 _HEADER = re.compile(r"=+ slowest (\d+ )?durations =+")
 _ROW = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(setup|call|teardown)\s+(\S.*?)\s*$")
+_WORKERS = re.compile(r"created: (\d+)/\d+ workers")
+_XDIST = "bringing up nodes"
+_ADDOPTS_N = re.compile(r"^addopts\s*=.*?(?:-n|--numprocesses)[ =](\d+)", re.M)
 _TOTAL = re.compile(r"\b(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed)\b"
                     r"[^\n]* in (\d+(?:\.\d+)?)s\b")
 
@@ -103,6 +111,25 @@ def parse_log(text: str) -> tuple[list[Phase], float | None]:
     return phases, (float(totals[-1]) if totals else None)
 
 
+def workers_of(text: str, addopts_n: int | None) -> int:
+    """The pytest-xdist workers of the run that wrote ``text``: xdist's ``created: N/N
+    workers`` line; else ``addopts_n`` (the ``-n`` of the project's addopts) when the log shows
+    xdist starting without a count (``-q``); else 1 (no xdist)."""
+    m = _WORKERS.search(text)
+    if m:
+        return int(m.group(1))
+    return (addopts_n or 1) if _XDIST in text else 1
+
+
+def addopts_workers(pyproject: Path) -> int | None:
+    """The ``-n N`` of ``pyproject``'s pytest addopts, None when it has none or is missing."""
+    try:
+        m = _ADDOPTS_N.search(pyproject.read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
 def area_of(nodeid: str, areas: Iterable[tuple[str, str]] = AREAS) -> str:
     """The first area whose regex matches ``nodeid`` (``re.search``), else :data:`OTHER`."""
     return next((name for name, rx in areas if re.search(rx, nodeid)), OTHER)
@@ -118,23 +145,28 @@ def by_area(phases: Iterable[Phase]) -> list[Area]:
     return sorted(out.values(), key=lambda a: -a.seconds)
 
 
-def table(areas: list[Area], wall: float | None) -> str:
-    """The markdown table of :func:`by_area`'s areas, a ``not listed`` row and the total."""
+def table(areas: list[Area], wall: float | None, workers: int = 1) -> str:
+    """The markdown table of :func:`by_area`'s areas, a ``not listed`` row and the total.
+    With ``workers`` > 1 the shares are of the workers' time (``workers`` x ``wall`` s)."""
     listed = sum(a.seconds for a in areas)
+    budget = wall * workers if wall is not None else None
 
     def share(s: float, of: float | None) -> str:
         return f"{100 * s / of:.0f} %" if of else "-"
 
-    rows = ["| area | tests | s | % of listed | % of wall | slowest test (s) |",
+    of = "% of wall" if workers == 1 else "% of worker time"
+    rows = [f"| area | tests | s | % of listed | {of} | slowest test (s) |",
             "|---|---:|---:|---:|---:|---|"]
     for a in areas:
         test, s = a.slowest
         rows.append(f"| {a.name} | {a.tests} | {a.seconds:.0f} | {share(a.seconds, listed)} | "
-                    f"{share(a.seconds, wall)} | `{test}` ({s:.0f}) |")
-    if wall is not None:
-        rows.append(f"| not listed | | {max(0.0, wall - listed):.0f} | | "
-                    f"{share(max(0.0, wall - listed), wall)} | |")
+                    f"{share(a.seconds, budget)} | `{test}` ({s:.0f}) |")
+    if budget is not None:
+        rows.append(f"| not listed | | {max(0.0, budget - listed):.0f} | | "
+                    f"{share(max(0.0, budget - listed), budget)} | |")
     total = f"{wall:.0f} s wall ({wall / 60:.1f} min)" if wall is not None else "wall unknown"
+    if workers > 1:
+        total += f", {workers} workers"
     rows.append(f"| **total** | {sum(a.tests for a in areas)} | {listed:.0f} listed | | | "
                 f"{total} |")
     return "\n".join(rows)
@@ -148,17 +180,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("log", type=InFile(), help="a pytest output log (stdout + stderr)")
     ap.add_argument("--json", type=OutFile(), default=None, metavar="OUT",
                     help="also write the areas as JSON to OUT")
+    ap.add_argument("--workers", type=Int(ge=1), default=None,
+                    help="pytest-xdist workers of the run (default: read from the log, or "
+                         "the -n of pyproject.toml's addopts when a -q log has no count)")
     args = ap.parse_args(argv)
+    text = Path(args.log).read_text(errors="replace")
     try:
-        phases, wall = parse_log(Path(args.log).read_text(errors="replace"))
+        phases, wall = parse_log(text)
     except ValueError as exc:
         print(f"suite_budget: error: {args.log}: {exc}", file=sys.stderr)
         return 2
+    workers = args.workers or workers_of(text, addopts_workers(ROOT / "pyproject.toml"))
     areas = by_area(phases)
-    print(table(areas, wall))
+    print(table(areas, wall, workers))
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "wall_s": wall, "listed_s": round(sum(a.seconds for a in areas), 2),
+            "wall_s": wall, "workers": workers,
+            "listed_s": round(sum(a.seconds for a in areas), 2),
             "areas": [{"area": a.name, "s": round(a.seconds, 2), "tests": a.tests,
                        "slowest": a.slowest[0], "slowest_s": round(a.slowest[1], 2)}
                       for a in areas]}, indent=2) + "\n")

@@ -87,3 +87,24 @@ def test_the_cli_prints_the_table_and_json_and_refuses_a_log_without_durations(t
     assert run.stderr.strip().splitlines() == [
         f"suite_budget: error: {bad}: no 'slowest ... durations' section "
         "(run pytest with --durations=N)"]
+
+
+def test_an_xdist_log_shares_the_workers_time_and_reads_the_worker_count(bench, tmp_path):
+    # pytest -q on two xdist workers: the listed seconds pass the wall; the shares are of
+    # workers x wall, and the count comes from the log or, with -q, from the addopts' -n
+    quiet = "bringing up nodes...\n" + LOG_30
+    assert bench.workers_of(LOG_30, 2) == 1  # no xdist in the log: one lane
+    assert bench.workers_of(quiet, 2) == 2 and bench.workers_of(quiet, None) == 1
+    assert bench.workers_of("created: 3/3 workers\n" + LOG_30, 2) == 3
+    project = tmp_path / "pyproject.toml"
+    project.write_text('[tool.pytest.ini_options]\naddopts = "-ra --durations=30 -n 4"\n')
+    assert bench.addopts_workers(project) == 4
+    assert bench.addopts_workers(tmp_path / "missing.toml") is None
+    phases, wall = bench.parse_log(quiet)
+    out = bench.table(bench.by_area(phases), wall, 2)
+    assert "| area | tests | s | % of listed | % of worker time | slowest test (s) |" in out
+    assert "| tasks | 1 | 567 | 71 % | 28 % |" in out  # 567.21 / 2000
+    assert "| not listed | | 1205 | | 60 % | |" in out  # 2000 - 794.71
+    assert "1000 s wall (16.7 min), 2 workers" in out
+    # the project's own addopts name the workers its -q logs come from
+    assert bench.addopts_workers(REPO_ROOT / "pyproject.toml") == 2
