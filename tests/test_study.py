@@ -232,7 +232,9 @@ def _sha_tree(d: Path) -> dict:
 
 @pytest.mark.podman
 @pytest.mark.slow
-def test_smoke_study_killed_and_resumed(tmp_path):
+def test_smoke_study_killed_and_resumed(tmp_path, warm_policy):
+    # warm_policy: the bundled tasks and the embedded policy are built (on a cold cache,
+    # ~12 min) before the study starts, never inside the deadline below, which times a step
     from eval.tasks.schema import save_tasks
     from eval.tasks.splits import load_tasks
 
@@ -322,9 +324,10 @@ def test_smoke_study_killed_and_resumed(tmp_path):
 
 @pytest.mark.podman
 @pytest.mark.slow
-def test_failed_run_does_not_stop_independent_units(tmp_path):
+def test_failed_run_does_not_stop_independent_units(tmp_path, warm_policy):
     """A run that fails at model load (LoRA on a module the model lacks): the baseline eval
     and the comparison still run; the study exits 1; status names the class and exit code."""
+    # warm_policy: built before the study's timeout starts (see the test above)
     from eval.tasks.schema import save_tasks
     from eval.tasks.splits import load_tasks
 
