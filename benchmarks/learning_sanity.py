@@ -15,7 +15,11 @@ solves 20–80 % of the time, trained on alone, must end above 95 %), on the emb
    the mean), so the start is measured again.
 3. **Train** each arm (``--arms``, default O then M, B, E) on exactly the sanity tasks,
    ``--steps`` steps, with the trainer's defaults plus any ``--train-flag`` given
-   (``python ecredit_trl/train.py``; arms share the seed).
+   (``python ecredit_trl/train.py``; arms share the seed). Every step holds every sanity
+   task's group of ``--group`` rollouts (``num_generations`` = group,
+   ``per_device_train_batch_size`` = tasks x group), unless a ``--train-flag`` sets either:
+   with one task's group a step, the updates for the other tasks moved a task the policy
+   solved down as often as up (docs: "Does it learn?").
 4. **After.** ``eval.run`` of each trained run on the sanity tasks (seed 1, the run's own
    settings, which ``eval.run`` reads from the run). The benchmark stops, naming the field,
    when any evaluation's generation settings differ from the others'.
@@ -26,8 +30,9 @@ training agreement of its steps, and per arm before → after success with the t
 difference and its 95 % bootstrap CI (:func:`eval.metrics.paired_bootstrap`). Every phase
 is skipped when its output exists (rerun the same command to resume).
 
-    python benchmarks/learning_sanity.py --out OUT [--arms O M B E] [--steps 16] [--n 8]
-        [--lo 0.2] [--hi 0.8] [--max-tasks 5] [--runtime podman] [--train-flag=--learning_rate=2e-4 ...]
+    python benchmarks/learning_sanity.py --out OUT [--arms O M B E] [--steps 12] [--group 8]
+        [--n 8] [--lo 0.2] [--hi 0.8] [--max-tasks 4] [--runtime podman]
+        [--train-flag=--learning_rate=2e-4 ...]
 """
 
 from __future__ import annotations
@@ -115,6 +120,19 @@ def train(arm: str, tasks: Path, out: Path, *, steps: int, runtime: str, policy:
     return done[0].parent
 
 
+SHAPE_FLAGS = ("--num_generations", "--per_device_train_batch_size")
+
+
+def batch_flags(flags: list[str], *, tasks: int, group: int) -> list[str]:
+    """The train.py flags that put every sanity task's group in every step: ``group``
+    rollouts a task (``num_generations``), ``tasks x group`` a step; none when ``flags``
+    (split ``--name value`` pairs) already set either, so a user's shape is kept whole."""
+    shape = {s.lstrip("-") for s in SHAPE_FLAGS}
+    if any(f.split("=", 1)[0].lstrip("-").replace("-", "_") in shape for f in flags):
+        return []
+    return ["--num_generations", str(group), "--per_device_train_batch_size", str(tasks * group)]
+
+
 def running_mean(ys: list[float], window: int) -> list[float]:
     """Mean of the last ``window`` values at each step (fewer at the start): with one task a
     step, a window of the task count averages over one visit of each task."""
@@ -146,13 +164,15 @@ def main() -> None:
     ap.add_argument("--out", type=OutDir(), required=True, help="work and result folder")
     ap.add_argument("--arms", type=Choice("O", "M", "B", "E"), nargs="+",
                     default=["O", "M", "B", "E"])
-    ap.add_argument("--steps", type=Int(ge=1), default=16, help="training steps per arm")
+    ap.add_argument("--steps", type=Int(ge=1), default=12, help="training steps per arm")
+    ap.add_argument("--group", type=Int(ge=2), default=8,
+                    help="rollouts of each sanity task in every step (num_generations; the "
+                         "batch holds every task's group)")
     ap.add_argument("--n", type=Int(ge=2), default=8, help="rollouts per task, each eval")
     ap.add_argument("--lo", type=Float(ge=0, le=1), default=0.2)
     ap.add_argument("--hi", type=Float(ge=0, le=1), default=0.8)
-    ap.add_argument("--max-tasks", dest="max_tasks", type=Int(ge=1), default=5,
-                    help="at most this many sanity tasks (each is trained on steps / tasks "
-                         "times: a policy that memorises learns per task)")
+    ap.add_argument("--max-tasks", dest="max_tasks", type=Int(ge=1), default=4,
+                    help="at most this many sanity tasks (each is in every step's batch)")
     ap.add_argument("--select-from", dest="select_from", type=Text(), default="bundled:train")
     ap.add_argument("--model", type=Text(), default=None,
                     help="starting policy (default: the embedded warm policy)")
@@ -187,6 +207,7 @@ def main() -> None:
         by_id = {t.instance_id: t for t in load_tasks(a.select_from, purpose="train")}
         save_tasks([by_id[t] for t in chosen], tasks_file)
     print(f"   {len(chosen)} sanity tasks: {', '.join(chosen)}", flush=True)
+    flags = batch_flags(flags, tasks=len(chosen), group=a.group) + flags
 
     print("2. before (seed 1)", flush=True)
     before_res = evaluate(policy, str(tasks_file), out / "before", n=a.n, seed=1,

@@ -53,3 +53,17 @@ def test_each_phase_that_ran_keeps_its_seconds_across_invocations(tmp_path):
     with pytest.raises(SystemExit, match="exited 3"):
         sanity.run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "after-O.log")
     assert list(json.loads((tmp_path / sanity.PHASES).read_text())) == ["select", "train-O"]
+
+
+def test_every_task_group_is_in_every_step():
+    assert sanity.batch_flags([], tasks=4, group=8) == [
+        "--num_generations", "8", "--per_device_train_batch_size", "32"]
+    assert sanity.batch_flags(["--learning_rate", "2e-4"], tasks=3, group=4) == [
+        "--num_generations", "4", "--per_device_train_batch_size", "12"]
+
+
+@pytest.mark.parametrize("flags", [["--num_generations", "4"],
+                                   ["--per_device_train_batch_size", "8"],
+                                   ["--per-device-train-batch-size", "8"]])
+def test_a_shape_the_user_gives_is_kept_whole(flags):
+    assert sanity.batch_flags(flags, tasks=4, group=8) == []
