@@ -82,10 +82,11 @@ def test_shipped_study_configs_load():
     assert emb.eval["splits"] == ["bundled:train"]
     assert emb.eval_n("bundled:train") >= 4 and emb.eval["temperature"] == 1.0
     assert emb.eval["reuse_verdicts"] is True  # opt-in verdict store (to save cost)
-    # the study trains with the trainer's learning recipe
-    recipe = ("learning_rate", "lr_scheduler_type", "warmup_steps", "beta",
-              "negative_advantage_weight")
+    # the study trains with the trainer's learning recipe's anchor; its rate is its own: the
+    # default 1e-3 goes with every task's group in every step, and a step here holds 2 of 20
+    recipe = ("lr_scheduler_type", "warmup_steps", "beta", "negative_advantage_weight")
     assert {k: emb.train[k] for k in recipe} == {k: embedded_defaults(False)[k] for k in recipe}
+    assert emb.train["learning_rate"] == 5e-4 < embedded_defaults(False)["learning_rate"]
     off = load_study_config(REPO_ROOT / "studies" / "official500_lora.yaml")
     assert off.arms == ["O", "B", "M", "E"] and off.seeds == [0, 1, 2]
     assert off.train["max_steps"] == 80 and off.train["lora_r"] > 0
