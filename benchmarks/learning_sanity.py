@@ -17,9 +17,10 @@ solves 20–80 % of the time, trained on alone, must end above 95 %), on the emb
    ``--steps`` steps, with the trainer's defaults plus any ``--train-flag`` given
    (``python ecredit_trl/train.py``; arms share the seed). Every step holds every sanity
    task's group of ``--group`` rollouts (``num_generations`` = group,
-   ``per_device_train_batch_size`` = tasks x group), unless a ``--train-flag`` sets either:
-   with one task's group a step, the updates for the other tasks moved a task the policy
-   solved down as often as up (docs: "Does it learn?").
+   ``per_device_train_batch_size`` = tasks x group), unless a ``--train-flag`` sets either
+   (the other then keeps the trainer's default). Why: with one task's group a step, the
+   updates for the other tasks moved a task the policy solved down as often as up (docs:
+   "Does it learn?").
 4. **After.** ``eval.run`` of each trained run on the sanity tasks (seed 1, the run's own
    settings, which ``eval.run`` reads from the run). The benchmark stops, naming the field,
    when any evaluation's generation settings differ from the others'.
@@ -120,6 +121,17 @@ def train(arm: str, tasks: Path, out: Path, *, steps: int, runtime: str, policy:
     return done[0].parent
 
 
+def same_tasks(tasks_file: Path, chosen: list[str]) -> None:
+    """Stop, naming ``tasks_file``, when a resumed invocation selects other tasks than the
+    ones its earlier phases ran on (another ``--max-tasks``, ``--lo`` or ``--hi``): its batch
+    and its before/after figures would describe different tasks."""
+    kept = sorted(json.loads(x)["instance_id"] for x in tasks_file.read_text().splitlines() if x)
+    if kept != sorted(chosen):
+        sys.exit(f"learning_sanity: {tasks_file} holds {len(kept)} tasks ({', '.join(kept)}), "
+                 f"this invocation selects {len(chosen)} ({', '.join(chosen)}): resume with "
+                 "the first invocation's --max-tasks/--lo/--hi, or use a new --out")
+
+
 SHAPE_FLAGS = ("--num_generations", "--per_device_train_batch_size")
 
 
@@ -160,19 +172,21 @@ def plot(curves: dict[str, list[float]], before: float, window: int, path: Path)
 
 
 def main() -> None:
-    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=OutDir(), required=True, help="work and result folder")
     ap.add_argument("--arms", type=Choice("O", "M", "B", "E"), nargs="+",
                     default=["O", "M", "B", "E"])
-    ap.add_argument("--steps", type=Int(ge=1), default=12, help="training steps per arm")
+    ap.add_argument("--steps", type=Int(ge=1), default=12, help="training steps per arm (12)")
     ap.add_argument("--group", type=Int(ge=2), default=8,
-                    help="rollouts of each sanity task in every step (num_generations; the "
-                         "batch holds every task's group)")
+                    help="rollouts of each sanity task in every step (8; num_generations, the "
+                         "batch holds every task's group; off when a --train-flag sets "
+                         "num_generations or per_device_train_batch_size: the other then "
+                         "keeps the trainer's default)")
     ap.add_argument("--n", type=Int(ge=2), default=8, help="rollouts per task, each eval")
     ap.add_argument("--lo", type=Float(ge=0, le=1), default=0.2)
     ap.add_argument("--hi", type=Float(ge=0, le=1), default=0.8)
     ap.add_argument("--max-tasks", dest="max_tasks", type=Int(ge=1), default=4,
-                    help="at most this many sanity tasks (each is in every step's batch)")
+                    help="at most this many sanity tasks (4; each is in every step's batch)")
     ap.add_argument("--select-from", dest="select_from", type=Text(), default="bundled:train")
     ap.add_argument("--model", type=Text(), default=None,
                     help="starting policy (default: the embedded warm policy)")
@@ -203,7 +217,9 @@ def main() -> None:
     if not chosen:
         sys.exit(f"learning_sanity: no task of {a.select_from} is solved in [{a.lo}, {a.hi}]")
     tasks_file = out / "sanity_tasks.jsonl"
-    if not tasks_file.is_file():
+    if tasks_file.is_file():
+        same_tasks(tasks_file, chosen)
+    else:
         by_id = {t.instance_id: t for t in load_tasks(a.select_from, purpose="train")}
         save_tasks([by_id[t] for t in chosen], tasks_file)
     print(f"   {len(chosen)} sanity tasks: {', '.join(chosen)}", flush=True)

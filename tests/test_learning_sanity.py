@@ -67,3 +67,14 @@ def test_every_task_group_is_in_every_step():
                                    ["--per-device-train-batch-size", "8"]])
 def test_a_shape_the_user_gives_is_kept_whole(flags):
     assert sanity.batch_flags(flags, tasks=4, group=8) == []
+
+
+def test_a_resume_that_selects_other_tasks_stops_naming_the_file(tmp_path):
+    import json
+
+    f = tmp_path / "sanity_tasks.jsonl"
+    f.write_text("".join(json.dumps({"instance_id": i}) + "\n" for i in ("t-b", "t-a")))
+    sanity.same_tasks(f, ["t-a", "t-b"])  # the same tasks, in any order: go on
+    with pytest.raises(SystemExit, match=r"sanity_tasks.jsonl holds 2 tasks \(t-a, t-b\), "
+                                         r"this invocation selects 3"):
+        sanity.same_tasks(f, ["t-a", "t-b", "t-c"])
