@@ -130,7 +130,7 @@ def embedded_defaults(on_gpu: bool) -> dict:
     learning sanity benchmark showed to raise success on the tasks it trains on, for every
     arm, when each step's batch holds every trained task's group; with TRL's symmetric
     advantages and no anchor the policy spread out and success fell, and at 5e-4 it rose
-    about half as far in the same steps (docs: "Does it learn?").
+    less in the same steps (docs: "Does it learn?").
     """
     d = {
         "per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 2,
