@@ -132,15 +132,14 @@ def same_tasks(tasks_file: Path, chosen: list[str]) -> None:
                  "the first invocation's --max-tasks/--lo/--hi, or use a new --out")
 
 
-SHAPE_FLAGS = ("--num_generations", "--per_device_train_batch_size")
+SHAPE_FIELDS = ("num_generations", "per_device_train_batch_size")
 
 
 def batch_flags(flags: list[str], *, tasks: int, group: int) -> list[str]:
     """The train.py flags that put every sanity task's group in every step: ``group``
     rollouts a task (``num_generations``), ``tasks x group`` a step; none when ``flags``
     (split ``--name value`` pairs) already set either, so a user's shape is kept whole."""
-    shape = {s.lstrip("-") for s in SHAPE_FLAGS}
-    if any(f.split("=", 1)[0].lstrip("-").replace("-", "_") in shape for f in flags):
+    if any(f.split("=", 1)[0].lstrip("-").replace("-", "_") in SHAPE_FIELDS for f in flags):
         return []
     return ["--num_generations", str(group), "--per_device_train_batch_size", str(tasks * group)]
 
