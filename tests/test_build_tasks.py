@@ -296,7 +296,8 @@ def test_a_third_of_the_training_tasks_are_pairs(bundled):
 
 @pytest.mark.podman
 def test_bundled_is_deterministic(bundled, tmp_path):
-    from eval.tasks.bundled.build import built_dir, ensure_built, materialize
+    from eval.tasks.bundled.build import built_dir, ensure_built
+    from eval.tasks.bundled.materialize import materialize
 
     again = ensure_built()
     assert again == bundled

@@ -24,6 +24,11 @@ Sources accepted by :func:`load_tasks`:
     Tasks built from real PyPI projects by :mod:`eval.tasks.bundled` (built on first use,
     then cached). ``:train`` drops every sealed id, ``:holdout`` keeps only the ids of
     ``datasets/bundled_holdout.json``.
+``procedural`` / ``procedural:train`` / ``procedural:heldout``
+    The procedural world (``datasets/procedural.yaml``): every validated mutation of the
+    recipe's projects, built like ``bundled`` (same builder, trials and grading) and split
+    by unit of code (:mod:`eval.tasks.bundled.world`): ``:train`` and ``:heldout`` keep the
+    instances whose ``extra["split"]`` says so.
 ``bundled-image`` / ``bundled-image:train`` / ``bundled-image:holdout``
     The same tasks (same ids, same partition) held in Podman images, SWE-bench style
     (:mod:`eval.tasks.bundled.imagetasks`: no ``repo_dir``, ``/testbed`` in the image; built on
@@ -33,7 +38,8 @@ any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
     manifest (a dict with ``"sealed": true``) loads that manifest's tasks.
 
 Training guard: ``load_tasks(..., purpose="train")`` refuses any id listed in a sealed
-manifest under ``datasets/`` (:func:`eval.tasks.sealed.check_not_sealed`).
+manifest under ``datasets/`` (:func:`eval.tasks.sealed.check_not_sealed`) and any task a world
+build marked held out (``extra["split"] == "heldout"``).
 """
 
 from __future__ import annotations
@@ -47,14 +53,24 @@ from eval.tasks.adapters.swegym import load_swegym
 from eval.tasks.adapters.swesmith import load_swesmith
 from eval.tasks.bundled.build import ensure_built
 from eval.tasks.bundled.imagetasks import ensure_image_tasks
+from eval.tasks.bundled.recipe import load_recipe
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
-from eval.tasks.sealed import check_not_sealed, file_sha256, ids_sha256, read_manifest, sealed_ids
+from eval.tasks.sealed import (
+    SealedTaskError,
+    check_not_sealed,
+    file_sha256,
+    ids_sha256,
+    read_manifest,
+    sealed_ids,
+)
 
 #: Hub id and split of SWE-bench Verified.
 OFFICIAL_HUB_ID = "SWE-bench/SWE-bench_Verified"
 OFFICIAL_SPLIT = "test"
 OFFICIAL_SIZE = 500
 PURPOSES = ("eval", "train")
+#: World sources: name -> recipe file under ``datasets/`` (a recipe with a ``heldout`` split).
+WORLD_SOURCES = {"procedural": "procedural.yaml"}
 #: Training-set sources read through :mod:`eval.tasks.adapters` (``NAME:PATH``).
 ADAPTER_SOURCES = ("swegym", "swesmith")
 
@@ -170,7 +186,8 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
     if not isinstance(source, str) or not source:
         raise ValueError(f"source: expected a non-empty string, got {source!r}")
     name, _, arg = source.partition(":")
-    if name not in ("official500", "holdout100", "bundled", "bundled-image") + ADAPTER_SOURCES:
+    if name not in (("official500", "holdout100", "bundled", "bundled-image") + ADAPTER_SOURCES
+                    + tuple(WORLD_SOURCES)):
         name, arg = source, ""
     if name in ADAPTER_SOURCES:
         tasks = _load_adapter(name, arg, source)
@@ -193,11 +210,14 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
             raise ValueError(f"source: unknown bundled split {arg!r} (expected train or holdout)")
     elif name == "bundled-image":
         tasks = _bundled_image(arg, log)
+    elif name in WORLD_SOURCES:
+        tasks = load_world(name, arg, log=log)
     else:
         p = Path(source)
         if not p.suffix:
             raise ValueError(f"source: unknown task source {source!r} (expected official500, "
                              "holdout100, bundled[:train|:holdout], bundled-image[:train|:holdout], "
+                             "procedural[:train|:heldout], "
                              "swegym:PATH, swesmith:PATH "
                              "or a .jsonl/.json/.parquet path)")
         if p.suffix == ".json" and p.is_file():
@@ -242,7 +262,33 @@ def _bundled_image(arg: str, log) -> list[Task]:
     return tasks
 
 
+def load_world(name: str, split: str = "", *, recipe_path: str | Path | None = None,
+               log=None) -> list[Task]:
+    """The tasks of world ``name`` (:data:`WORLD_SOURCES`), all or one split.
+
+    Args:
+        split: ``""`` (every instance), ``"train"`` or ``"heldout"``.
+        recipe_path: another recipe with a ``heldout`` field (tests build small worlds);
+            default ``datasets/<WORLD_SOURCES[name]>``.
+
+    Raises: ValueError for an unknown split or a recipe without a ``heldout`` field;
+    see :func:`eval.tasks.bundled.build.ensure_built` for the build.
+    """
+    if split not in ("", "train", "heldout"):
+        raise ValueError(f"source: unknown {name} split {split!r} (expected train or heldout)")
+    path = Path(recipe_path) if recipe_path else datasets_dir() / WORLD_SOURCES[name]
+    if load_recipe(path).heldout is None:
+        raise ValueError(f"{path}: a world recipe needs a 'heldout' field")
+    tasks = ensure_built(path, log=log)
+    return [t for t in tasks if not split or t.extra.get("split") == split]
+
+
 def _guard(tasks: list[Task], purpose: str) -> list[Task]:
     if purpose == "train":
         check_not_sealed([t.instance_id for t in tasks])
+        held = [t.instance_id for t in tasks if t.extra.get("split") == "heldout"]
+        if held:
+            raise SealedTaskError(
+                f"{len(held)} held-out instance(s) of a world split loaded for training "
+                f"(e.g. {', '.join(held[:3])}): train on the ':train' split")
     return tasks

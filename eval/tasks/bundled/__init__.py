@@ -44,6 +44,11 @@ Pipeline:
    made from the failing tests' ids and their ``E`` assertion lines in the mutant's log,
    never from the gold patch.
 
+**Worlds.** A recipe with a ``heldout`` field (``datasets/procedural.yaml``) builds a world:
+``target_per_project`` above the candidate count keeps every validated single mutation,
+instance ids start with the recipe's ``id_prefix``, and each task records its unit of code
+and split (``extra["unit"]``, ``extra["split"]``, :mod:`.world`); pairs are refused there.
+
 Output ``DIR`` (default ``$ECREDIT_CACHE/bundled/<recipe hash>``, ``$ECREDIT_CACHE``
 defaulting to ``~/.cache/ecredit-trl``): ``tasks.jsonl`` (byte-identical across rebuilds
 of the same recipe), ``build.json`` (timings, per-candidate outcomes), ``repos/<project>``
@@ -53,6 +58,7 @@ temporary name and renamed when complete. Only the recipe is committed to this p
 Modules, one a pipeline step: :mod:`.recipe` (schema, cache key), :mod:`.sources` (step 1),
 :mod:`.mutations` (step 2), :mod:`.screening` (steps 3 and 4), :mod:`.multi` (pairs),
 :mod:`.scripts` (a task's eval script and problem statement), :mod:`.build` (orchestration,
-cache), :mod:`.imagetasks` (stand-in image-held tasks).
+cache), :mod:`.world` (a world's split), :mod:`.materialize` (candidate commits without tests,
+for determinism checks), :mod:`.imagetasks` (stand-in image-held tasks).
 """
 

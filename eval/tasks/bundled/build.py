@@ -21,7 +21,7 @@ from eval.tasks.bundled.multi import (
     interleave_tests,
     pair_components,
     pair_id,
-    parse_pair_id,
+    single_id,
 )
 from eval.tasks.bundled.mutations import Mutation, choose_candidates
 from eval.tasks.bundled.recipe import (
@@ -38,6 +38,7 @@ from eval.tasks.bundled.recipe import (
 from eval.tasks.bundled.screening import Candidate, control, listable_ids, screen
 from eval.tasks.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
 from eval.tasks.bundled.sources import GitRepo, fetch_sdist, unpack_sdist
+from eval.tasks.bundled.world import instance_split
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
 from sandbox.backend import make_runtime
 from sandbox.images import build_offline, default_image
@@ -168,7 +169,7 @@ def make_candidate(ws: Workspace, p: ProjectRecipe, k: int) -> Candidate:
     """Candidate ``k`` of project ``p``: its mutant commit (parent: pristine) and eval script."""
     m = ws.cands[p.name][k]
     mod = next(x for x in p.modules if x.path == m.path)
-    c = Candidate(p, k, m, mod, f"bundled__{p.name}-{p.version}-{k:04d}")
+    c = Candidate(p, k, m, mod, single_id(p.name, p.version, k, ws.recipe.id_prefix))
     text = ws.files[p.name][m.path].decode("utf-8")
     c.commit = ws.repos[p.name].commit_file(ws.pristine[p.name], m.path,
                                             m.apply(text).encode("utf-8"), c.instance_id,
@@ -309,7 +310,7 @@ def make_pair(ws: Workspace, p: ProjectRecipe, a: Candidate, b: Candidate) -> Ca
     holding both mutations, its gold patch, and an eval script running both modules' test
     files."""
     tests = tuple(dict.fromkeys(a.module.tests + b.module.tests))
-    iid = pair_id(p.name, p.version, a.index, b.index)
+    iid = pair_id(p.name, p.version, a.index, b.index, ws.recipe.id_prefix)
     c = Candidate(p, a.index, a.mutation, a.module, iid, parts=(a, b), tests=tests)
     texts = {m.path: ws.files[p.name][m.path].decode("utf-8") for m in c.mutations}
     new = {k: v.encode("utf-8") for k, v in apply_all(c.mutations, texts).items()}
@@ -385,6 +386,10 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
     rows = []
     for p in recipe.projects:
         for c in kept[p.name]:
+            world = {}
+            if recipe.heldout is not None:  # load_recipe refuses pairs in a split world
+                unit, split = instance_split(recipe.seed, p.name, c.mutation, recipe.heldout)
+                world = {"unit": unit, "split": split}
             msgs = failure_messages(c.screen_log, c.f2p)
             quoted = interleave_tests(c.f2p, [q.f2p for q in c.parts]) if c.parts else c.f2p
             rows.append(Task(
@@ -402,7 +407,8 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
                        # build metadata; reveals the bug, never put it in a prompt
                        # ("mutation": the first of "mutations")
                        "mutation": _mutation_meta(c.mutation),
-                       "mutations": [_mutation_meta(m) for m in c.mutations]}).to_dict())
+                       "mutations": [_mutation_meta(m) for m in c.mutations], **world}
+                ).to_dict())
     return rows
 
 
@@ -423,6 +429,12 @@ def write_build(tmp: Path, out: Path, rows: list[dict], stats: dict,
          "parts": [q.instance_id for q in c.parts]}
         for c in all_cands]
     stats["counts"] = {k: len(v) for k, v in kept.items()}
+    splits = [r["extra"]["split"] for r in rows if "split" in r["extra"]]
+    if splits:
+        stats["split_counts"] = {s: splits.count(s) for s in ("train", "heldout")}
+        stats["split_units"] = {s: len({r["extra"]["unit"] for r in rows
+                                        if r["extra"].get("split") == s})
+                                for s in ("train", "heldout")}
     stats["timings_s"]["total"] = round(time.monotonic() - t_start, 2)
     (tmp / "build.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
     if out.exists():
@@ -479,38 +491,3 @@ def ensure_built(recipe_path: str | Path | None = None, *, out: str | Path | Non
             return load_built(out)
         log(f"building bundled tasks of {recipe_path or default_recipe_path()} into {out}")
         return build(recipe, out, concurrency=concurrency, runtime=runtime, log=log)
-
-
-def materialize(recipe: Recipe, out: Path, log=print, ids: set[str] | None = None
-                ) -> dict[str, dict]:
-    """Re-create the repositories and candidate commits without running any test.
-
-    For determinism checks: returns ``{instance_id: {"base_commit", "patch",
-    "environment_setup_commit"}}`` for every single candidate (or only ``ids``) of every
-    project, with the ids :func:`build` gives them, and for each pair id in ``ids`` (which
-    pairs exist depends on test results, so only named ones). Needs only git and the
-    (cached) sdists.
-    """
-    cache = cache_dir()
-    res: dict[str, dict] = {}
-    for p in recipe.projects:
-        repo = GitRepo(Path(out) / p.name)
-        unpack_sdist(fetch_sdist(p, cache, log), repo.path)
-        needed = [m.path for m in p.modules] + list(p.all_tests) + list(p.test_support)
-        files = {f: (repo.path / f).read_text(encoding="utf-8") for f in needed}
-        base = repo.init_pristine(
-            f"{p.name} {p.version}: pristine sdist {p.sdist} (sha256 {p.sha256[:16]})")
-        cands = choose_candidates(p, files, recipe)
-        want = [(f"bundled__{p.name}-{p.version}-{k:04d}", (m,)) for k, m in enumerate(cands)]
-        for iid in sorted(ids or ()):
-            ij = parse_pair_id(iid)
-            if ij and iid == pair_id(p.name, p.version, *ij):
-                want.append((iid, (cands[ij[0]], cands[ij[1]])))
-        for iid, muts in want:
-            if ids is not None and iid not in ids:
-                continue
-            new = {k: v.encode("utf-8") for k, v in apply_all(muts, files).items()}
-            sha = repo.commit_files(base, new, iid, f"refs/ecredit/{iid}")
-            res[iid] = {"base_commit": sha, "patch": repo.diff(sha, base),
-                        "environment_setup_commit": base}
-    return res

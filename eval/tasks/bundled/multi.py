@@ -90,13 +90,19 @@ def apply_all(muts: tuple[Mutation, ...] | list[Mutation], texts: dict[str, str]
     return out
 
 
-def pair_id(name: str, version: str, i: int, j: int) -> str:
-    """Instance id of the pair of candidates ``i`` and ``j``: ``bundled__<name>-<version>-<i>-<j>``
-    (4 digits each; a single task's id ends after ``<i>``)."""
-    return f"bundled__{name}-{version}-{i:04d}-{j:04d}"
+def pair_id(name: str, version: str, i: int, j: int, prefix: str = "bundled") -> str:
+    """Instance id of the pair of candidates ``i`` and ``j``:
+    ``<prefix>__<name>-<version>-<i>-<j>`` (4 digits each; a single task's id ends after
+    ``<i>``, :func:`single_id`)."""
+    return f"{prefix}__{name}-{version}-{i:04d}-{j:04d}"
 
 
-_PAIR = re.compile(r"^bundled__.+-(\d{4})-(\d{4})$")
+def single_id(name: str, version: str, k: int, prefix: str = "bundled") -> str:
+    """Instance id of single candidate ``k``: ``<prefix>__<name>-<version>-<k>`` (4 digits)."""
+    return f"{prefix}__{name}-{version}-{k:04d}"
+
+
+_PAIR = re.compile(r"^[a-z][a-z0-9_]*__.+-(\d{4})-(\d{4})$")
 
 
 def parse_pair_id(iid: str) -> tuple[int, int] | None:

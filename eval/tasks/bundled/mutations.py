@@ -18,7 +18,10 @@ class Mutation:
     """One single-line textual edit: ``text[start:end]`` becomes ``replacement``.
 
     ``start``/``end`` are character offsets into the file's text; ``line`` is 1-based.
-    ``description`` is build metadata (never shown to an agent).
+    ``description`` is build metadata (never shown to an agent). ``function`` is the
+    top-level function or method holding the site, class-qualified (``"LRUCache.popitem"``;
+    a nested function counts as part of the function it is defined in): the unit a
+    function-level held-out split groups by.
     """
 
     path: str
@@ -29,6 +32,7 @@ class Mutation:
     original: str
     replacement: str
     description: str
+    function: str = ""
 
     def apply(self, text: str) -> str:
         if text[self.start:self.end] != self.original:
@@ -62,6 +66,7 @@ class _Finder(ast.NodeVisitor):
         for line in self.lines[:-1]:
             self.starts.append(self.starts[-1] + len(line) + 1)
         self.stack: list[str] = []
+        self.function = ""  # class-qualified name of the outermost enclosing function
         self.in_func = 0
         self.generator: list[bool] = []
         self.siblings: dict[int, int] = {}
@@ -81,7 +86,8 @@ class _Finder(ast.NodeVisitor):
         original = self.text[start:end]
         if original == repl:
             return
-        self.out.append(Mutation(self.path, kind, node.lineno, start, end, original, repl, desc))
+        self.out.append(Mutation(self.path, kind, node.lineno, start, end, original, repl, desc,
+                                 self.function))
 
     def gap_op(self, a, b, ops: tuple[str, ...], parens: bool = True):
         """(start, end, op) of the operator text between nodes ``a`` and ``b`` on one line."""
@@ -120,6 +126,8 @@ class _Finder(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node) -> None:
         self.stack.append(node.name)
+        if not self.in_func:
+            self.function = ".".join(self.stack)
         self.in_func += 1
         self.generator.append(any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(node)))
         for stmt in node.body:

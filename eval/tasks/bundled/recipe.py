@@ -41,6 +41,26 @@ def default_recipe_path() -> Path:
     return datasets_dir() / "bundled.yaml"
 
 
+#: Units a held-out split may group instances by: the mutated module, or the function (or
+#: method, class-qualified) that holds the mutation.
+HELDOUT_UNITS = ("module", "function")
+
+
+@dataclass(frozen=True)
+class HeldoutSpec:
+    """How a world recipe splits its instances into training and held-out ones.
+
+    ``by``: one of :data:`HELDOUT_UNITS`; every instance of one unit lands in the same split,
+    so a held-out instance mutates code no training instance mutates. ``fraction``: share of
+    units held out, in (0, 1); a unit is held out when the first 8 bytes of
+    ``sha256("<seed>:<project>:<unit>")``, read as an integer over 2**64, fall below it
+    (:func:`eval.tasks.bundled.world.unit_split`).
+    """
+
+    by: str
+    fraction: float
+
+
 @dataclass(frozen=True)
 class ModuleSpec:
     """A library file to mutate and the test files (repo-relative) that exercise it."""
@@ -83,6 +103,9 @@ class Recipe:
     projects: tuple[ProjectRecipe, ...]
     multi_per_project: int = 0
     multi_spare: int = 0
+    #: instance ids are ``<id_prefix>__<project>-<version>-<index>``
+    id_prefix: str = "bundled"
+    heldout: HeldoutSpec | None = None
 
     @property
     def singles_needed(self) -> int:
@@ -94,7 +117,15 @@ class Recipe:
         return self.target_per_project + 2 * self.multi_per_project + self.multi_spare
 
     def canonical(self) -> dict:
-        return asdict(self)
+        """The recipe as a dict for :func:`recipe_hash`; the optional world fields
+        (``id_prefix``, ``heldout``) appear only when set away from their defaults, so a
+        recipe without them keeps the key it had before they existed."""
+        out = asdict(self)
+        if out["id_prefix"] == "bundled":
+            del out["id_prefix"]
+        if out["heldout"] is None:
+            del out["heldout"]
+        return out
 
 
 def _need(d: dict, key: str, typ, where: str):
@@ -164,6 +195,9 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
     names = [p.name for p in projects]
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: field 'projects' lists a name twice: {names}")
+    if raw.get("heldout") is not None and raw.get("multi_per_project", 0):
+        raise ValueError(f"{where}: field 'heldout' needs multi_per_project 0 (a pair's two "
+                         "mutations may fall in different units)")
     return Recipe(
         schema=_need(raw, "schema", int, where), seed=_need(raw, "seed", int, where),
         trial_timeout_s=_need(raw, "trial_timeout_s", float, where),
@@ -175,7 +209,34 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
         max_problem_tests=_need(raw, "max_problem_tests", int, where),
         kinds=kinds, projects=tuple(projects),
         multi_per_project=_count(raw, "multi_per_project", where),
-        multi_spare=_count(raw, "multi_spare", where))
+        multi_spare=_count(raw, "multi_spare", where),
+        id_prefix=_id_prefix(raw, where), heldout=_heldout(raw, where))
+
+
+def _id_prefix(raw: dict, where: str) -> str:
+    value = raw.get("id_prefix", "bundled")
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", value):
+        raise ValueError(f"{where}: field 'id_prefix' must be lowercase letters, digits and "
+                         f"'_' starting with a letter, got {value!r}")
+    return value
+
+
+def _heldout(raw: dict, where: str) -> HeldoutSpec | None:
+    """Optional ``heldout: {by: module|function, fraction: 0 < f < 1}``."""
+    value = raw.get("heldout")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"by", "fraction"}:
+        raise ValueError(f"{where}: field 'heldout' must be a mapping with exactly 'by' and "
+                         f"'fraction', got {value!r}")
+    if value["by"] not in HELDOUT_UNITS:
+        raise ValueError(f"{where}: field 'heldout.by' must be one of {HELDOUT_UNITS}, "
+                         f"got {value['by']!r}")
+    frac = value["fraction"]
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac < 1:
+        raise ValueError(f"{where}: field 'heldout.fraction' must be a number in (0, 1), "
+                         f"got {frac!r}")
+    return HeldoutSpec(by=value["by"], fraction=float(frac))
 
 
 def _count(raw: dict, key: str, where: str) -> int:

@@ -1,0 +1,50 @@
+"""The training / held-out split of a world recipe (one with a ``heldout`` field, e.g.
+``datasets/procedural.yaml``): which unit of code an instance mutates and which split that
+unit belongs to. Pure functions; the builder records both on every task
+(``extra["unit"]``, ``extra["split"]``) and the loader reads them back.
+
+A held-out split is by unit, never by instance: every instance that mutates one function
+(or one module) lands on the same side, so an agent trained on the training instances never
+saw the code a held-out instance breaks (design page, "Evaluation": generalisation is
+measured on code the policy never trained on).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from eval.tasks.bundled.mutations import Mutation
+from eval.tasks.bundled.recipe import HeldoutSpec
+
+#: The two sides of a world split, as recorded in ``extra["split"]``.
+SPLITS = ("train", "heldout")
+
+
+def unit_of(m: Mutation, by: str) -> str:
+    """The unit ``m`` belongs to: ``"<path>"`` (``by="module"``) or ``"<path>::<function>"``
+    (``by="function"``, the class-qualified top-level function holding the site).
+
+    Raises: ValueError for another ``by``, or a function-level unit of a mutation that
+    records no function.
+    """
+    if by == "module":
+        return m.path
+    if by == "function":
+        if not m.function:
+            raise ValueError(f"mutation {m.path}:{m.line} records no function")
+        return f"{m.path}::{m.function}"
+    raise ValueError(f"unknown held-out unit {by!r} (expected 'module' or 'function')")
+
+
+def unit_split(seed: int, project: str, unit: str, fraction: float) -> str:
+    """``"heldout"`` when ``int(sha256("<seed>:<project>:<unit>")[:8 bytes]) / 2**64`` is
+    below ``fraction``, else ``"train"``: a deterministic draw per unit, the same on every
+    machine, independent of which instances validate."""
+    digest = hashlib.sha256(f"{seed}:{project}:{unit}".encode()).digest()
+    return "heldout" if int.from_bytes(digest[:8], "big") / 2 ** 64 < fraction else "train"
+
+
+def instance_split(seed: int, project: str, m: Mutation, spec: HeldoutSpec) -> tuple[str, str]:
+    """``(unit, split)`` of a single-mutation instance under ``spec``."""
+    unit = unit_of(m, spec.by)
+    return unit, unit_split(seed, project, unit, spec.fraction)

@@ -1,0 +1,214 @@
+"""The procedural world (datasets/procedural.yaml, eval.tasks.bundled.world): the recipe's
+world fields, the unit each mutation belongs to, the split by unit, and a real small world
+built in Podman whose held-out instances the training loader refuses."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import subprocess
+
+import pytest
+from conftest import REPO_ROOT
+
+from eval.tasks.bundled.mutations import find_mutations
+from eval.tasks.bundled.recipe import load_recipe, recipe_hash
+from eval.tasks.bundled.world import instance_split, unit_of, unit_split
+from eval.tasks.sealed import SealedTaskError
+from eval.tasks.splits import load_tasks, load_world
+
+WORLD = REPO_ROOT / "datasets" / "procedural.yaml"
+
+SRC = '''def top(x):
+    def inner(y):
+        return y < 1
+    return inner(x) and x > 2
+
+
+class Cache:
+    def get(self, k):
+        if k in self:
+            return True
+        return False
+
+    class Node:
+        def link(self, n):
+            return n + 1
+'''
+
+
+def test_each_mutation_records_its_outermost_function():
+    """Sites inside a nested function belong to the function that defines it; a method (of
+    a nested class too) is class-qualified."""
+    got = {(m.line, m.function) for m in find_mutations("m.py", SRC)}
+    want_by_line = {3: "top", 4: "top", 9: "Cache.get", 10: "Cache.get", 11: "Cache.get",
+                    15: "Cache.Node.link"}
+    assert {line for line, _ in got} == set(want_by_line)
+    assert all(fn == want_by_line[line] for line, fn in got)
+
+
+def test_unit_of_module_and_function():
+    m = next(m for m in find_mutations("pkg/m.py", SRC) if m.line == 15)
+    assert unit_of(m, "module") == "pkg/m.py"
+    assert unit_of(m, "function") == "pkg/m.py::Cache.Node.link"
+    with pytest.raises(ValueError, match="unknown held-out unit 'line'"):
+        unit_of(m, "line")
+    with pytest.raises(ValueError, match="records no function"):
+        unit_of(dataclasses.replace(m, function=""), "function")
+
+
+def test_unit_split_is_a_fixed_draw_per_unit():
+    """The same unit gets the same side on every call; the share held out follows the
+    fraction (2,000 units: within 3 points of it); 0 and 1 are the extremes."""
+    units = [f"m.py::f{i}" for i in range(2000)]
+    for frac in (0.1, 0.3, 0.5):
+        sides = [unit_split(7, "p", u, frac) for u in units]
+        assert sides == [unit_split(7, "p", u, frac) for u in units]
+        assert abs(sides.count("heldout") / len(units) - frac) < 0.03
+    assert {unit_split(7, "p", u, 0.0) for u in units} == {"train"}
+    assert {unit_split(7, "p", u, 1.0) for u in units} == {"heldout"}
+    # another seed or project draws again
+    assert ([unit_split(7, "p", u, 0.3) for u in units]
+            != [unit_split(8, "p", u, 0.3) for u in units])
+    assert ([unit_split(7, "p", u, 0.3) for u in units]
+            != [unit_split(7, "q", u, 0.3) for u in units])
+
+
+def test_world_recipe_is_valid():
+    r = load_recipe(WORLD)
+    assert r.id_prefix == "procedural"
+    assert (r.heldout.by, r.heldout.fraction) == ("function", 0.3)
+    assert r.multi_per_project == 0
+    assert r.target_per_project > r.max_candidates_per_project or r.target_per_project >= 1000
+    assert "return" not in r.kinds and "drop" not in r.kinds
+
+
+def test_bundled_recipe_key_has_no_world_fields():
+    """A recipe that sets no world field hashes as it did before the fields existed (the
+    bundled cache stays valid); setting one changes the key."""
+    r = load_recipe()
+    canon = r.canonical()
+    assert "id_prefix" not in canon and "heldout" not in canon
+    assert recipe_hash(dataclasses.replace(r, id_prefix="other"), "img") != recipe_hash(r, "img")
+
+
+HELDOUT = "heldout: {by: function, fraction: 0.3}"
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    (HELDOUT, "heldout: [function, 0.3]", "field 'heldout' must be a mapping"),
+    (HELDOUT, "heldout: {by: function}", "field 'heldout' must be a mapping"),
+    (HELDOUT, "heldout: {by: line, fraction: 0.3}", "field 'heldout.by' must be one of"),
+    (HELDOUT, "heldout: {by: function, fraction: 1.5}", "field 'heldout.fraction' must be a number"),
+    (HELDOUT, "heldout: {by: function, fraction: true}", "field 'heldout.fraction' must be a number"),
+    ("id_prefix: procedural", "id_prefix: Proc-1", "field 'id_prefix' must be lowercase"),
+    ("multi_per_project: 0", "multi_per_project: 2", "field 'heldout' needs multi_per_project 0"),
+])
+def test_bad_world_recipe_names_the_field(tmp_path, old, new, needle):
+    text = WORLD.read_text()
+    assert old in text
+    p = tmp_path / "w.yaml"
+    p.write_text(text.replace(old, new))
+    with pytest.raises(ValueError, match=needle) as e:
+        load_recipe(p)
+    assert str(p) in str(e.value)
+
+
+def _small_world(tmp_path):
+    """The world recipe cut to its first project (inflection) and its first 8 candidates,
+    half the units held out: a world of a few instances, both sides present."""
+    full = load_recipe(WORLD)
+    small = dataclasses.replace(
+        full, projects=(full.projects[0],), max_candidates_per_project=8, min_per_project=1,
+        min_total=1, heldout=dataclasses.replace(full.heldout, fraction=0.5))
+    assert full.projects[0].name == "inflection"
+    text = WORLD.read_text()
+    text = text.replace("max_candidates_per_project: 10000", "max_candidates_per_project: 8")
+    text = text.replace("min_per_project: 8", "min_per_project: 1")
+    text = text.replace("min_total: 100", "min_total: 1")
+    text = text.replace("fraction: 0.3", "fraction: 0.5")
+    head, _, projects = text.partition("projects:")
+    first = projects.split("\n  - name:")[1]
+    path = tmp_path / "small.yaml"
+    path.write_text(head + "projects:\n  - name:" + first.rstrip() + "\n")
+    assert load_recipe(path) == small
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    """A real build of the small world (Podman trials: screening, gold twice, empty)."""
+    from eval.tasks.bundled.build import built_dir
+
+    tmp = tmp_path_factory.mktemp("world")
+    path = _small_world(tmp)
+    tasks = load_world("procedural", recipe_path=path,
+                       log=lambda m: print(f"[build_tasks] {m}", flush=True))
+    return path, tasks, built_dir(load_recipe(path))
+
+
+@pytest.mark.podman
+def test_small_world_builds_and_splits_by_function(small_world):
+    """Every instance carries the prefix, its unit and side; no unit is on both sides; the
+    unit names the function whose span (in the pristine file) holds the mutated line; the
+    build's counts agree with the rows."""
+    path, tasks, out = small_world
+    assert tasks and all(t.instance_id.startswith("procedural__inflection-0.5.1-")
+                         for t in tasks)
+    sides = {t.extra["split"] for t in tasks}
+    assert sides == {"train", "heldout"}
+    by_unit: dict[str, set[str]] = {}
+    for t in tasks:
+        by_unit.setdefault(t.extra["unit"], set()).add(t.extra["split"])
+    assert all(len(s) == 1 for s in by_unit.values())
+    recipe = load_recipe(path)
+    for t in tasks:
+        m = t.extra["mutation"]
+        fpath, _, func = t.extra["unit"].partition("::")
+        assert fpath == m["path"]
+        pristine = subprocess.run(
+            ["git", "-C", t.repo_dir, "show", f"{t.environment_setup_commit}:{fpath}"],
+            capture_output=True, text=True, check=True).stdout
+        spans = {n.name: (n.lineno, n.end_lineno) for n in ast.parse(pristine).body
+                 if isinstance(n, ast.FunctionDef)}
+        lo, hi = spans[func]
+        assert lo <= m["line"] <= hi
+        assert t.extra["split"] == unit_split(recipe.seed, "inflection", t.extra["unit"],
+                                              recipe.heldout.fraction)
+    stats = json.loads((out / "build.json").read_text())
+    assert stats["split_counts"] == {s: sum(t.extra["split"] == s for t in tasks)
+                                     for s in ("train", "heldout")}
+    assert stats["split_units"]["heldout"] == len({u for u, s in by_unit.items()
+                                                   if s == {"heldout"}})
+
+
+@pytest.mark.podman
+def test_world_splits_load_and_training_refuses_heldout(small_world, tmp_path):
+    """``:train`` and ``:heldout`` partition the world; the training loader refuses a task
+    file that holds a held-out instance, naming it; the training side loads."""
+    path, tasks, out = small_world
+    train = load_world("procedural", "train", recipe_path=path)
+    held = load_world("procedural", "heldout", recipe_path=path)
+    assert sorted(t.instance_id for t in train + held) == sorted(t.instance_id for t in tasks)
+    assert {t.extra["split"] for t in held} == {"heldout"}
+    rows = (out / "tasks.jsonl").read_text().splitlines()
+    (tmp_path / "repos").symlink_to(out / "repos")  # rows name repos/<project> beside them
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(rows) + "\n")
+    with pytest.raises(SealedTaskError, match=held[0].instance_id):
+        load_tasks(str(mixed), purpose="train")
+    train_rows = [r for r in rows if json.loads(r)["extra"]["split"] == "train"]
+    only_train = tmp_path / "train.jsonl"
+    only_train.write_text("\n".join(train_rows) + "\n")
+    assert len(load_tasks(str(only_train), purpose="train")) == len(train)
+    with pytest.raises(ValueError, match="unknown procedural split 'test'"):
+        load_world("procedural", "test", recipe_path=path)
+
+
+def test_instance_split_matches_the_unit_draw():
+    r = load_recipe(WORLD)
+    m = next(m for m in find_mutations("pkg/m.py", SRC) if m.line == 9)
+    unit, side = instance_split(r.seed, "p", m, r.heldout)
+    assert unit == "pkg/m.py::Cache.get"
+    assert side == unit_split(r.seed, "p", unit, r.heldout.fraction)
