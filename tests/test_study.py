@@ -475,6 +475,28 @@ def test_shipped_configs_pass_the_overlap_check():
     assert "sandbox.images pull" in text and "build_tasks" not in text
 
 
+def test_procedural_template_trains_and_evaluates_on_disjoint_world_splits():
+    """The held-out template for a GPU host: four arms x three seeds, trained on the world's
+    training side, evaluated on its held-out side with no in-distribution opt-in; the
+    overlap check passes for disjoint sides and refuses a shared id."""
+    from ecredit_trl.study.pool import check_train_pool, train_source
+
+    cfg = load_study_config(REPO_ROOT / "studies" / "procedural_lora.yaml")
+    assert sorted(cfg.arms) == ["B", "E", "M", "O"] and cfg.seeds == [0, 1, 2]
+    assert train_source(cfg) == "procedural:train"
+    assert cfg.eval["splits"] == ["procedural:heldout"] and cfg.eval["in_distribution"] == []
+    assert cfg.train["lora_r"] > 0 and cfg.eval_n("procedural:heldout") >= 4
+    ids = {"procedural:train": ["procedural__t-1-0001"], "procedural:heldout": ["procedural__t-1-0002"]}
+
+    def load(source):
+        return [type("T", (), {"instance_id": i}) for i in ids[source]]
+
+    check_train_pool(cfg, load=load)
+    ids["procedural:heldout"].append("procedural__t-1-0001")
+    with pytest.raises(StudyConfigError, match="also in eval split 'procedural:heldout'"):
+        check_train_pool(cfg, load=load)
+
+
 def test_status_exits_zero_without_a_failed_unit(tmp_path):
     from ecredit_trl.study.__main__ import main
     from ecredit_trl.study.supervisor import bind_study

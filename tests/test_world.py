@@ -212,3 +212,27 @@ def test_instance_split_matches_the_unit_draw():
     unit, side = instance_split(r.seed, "p", m, r.heldout)
     assert unit == "pkg/m.py::Cache.get"
     assert side == unit_split(r.seed, "p", unit, r.heldout.fraction)
+
+
+@pytest.mark.podman
+def test_world_stats_on_the_small_world(small_world):
+    """benchmarks/world_stats.py: counts per side agree with the rows; every small-world
+    instance's fix is one of its function's sites (its kinds are invertible), so the flip
+    ceiling is the mean of 1 / sites over held-out instances, recomputed here by hand."""
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from world_stats import flip_odds, world_stats
+
+    path, tasks, _ = small_world
+    recipe = load_recipe(path)
+    stats = world_stats(tasks, recipe.kinds)
+    held = [t for t in tasks if t.extra["split"] == "heldout"]
+    assert stats["instances"] == len(tasks)
+    assert stats["splits"]["heldout"]["instances"] == len(held)
+    odds = [flip_odds(t, recipe.kinds) for t in held]
+    assert all(ok and n >= 1 for n, ok in odds)
+    assert stats["heldout_reference"]["flip_ceiling"] == round(
+        sum(1 / n for n, _ in odds) / len(held), 3)
+    with pytest.raises(ValueError, match="not a world build"):
+        world_stats([dataclasses.replace(tasks[0], extra={})], recipe.kinds)

@@ -35,7 +35,7 @@ SCAFFOLD_NAMES = ("ecredit", "mini-swe-agent")
 
 SPLIT_HELP = ("official500 | holdout100 | bundled[:train|:holdout] | bundled-image[:train|:holdout] "
               "(the image-held stand-ins: python -m eval.build_tasks --image-tasks) | "
-              "swegym:PATH | swesmith:PATH | FILE (eval.tasks.splits.load_tasks)")
+              "procedural[:train|:heldout] (the procedural world) | swegym:PATH | swesmith:PATH | FILE (eval.tasks.splits.load_tasks)")
 TIMEOUT_HELP = ("per-trial limit, seconds (default: from the task, eval.tasks.trialspec."
                 "trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
 RUN_DEFAULT = "(default: the training run's config, else the rollout default)"
