@@ -215,6 +215,69 @@ def test_instance_split_matches_the_unit_draw():
 
 
 @pytest.mark.podman
+@pytest.mark.parametrize("edit", ["split says train", "no split"])
+def test_a_heldout_id_is_refused_whatever_its_row_says(small_world, tmp_path, edit):
+    """The attack: a row of a held-out instance of the shipped world whose ``extra`` was
+    edited to say ``train`` (or to say nothing) is still refused for training, by its id; the
+    same row under a training id loads."""
+    from eval.tasks.splits import world_heldout_ids
+
+    _, _, out = small_world
+    held = sorted(world_heldout_ids(str(WORLD)))
+    row = json.loads((out / "tasks.jsonl").read_text().splitlines()[0])
+    if edit == "no split":
+        row["extra"].pop("split")
+    else:
+        row["extra"]["split"] = "train"
+    (tmp_path / "repos").symlink_to(out / "repos")
+    path = tmp_path / "edited.jsonl"
+    row["instance_id"] = held[0]
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(SealedTaskError, match=held[0]):
+        load_tasks(str(path), purpose="train")
+    row["instance_id"] = "procedural__inflection-0.5.1-9999"  # no candidate has this index
+    path.write_text(json.dumps(row) + "\n")
+    assert [t.instance_id for t in load_tasks(str(path), purpose="train")] == [row["instance_id"]]
+
+
+def test_heldout_ids_are_the_candidates_of_heldout_functions():
+    """``heldout_ids`` on a made-up project: the ids of exactly the candidates whose function
+    (found here from the AST's line spans, not from the mutation's own record) is drawn held
+    out; a seed is picked where both sides are present."""
+    from eval.tasks.bundled.mutations import choose_candidates
+    from eval.tasks.bundled.recipe import ModuleSpec, ProjectRecipe
+    from eval.tasks.bundled.world import heldout_ids
+
+    proj = ProjectRecipe(name="fake", version="1.0", sdist="fake-1.0.tar.gz", sha256="0" * 64,
+                         homepage="", env={}, test_support=(),
+                         modules=(ModuleSpec("pkg/m.py", ("tests/test_m.py",), "all"),))
+    texts = {"fake": {"pkg/m.py": SRC, "tests/test_m.py": "def test_x():\n    pass\n"}}
+    spans = []
+    for node in ast.parse(SRC).body:
+        if isinstance(node, ast.FunctionDef):
+            spans.append((node.name, node.lineno, node.end_lineno))
+        elif isinstance(node, ast.ClassDef):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.FunctionDef):
+                    owner = "Cache.Node" if sub.name == "link" else "Cache"
+                    spans.append((f"{owner}.{sub.name}", sub.lineno, sub.end_lineno))
+    base = load_recipe(WORLD)
+    for seed in range(200):
+        recipe = dataclasses.replace(base, seed=seed, projects=(proj,))
+        cands = choose_candidates(proj, texts["fake"], recipe)
+        func = [next(n for n, lo, hi in spans if lo <= m.line <= hi) for m in cands]
+        sides = [unit_split(seed, "fake", f"pkg/m.py::{f}", 0.3) for f in func]
+        if {"train", "heldout"} <= set(sides):
+            break
+    else:
+        pytest.fail("no seed below 200 puts units on both sides")
+    want = {f"procedural__fake-1.0-{k:04d}" for k, s in enumerate(sides) if s == "heldout"}
+    assert heldout_ids(recipe, texts) == want
+    with pytest.raises(ValueError, match="no 'heldout' field"):
+        heldout_ids(dataclasses.replace(recipe, heldout=None), texts)
+
+
+@pytest.mark.podman
 def test_world_stats_on_the_small_world(small_world):
     """benchmarks/world_stats.py: counts per side agree with the rows; every small-world
     instance's fix is one of its function's sites (its kinds are invertible), so the flip

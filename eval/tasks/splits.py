@@ -38,13 +38,15 @@ any ``*.jsonl`` / ``*.json`` / ``*.parquet`` path
     manifest (a dict with ``"sealed": true``) loads that manifest's tasks.
 
 Training guard: ``load_tasks(..., purpose="train")`` refuses any id listed in a sealed
-manifest under ``datasets/`` (:func:`eval.tasks.sealed.check_not_sealed`) and any task a world
-build marked held out (``extra["split"] == "heldout"``).
+manifest under ``datasets/`` (:func:`eval.tasks.sealed.check_not_sealed`) and any held-out
+instance of a world (:func:`check_not_heldout`: by its row's split and by its id).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -53,7 +55,9 @@ from eval.tasks.adapters.swegym import load_swegym
 from eval.tasks.adapters.swesmith import load_swesmith
 from eval.tasks.bundled.build import ensure_built
 from eval.tasks.bundled.imagetasks import ensure_image_tasks
-from eval.tasks.bundled.recipe import load_recipe
+from eval.tasks.bundled.recipe import cache_dir, load_recipe
+from eval.tasks.bundled.sources import fetch_sdist, unpack_sdist
+from eval.tasks.bundled.world import heldout_ids
 from eval.tasks.schema import Task, read_rows, tasks_from_rows
 from eval.tasks.sealed import (
     SealedTaskError,
@@ -283,12 +287,48 @@ def load_world(name: str, split: str = "", *, recipe_path: str | Path | None = N
     return [t for t in tasks if not split or t.extra.get("split") == split]
 
 
+@functools.lru_cache(maxsize=8)
+def world_heldout_ids(recipe_path: str) -> frozenset[str]:
+    """Every held-out candidate id of the world recipe at ``recipe_path``
+    (:func:`eval.tasks.bundled.world.heldout_ids`), from the recipe and its projects' sdists
+    alone (fetched into the cache if absent; no build, no trial).
+
+    Raises: see :func:`eval.tasks.bundled.sources.fetch_sdist` (download, sha256).
+    """
+    recipe = load_recipe(recipe_path)
+    texts: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="ecredit-world-") as tmp:
+        for p in recipe.projects:
+            dest = Path(tmp) / p.name
+            unpack_sdist(fetch_sdist(p, cache_dir(), log=lambda *_: None), dest)
+            names = [m.path for m in p.modules] + list(p.all_tests)
+            texts[p.name] = {f: (dest / f).read_text(encoding="utf-8") for f in names}
+    return frozenset(heldout_ids(recipe, texts))
+
+
+def check_not_heldout(tasks: list[Task]) -> None:
+    """Refuse training on a world's held-out instance: one a build marked held out
+    (``extra["split"]``), or one whose id is a held-out candidate of a world recipe of
+    :data:`WORLD_SOURCES` (whatever its row says; computed only when an id carries that
+    world's prefix).
+
+    Raises: SealedTaskError naming how many and a few ids.
+    """
+    held = {t.instance_id for t in tasks if t.extra.get("split") == "heldout"}
+    for fname in WORLD_SOURCES.values():
+        path = datasets_dir() / fname
+        prefix = load_recipe(path).id_prefix + "__"
+        mine = {t.instance_id for t in tasks if t.instance_id.startswith(prefix)}
+        if mine:
+            held |= mine & world_heldout_ids(str(path))
+    if held:
+        raise SealedTaskError(
+            f"{len(held)} held-out instance(s) of a world split loaded for training "
+            f"(e.g. {', '.join(sorted(held)[:3])}): train on the ':train' split")
+
+
 def _guard(tasks: list[Task], purpose: str) -> list[Task]:
     if purpose == "train":
         check_not_sealed([t.instance_id for t in tasks])
-        held = [t.instance_id for t in tasks if t.extra.get("split") == "heldout"]
-        if held:
-            raise SealedTaskError(
-                f"{len(held)} held-out instance(s) of a world split loaded for training "
-                f"(e.g. {', '.join(held[:3])}): train on the ':train' split")
+        check_not_heldout(tasks)
     return tasks

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 
-from eval.tasks.bundled.mutations import Mutation
-from eval.tasks.bundled.recipe import HeldoutSpec
+from eval.tasks.bundled.multi import single_id
+from eval.tasks.bundled.mutations import Mutation, choose_candidates
+from eval.tasks.bundled.recipe import HeldoutSpec, Recipe
 
 #: The two sides of a world split, as recorded in ``extra["split"]``.
 SPLITS = ("train", "heldout")
@@ -48,3 +49,25 @@ def instance_split(seed: int, project: str, m: Mutation, spec: HeldoutSpec) -> t
     """``(unit, split)`` of a single-mutation instance under ``spec``."""
     unit = unit_of(m, spec.by)
     return unit, unit_split(seed, project, unit, spec.fraction)
+
+
+def heldout_ids(recipe: Recipe, texts: dict[str, dict[str, str]]) -> set[str]:
+    """Ids of every candidate of ``recipe`` (a world recipe) whose unit is held out, whether
+    or not it validates: what the training guard refuses by id, so a row whose
+    ``extra["split"]`` was edited or dropped is still refused.
+
+    Args:
+        texts: project name -> repo-relative path -> text of every module and test file the
+            recipe names (what :func:`eval.tasks.bundled.mutations.choose_candidates` reads).
+
+    Raises: ValueError when ``recipe`` has no ``heldout`` field; KeyError for a project or
+    file missing from ``texts``.
+    """
+    if recipe.heldout is None:
+        raise ValueError("heldout_ids: the recipe has no 'heldout' field")
+    out: set[str] = set()
+    for p in recipe.projects:
+        for k, m in enumerate(choose_candidates(p, texts[p.name], recipe)):
+            if instance_split(recipe.seed, p.name, m, recipe.heldout)[1] == "heldout":
+                out.add(single_id(p.name, p.version, k, recipe.id_prefix))
+    return out
