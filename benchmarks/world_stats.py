@@ -1,7 +1,7 @@
 """What a task world holds and what a skill could reach on its held-out side.
 
 ``python benchmarks/world_stats.py [--recipe datasets/procedural.yaml] [--json OUT]`` loads
-the world's tasks (building them on first use: about half an hour on 2 cores, then cached)
+the world's tasks (building them on first use: 18 min measured on 2 cores, then cached)
 and prints:
 
 * instances and units of code per split, project and mutation kind;
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -65,11 +66,16 @@ def named(task) -> bool:
 
 def world_stats(tasks, kinds) -> dict:
     """Counts per split / project / kind, units per split, and the held-out reference rates
-    (module docstring). Tasks without ``extra["split"]`` are refused (ValueError)."""
+    (module docstring) of a world split by function. Tasks without ``extra["split"]``, or
+    whose unit names no function (a split by module), are refused (ValueError)."""
     plain = [t.instance_id for t in tasks if "split" not in t.extra]
     if plain:
         raise ValueError(f"not a world build: {len(plain)} task(s) without a split, "
                          f"e.g. {plain[0]}")
+    by_module = [t.instance_id for t in tasks if "::" not in t.extra["unit"]]
+    if by_module:
+        raise ValueError(f"a split by module ({by_module[0]}): the reference rates are defined "
+                         "for a split by function")
     out: dict = {"instances": len(tasks), "splits": {}}
     for side in ("train", "heldout"):
         mine = [t for t in tasks if t.extra["split"] == side]
@@ -83,7 +89,7 @@ def world_stats(tasks, kinds) -> dict:
         "named": round(sum(map(named, held)) / max(1, len(held)), 3),
         "flip_ceiling": round(sum(1 / n for n, ok in odds if ok) / max(1, len(held)), 3),
         "fix_is_a_site": round(sum(ok for _, ok in odds) / max(1, len(held)), 3),
-        "sites_per_function_median": sorted(n for n, _ in odds)[len(odds) // 2] if odds else 0}
+        "sites_per_function_median": statistics.median(n for n, _ in odds) if odds else 0}
     return out
 
 
@@ -97,6 +103,10 @@ def main(argv=None) -> int:
     if recipe.heldout is None:
         print(f"error: {args.recipe}: not a world recipe (no 'heldout' field)", file=sys.stderr)
         return 2
+    if recipe.heldout.by != "function":
+        print(f"error: {args.recipe}: heldout.by is {recipe.heldout.by!r}; the reference rates "
+              "are defined for a split by function", file=sys.stderr)
+        return 2
     tasks = ensure_built(args.recipe)
     stats = world_stats(tasks, recipe.kinds)
     for side, s in stats["splits"].items():
@@ -104,7 +114,7 @@ def main(argv=None) -> int:
               f"projects {s['projects']}; kinds {s['kinds']}")
     ref = stats["heldout_reference"]
     print(f"held-out: named in the statement {ref['named']:.3f}; fix is one of the function's "
-          f"sites {ref['fix_is_a_site']:.3f} (median {ref['sites_per_function_median']} sites); "
+          f"sites {ref['fix_is_a_site']:.3f} (median {ref['sites_per_function_median']:g} sites); "
           f"flip ceiling {ref['flip_ceiling']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(stats, indent=1) + "\n")

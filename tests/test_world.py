@@ -12,6 +12,7 @@ import subprocess
 import pytest
 from conftest import REPO_ROOT
 
+from ecredit_trl.study.config import StudyConfigError
 from eval.tasks.bundled.mutations import find_mutations
 from eval.tasks.bundled.recipe import load_recipe, recipe_hash
 from eval.tasks.bundled.world import instance_split, unit_of, unit_split
@@ -104,6 +105,9 @@ HELDOUT = "heldout: {by: function, fraction: 0.3}"
     (HELDOUT, "heldout: {by: function, fraction: true}", "field 'heldout.fraction' must be a number"),
     ("id_prefix: procedural", "id_prefix: Proc-1", "field 'id_prefix' must be lowercase"),
     ("multi_per_project: 0", "multi_per_project: 2", "field 'heldout' needs multi_per_project 0"),
+    ("multi_per_project: 0", "multi_per_project: x", "field 'multi_per_project' must be a non-neg"),
+    ("id_prefix: procedural", "id_prefix: bundled", "field 'id_prefix' must be set"),
+    ("id_prefix: procedural\n", "", "field 'id_prefix' must be set"),
 ])
 def test_bad_world_recipe_names_the_field(tmp_path, old, new, needle):
     text = WORLD.read_text()
@@ -299,3 +303,99 @@ def test_world_stats_on_the_small_world(small_world):
         sum(1 / n for n, _ in odds) / len(held), 3)
     with pytest.raises(ValueError, match="not a world build"):
         world_stats([dataclasses.replace(tasks[0], extra={})], recipe.kinds)
+    by_module = dict(tasks[0].extra, unit=tasks[0].extra["mutation"]["path"])
+    with pytest.raises(ValueError, match="a split by module"):
+        world_stats([dataclasses.replace(tasks[0], extra=by_module)], recipe.kinds)
+
+
+PATCH = """diff --git a/pkg/a.py b/pkg/a.py
+index 1..2 100644
+--- a/pkg/a.py
++++ b/pkg/a.py
+@@ -3,7 +3,7 @@ def f(x):
+     y = 1
+-    if x < y:
++    if x <= y:
+         return y
+@@ -20,4 +20,5 @@ def g():
+     z = 2
++
+     return z
+diff --git a/pkg/b.py b/pkg/b.py
+--- a/pkg/b.py
++++ b/pkg/b.py
+@@ -1,3 +1,3 @@
+-A = 1
+-B = 2
++A = 2
++B = 1
+"""
+
+
+def test_change_keys_one_per_contiguous_change():
+    """Each contiguous change of each file is one key; a blank-line-only addition is none."""
+    from eval.tasks.fingerprints import change_keys
+
+    assert change_keys(PATCH) == {("pkg/a.py", 4, "    if x < y:", "    if x <= y:"),
+                                  ("pkg/b.py", 1, "A = 1\nB = 2", "A = 2\nB = 1")}
+    assert change_keys("") == frozenset()
+    # the same edit at another place of the file is another change
+    moved = PATCH.replace("@@ -3,7 +3,7 @@", "@@ -30,7 +30,7 @@")
+    assert ("pkg/a.py", 31, "    if x < y:", "    if x <= y:") in change_keys(moved)
+
+
+def test_shared_changes_pair_ids_of_one_repo():
+    from eval.tasks.fingerprints import shared_changes
+
+    other = PATCH.replace("x <= y", "x != y").replace("A = 2", "A = 3")
+    train = {"t1": ("r/x", other), "t2": ("r/x", PATCH), "t3": ("r/y", PATCH)}
+    assert shared_changes(train, {"e1": ("r/x", PATCH)}) == [("e1", "t2")]
+    assert shared_changes(train, {"e1": ("r/z", PATCH)}) == []
+    assert shared_changes({"t1": ("r/x", other)}, {"e1": ("r/x", PATCH)}) == []
+
+
+@pytest.mark.podman
+def test_study_refuses_a_pool_that_fixes_a_heldout_bug_under_another_id(small_world):
+    """Real tasks: the bundled training tasks and the small world share mutations (the same
+    site drawn by two recipes; found here from the builds' mutation records, not the patches).
+    A study training on bundled:train and evaluating on the world is refused naming a pair;
+    so is a pool of the world's own rows renamed; a disjoint pool passes."""
+    from ecredit_trl.study.config import config_from_dict
+    from ecredit_trl.study.pool import check_train_pool
+
+    _, world, _ = small_world
+    bundled_train = load_tasks("bundled:train")
+
+    def sites(t):
+        return {(m["path"], m["line"], m["description"]) for m in t.extra["mutations"]}
+
+    want = sorted({w.instance_id for w in world for b in bundled_train if sites(w) & sites(b)})
+    assert want  # this small world shares at least one bug with bundled:train
+    cfg = config_from_dict({"arms": ["O"], "seeds": [0], "train": {"tasks": "bundled:train"},
+                            "eval": {"splits": ["world"], "n": 1}}, where="t.yaml")
+    sources = {"bundled:train": bundled_train, "world": world}
+    with pytest.raises(StudyConfigError, match=rf"{len(want)} task\(s\) of eval split 'world' "
+                                               rf"fix a change a training task fixes \({want[0]} ~"):
+        check_train_pool(cfg, load=sources.__getitem__)
+    renamed = [dataclasses.replace(t, instance_id=t.instance_id + "-copy") for t in world]
+    sources["bundled:train"] = renamed
+    with pytest.raises(StudyConfigError, match=rf"{len(world)} task\(s\) of eval split 'world'"):
+        check_train_pool(cfg, load=sources.__getitem__)
+    sources["bundled:train"] = [t for t in bundled_train
+                                if not any(sites(t) & sites(w) for w in world)]
+    check_train_pool(cfg, load=sources.__getitem__)
+
+
+@pytest.mark.podman
+def test_warm_starts_refuse_heldout_instances(small_world):
+    """The SFT warm starts (embedded and family policies) refuse a held-out instance before
+    any demonstration is made, as train.py's loader does."""
+    from ecredit_trl.policy.family_warmstart import ensure_family_policy
+    from ecredit_trl.policy.warmstart import ensure_default_policy
+
+    _, world, _ = small_world
+    held = [t for t in world if t.extra["split"] == "heldout"]
+    with pytest.raises(SealedTaskError, match=held[0].instance_id):
+        ensure_default_policy(world, log=None)
+    with pytest.raises(SealedTaskError, match=held[0].instance_id):
+        ensure_family_policy("qwen3", world, log=None)

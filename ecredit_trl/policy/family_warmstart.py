@@ -42,7 +42,7 @@ from ecredit_trl.policy.warmstart import cache_root
 from eval.evaluation.templatecheck import trl_template
 from eval.tasks.schema import save_tasks
 from eval.tasks.sealed import check_not_sealed
-from eval.tasks.splits import load_tasks
+from eval.tasks.splits import check_not_heldout, load_tasks
 from sandbox.bounds import ArgumentParser, InDir, Int, OutFile
 
 __all__ = ["CODE_VERSION", "DEFAULT_TASKS", "FAMILY_RECIPE", "default_tasks",
@@ -136,6 +136,7 @@ def ensure_family_policy(template: str, tasks, cache_dir: str | Path | None = No
     if not tasks:
         raise ValueError("tasks: no training tasks given")
     check_not_sealed([t.instance_id for t in tasks])
+    check_not_heldout(tasks)
     r = family_recipe(template, steps, seed, **recipe)
     key = _key(tasks, r)
 

@@ -46,7 +46,7 @@ from ecredit_trl.policy.harmful_sites import harmful_meta, recipe_harmful_edits
 from ecredit_trl.policy.sft import Prepared, cached_model_dir, job_trainer, run_sft_job
 from ecredit_trl.policy.tiny_model import MODEL_SHAPE, build_model, build_tokenizer, chat_template
 from eval.tasks.sealed import check_not_sealed
-from eval.tasks.splits import load_tasks
+from eval.tasks.splits import check_not_heldout, load_tasks
 
 #: Bump whenever the demonstrations or the training code change what a cache entry holds.
 #: v2: demonstration variants (extra D = 0 block, reverted exploratory edit).
@@ -207,13 +207,15 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         DemoError: no task yields a demonstration.
         RuntimeError: training failed (with the child's last output lines).
         ValueError: bad recipe values, no tasks.
-        eval.tasks.sealed.SealedTaskError: a task is in a sealed holdout manifest.
+        eval.tasks.sealed.SealedTaskError: a task is in a sealed holdout manifest, or is a
+            held-out instance of a world (:func:`eval.tasks.splits.check_not_heldout`).
     """
     log = log or (lambda *_: None)
     tasks = list(tasks)
     if not tasks:
         raise ValueError("tasks: no training tasks given")
     check_not_sealed([t.instance_id for t in tasks])
+    check_not_heldout(tasks)
     r = recipe_for(steps, seed, **recipe)
     harmful = recipe_harmful_edits(tasks, r, log, cache_root(cache_dir))  # sites enter r, the key
     key = policy_key(tasks, r)

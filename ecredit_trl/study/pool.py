@@ -3,7 +3,9 @@
 ``study run`` calls :func:`check_train_pool` before it writes anything: it loads the ids of
 ``train.tasks`` (the first ``train.max_tasks`` of them, as train.py trains on) and of every
 ``eval.tasks.splits`` entry, and refuses, in one line naming the overlap count and a few ids, any
-split that shares an id with the pool, unless the split is listed in ``eval.in_distribution``
+split that shares an id with the pool, or whose tasks fix the same change as a training task
+under another id (their gold patches share a change: :mod:`eval.tasks.fingerprints`), unless
+the split is listed in ``eval.in_distribution``
 (an in-distribution evaluation on purpose, as the embedded study's ``bundled:train``; the
 report labels such a split "training tasks"). ``official500`` and ``holdout100`` are
 evaluation-only: a ``train.tasks`` naming them is refused without loading anything.
@@ -17,9 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ecredit_trl.config import ECreditConfig
 from ecredit_trl.study.config import StudyConfig, StudyConfigError
+from eval.tasks.fingerprints import shared_changes
 from eval.tasks.splits import load_tasks
 
-__all__ = ["EVAL_ONLY", "check_train_pool", "overlap_message", "train_source"]
+__all__ = ["EVAL_ONLY", "check_train_pool", "overlap_message", "shared_change_message",
+           "train_source"]
 
 #: Task sources that only evaluation may use (fixed denominators 500 / 100).
 EVAL_ONLY = ("official500", "holdout100")
@@ -54,14 +58,26 @@ def overlap_message(train_ids: Sequence[str], split_ids: Mapping[str, Sequence[s
             continue
         common = sorted(pool.intersection(ids))
         if common:
-            more = ", ..." if len(common) > _SHOW else ""
             parts.append(f"{len(common)} task id(s) also in eval split {split!r} "
-                         f"({', '.join(common[:_SHOW])}{more})")
+                         f"({_shown(common)})")
+    return _refusal(where, parts)
+
+
+#: What every overlap refusal tells the user to do.
+_REMEDY = ("train on a pool disjoint from the evaluation splits, or list the split under "
+           "eval.in_distribution to evaluate on training tasks on purpose")
+
+
+def _shown(items: Sequence[str]) -> str:
+    """The first ``_SHOW`` items, comma-joined, with ``, ...`` when there are more."""
+    return ", ".join(items[:_SHOW]) + (", ..." if len(items) > _SHOW else "")
+
+
+def _refusal(where: str, parts: list[str], lead: str = "") -> str | None:
+    """``"<where>: train.tasks: <parts>; ... — <lead><remedy>"``, None without parts."""
     if not parts:
         return None
-    return (f"{where}: train.tasks: " + "; ".join(parts) + " — train on a pool disjoint from "
-            "the evaluation splits, or list the split under eval.in_distribution to evaluate "
-            "on training tasks on purpose")
+    return f"{where}: train.tasks: " + "; ".join(parts) + f" — {lead}{_REMEDY}"
 
 
 def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = None) -> None:
@@ -91,18 +107,46 @@ def check_train_pool(cfg: StudyConfig, *, load: Callable[[str], list] | None = N
     if not checked:
         return
 
-    def ids(s: str, what: str) -> list[str]:
+    def tasks(s: str, what: str) -> list:
         try:
-            return [t.instance_id for t in load(s)]
+            return list(load(s))
         except (ValueError, FileNotFoundError, RuntimeError) as exc:
             raise StudyConfigError(f"{where}: {what}: cannot read the task ids of {s!r} to "
                                    f"check the train/eval overlap ({exc})") from None
 
-    train_ids = ids(source, "train.tasks")
+    train_tasks = tasks(source, "train.tasks")
     cap = cfg.train.get("max_tasks")
     if cap:
-        train_ids = train_ids[:cap]
-    msg = overlap_message(train_ids, {s: ids(s, "eval.tasks.splits") for s in checked},
+        train_tasks = train_tasks[:cap]
+    split_tasks = {s: tasks(s, "eval.tasks.splits") for s in checked}
+    msg = overlap_message([t.instance_id for t in train_tasks],
+                          {s: [t.instance_id for t in ts] for s, ts in split_tasks.items()},
                           in_distribution=ind, where=where)
+    msg = msg or shared_change_message(train_tasks, split_tasks, where=where)
     if msg:
         raise StudyConfigError(msg)
+
+
+def shared_change_message(train_tasks: Sequence, split_tasks: Mapping[str, Sequence], *,
+                          where: str = "config") -> str | None:
+    """The one-line refusal for an eval split whose tasks fix the same change as a training
+    task under another id (:func:`eval.tasks.fingerprints.shared_changes`: same repository,
+    same removed and added lines), e.g. a renamed copy of a held-out row or one mutation built
+    by two recipes. Tasks without a ``patch`` are not compared.
+
+    Returns: None, or ``"<where>: train.tasks: N task(s) of eval split 'S' fix a change a
+    training task fixes (eval id ~ training id, ...); ..."``.
+    """
+    def by_id(ts):
+        return {t.instance_id: (getattr(t, "repo", ""), t.patch) for t in ts
+                if getattr(t, "patch", None)}
+
+    train = by_id(train_tasks)
+    parts = []
+    for split, ts in split_tasks.items():
+        pairs = shared_changes(train, by_id(ts))
+        if pairs:
+            parts.append(f"{len({e for e, _ in pairs})} task(s) of eval split {split!r} fix a "
+                         f"change a training task fixes "
+                         f"({_shown([f'{e} ~ {t}' for e, t in pairs])})")
+    return _refusal(where, parts, lead="the same bug under two ids; ")

@@ -195,9 +195,15 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
     names = [p.name for p in projects]
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: field 'projects' lists a name twice: {names}")
-    if raw.get("heldout") is not None and raw.get("multi_per_project", 0):
+    multi = _count(raw, "multi_per_project", where)
+    heldout, prefix = _heldout(raw, where), _id_prefix(raw, where)
+    if heldout is not None and multi:
         raise ValueError(f"{where}: field 'heldout' needs multi_per_project 0 (a pair's two "
                          "mutations may fall in different units)")
+    if heldout is not None and prefix == "bundled":
+        raise ValueError(f"{where}: field 'id_prefix' must be set (not 'bundled') in a world "
+                         "recipe: its ids must never be taken for the bundled set's, whose "
+                         "holdout is sealed by id")
     return Recipe(
         schema=_need(raw, "schema", int, where), seed=_need(raw, "seed", int, where),
         trial_timeout_s=_need(raw, "trial_timeout_s", float, where),
@@ -208,9 +214,8 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
         max_fail_to_pass=_need(raw, "max_fail_to_pass", int, where),
         max_problem_tests=_need(raw, "max_problem_tests", int, where),
         kinds=kinds, projects=tuple(projects),
-        multi_per_project=_count(raw, "multi_per_project", where),
-        multi_spare=_count(raw, "multi_spare", where),
-        id_prefix=_id_prefix(raw, where), heldout=_heldout(raw, where))
+        multi_per_project=multi, multi_spare=_count(raw, "multi_spare", where),
+        id_prefix=prefix, heldout=heldout)
 
 
 def _id_prefix(raw: dict, where: str) -> str:

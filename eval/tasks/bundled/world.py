@@ -4,9 +4,11 @@ unit belongs to. Pure functions; the builder records both on every task
 (``extra["unit"]``, ``extra["split"]``) and the loader reads them back.
 
 A held-out split is by unit, never by instance: every instance that mutates one function
-(or one module) lands on the same side, so an agent trained on the training instances never
-saw the code a held-out instance breaks (design page, "Evaluation": generalisation is
-measured on code the policy never trained on).
+(or one module) lands on the same side, so no training instance breaks a function a held-out
+instance breaks (design page, "Evaluation": generalisation is measured on bugs in code the
+policy was never trained to fix). The training repositories still hold the pristine code of
+held-out functions (a split by function shares modules, and a method's class with other
+methods), which an agent may read; only a split by module keeps whole files apart.
 """
 
 from __future__ import annotations
