@@ -4,7 +4,8 @@
 the world's tasks (building them on first use: 18 min measured on 2 cores, then cached)
 and prints:
 
-* instances and units of code per split, project and mutation kind;
+* instances and units of code per split, project and mutation kind; how many modules hold
+  instances of both sides;
 * for the held-out instances, two reference rates that need no model:
   - ``named``: the share whose broken function's name (its last part, e.g. ``popitem`` of
     ``LRUCache.popitem``) appears as a word in the problem statement: where the statement
@@ -83,6 +84,11 @@ def world_stats(tasks, kinds) -> dict:
             "instances": len(mine), "units": len({t.extra["unit"] for t in mine}),
             "projects": dict(sorted(Counter(t.extra["project"] for t in mine).items())),
             "kinds": dict(sorted(Counter(t.extra["mutation"]["kind"] for t in mine).items()))}
+    sides_of: dict[str, set[str]] = {}
+    for t in tasks:
+        sides_of.setdefault(t.extra["mutation"]["path"], set()).add(t.extra["split"])
+    out["modules"] = {"all": len(sides_of),
+                      "both_sides": sum(len(s) == 2 for s in sides_of.values())}
     held = [t for t in tasks if t.extra["split"] == "heldout"]
     odds = [flip_odds(t, kinds) for t in held]
     out["heldout_reference"] = {
@@ -112,6 +118,8 @@ def main(argv=None) -> int:
     for side, s in stats["splits"].items():
         print(f"{side:8s} {s['instances']:4d} instances in {s['units']:3d} units; "
               f"projects {s['projects']}; kinds {s['kinds']}")
+    print(f"modules: {stats['modules']['both_sides']} of {stats['modules']['all']} hold "
+          "instances of both sides (the split is by function)")
     ref = stats["heldout_reference"]
     print(f"held-out: named in the statement {ref['named']:.3f}; fix is one of the function's "
           f"sites {ref['fix_is_a_site']:.3f} (median {ref['sites_per_function_median']:g} sites); "
