@@ -21,7 +21,6 @@ The figures come from the built tasks and git alone (no Podman, no model).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -36,6 +35,7 @@ from eval.files import datasets_dir  # noqa: E402
 from eval.tasks.bundled.build import ensure_built  # noqa: E402
 from eval.tasks.bundled.mutations import find_mutations  # noqa: E402
 from eval.tasks.bundled.recipe import load_recipe  # noqa: E402
+from sandbox.bounds import ArgumentParser, InFile, OutFile  # noqa: E402
 
 
 def git_show(repo: str, commit: str, path: str) -> str:
@@ -100,10 +100,11 @@ def world_stats(tasks, kinds) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--recipe", default=str(datasets_dir() / "procedural.yaml"),
+    ap = ArgumentParser(prog="benchmarks/world_stats.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--recipe", type=InFile("yaml"), default=str(datasets_dir() / "procedural.yaml"),
                     help="world recipe (default datasets/procedural.yaml)")
-    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--json", type=OutFile(), default=None,
+                    help="also write the figures to this file")
     args = ap.parse_args(argv)
     recipe = load_recipe(args.recipe)
     if recipe.heldout is None:
