@@ -301,8 +301,7 @@ def world_heldout_ids(recipe_path: str) -> frozenset[str]:
         for p in recipe.projects:
             dest = Path(tmp) / p.name
             unpack_sdist(fetch_sdist(p, cache_dir(), log=lambda *_: None), dest)
-            names = [m.path for m in p.modules] + list(p.all_tests)
-            texts[p.name] = {f: (dest / f).read_text(encoding="utf-8") for f in names}
+            texts[p.name] = {f: (dest / f).read_text(encoding="utf-8") for f in p.source_files}
     return frozenset(heldout_ids(recipe, texts))
 
 

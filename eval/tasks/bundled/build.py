@@ -150,7 +150,7 @@ def prepare_sources(recipe: Recipe, image: str, tmp: Path, stats: dict, t_start:
     for p, sd in zip(recipe.projects, sdists, strict=True):
         repo = GitRepo(tmp / "repos" / p.name)
         unpack_sdist(sd, repo.path)
-        needed = [m.path for m in p.modules] + list(p.all_tests) + list(p.test_support)
+        needed = p.source_files
         missing = [f for f in needed if not (repo.path / f).is_file()]
         if missing:
             raise BuildError(f"{p.name}: recipe names files the sdist lacks: {missing}")

@@ -26,7 +26,7 @@ def materialize(recipe: Recipe, out: Path, log=print, ids: set[str] | None = Non
     for p in recipe.projects:
         repo = GitRepo(Path(out) / p.name)
         unpack_sdist(fetch_sdist(p, cache, log), repo.path)
-        needed = [m.path for m in p.modules] + list(p.all_tests) + list(p.test_support)
+        needed = p.source_files
         files = {f: (repo.path / f).read_text(encoding="utf-8") for f in needed}
         base = repo.init_pristine(
             f"{p.name} {p.version}: pristine sdist {p.sdist} (sha256 {p.sha256[:16]})")

@@ -85,6 +85,11 @@ class ProjectRecipe:
     def all_tests(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(t for m in self.modules for t in m.tests))
 
+    @property
+    def source_files(self) -> list[str]:
+        """Every repo-relative file the recipe names: modules, their tests, test support."""
+        return [m.path for m in self.modules] + list(self.all_tests) + list(self.test_support)
+
 
 @dataclass(frozen=True)
 class Recipe:
