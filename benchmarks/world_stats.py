@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.files import datasets_dir  # noqa: E402
-from eval.tasks.bundled.build import ensure_built  # noqa: E402
+from eval.tasks.bundled.cache import ensure_built  # noqa: E402
 from eval.tasks.bundled.mutations import find_mutations  # noqa: E402
 from eval.tasks.bundled.recipe import load_recipe  # noqa: E402
 from sandbox.bounds import ArgumentParser, InFile, OutFile  # noqa: E402

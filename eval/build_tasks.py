@@ -1,5 +1,5 @@
 """``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
-[--force] [--image-tasks]``: build (or find in the cache) the bundled tasks of a recipe and
+[--force] [--no-record] [--write-record] [--image-tasks]``: build (or find in the cache) the bundled tasks of a recipe and
 print a summary. ``--image-tasks`` builds them (first) and then their stand-in image-held
 tasks (:mod:`eval.tasks.bundled.imagetasks`; split ``bundled-image``), ``--out`` then naming the
 image tasks' folder.
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.tasks.bundled.build import ensure_built
+from eval.tasks.bundled.cache import ensure_built
 from eval.tasks.bundled.imagetasks import ensure_image_tasks, image_built_dir
 from eval.tasks.bundled.recipe import BuildError, load_recipe
 from sandbox.bounds import ArgumentParser, InFile, Int, OutDir
@@ -29,6 +29,13 @@ def main(argv=None) -> int:
                     "$ECREDIT_CACHE/bundled/<recipe hash>)")
     ap.add_argument("--concurrency", type=Int(ge=1), default=2, help="verifier trials at once")
     ap.add_argument("--force", action="store_true", help="rebuild even when built")
+    ap.add_argument("--no-record", action="store_true",
+                    help="screen every candidate: ignore the screening record beside the recipe "
+                    "(<recipe stem>.screening.json; rejections of the reference build, which a "
+                    "build otherwise takes without running their trials)")
+    ap.add_argument("--write-record", action="store_true",
+                    help="write this build's screening rejections to the record beside the "
+                    "recipe (with --force --no-record: a new reference record)")
     ap.add_argument("--image-tasks", action="store_true",
                     help="also build the stand-in image-held tasks (one Podman image per task, "
                     "no repo_dir; split bundled-image) into $ECREDIT_CACHE/bundled-image/<tag>")
@@ -38,7 +45,8 @@ def main(argv=None) -> int:
         return _image_tasks(args, t0)
     try:
         tasks = ensure_built(args.recipe, out=args.out, concurrency=args.concurrency,
-                             force=args.force)
+                             force=args.force, use_record=not args.no_record,
+                             write_record=args.write_record)
     except (BuildError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -237,7 +237,7 @@ def test_problem_statement_from_failing_tests_only(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from eval.tasks.bundled.build import ensure_built
+    from eval.tasks.bundled.cache import ensure_built
 
     return ensure_built(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 
@@ -296,7 +296,7 @@ def test_a_third_of_the_training_tasks_are_pairs(bundled):
 
 @pytest.mark.podman
 def test_bundled_is_deterministic(bundled, tmp_path):
-    from eval.tasks.bundled.build import built_dir, ensure_built
+    from eval.tasks.bundled.cache import built_dir, ensure_built
     from eval.tasks.bundled.materialize import materialize
 
     again = ensure_built()
@@ -377,7 +377,8 @@ def test_cold_rebuild_gives_identical_tasks(bundled, tmp_path, monkeypatch):
     """
     import dataclasses
 
-    from eval.tasks.bundled.build import build, built_dir
+    from eval.tasks.bundled.build import build
+    from eval.tasks.bundled.cache import built_dir
     from eval.tasks.bundled.recipe import cache_dir
 
     full = load_recipe()

@@ -108,7 +108,7 @@ def test_task_repo_refuses_a_tree_that_has_our_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from eval.tasks.bundled.build import ensure_built
+    from eval.tasks.bundled.cache import ensure_built
 
     return ensure_built(log=lambda msg: print(f"[build_tasks] {msg}", flush=True))
 

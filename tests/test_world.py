@@ -143,7 +143,7 @@ def _small_world(tmp_path):
 @pytest.fixture(scope="module")
 def small_world(tmp_path_factory):
     """A real build of the small world (Podman trials: screening, gold twice, empty)."""
-    from eval.tasks.bundled.build import built_dir
+    from eval.tasks.bundled.cache import built_dir
 
     tmp = tmp_path_factory.mktemp("world")
     path = _small_world(tmp)

@@ -53,7 +53,7 @@ from pathlib import Path
 from eval.files import datasets_dir
 from eval.tasks.adapters.swegym import load_swegym
 from eval.tasks.adapters.swesmith import load_swesmith
-from eval.tasks.bundled.build import ensure_built
+from eval.tasks.bundled.cache import ensure_built
 from eval.tasks.bundled.imagetasks import ensure_image_tasks
 from eval.tasks.bundled.recipe import cache_dir, load_recipe
 from eval.tasks.bundled.sources import fetch_sdist, unpack_sdist
@@ -276,7 +276,7 @@ def load_world(name: str, split: str = "", *, recipe_path: str | Path | None = N
             default ``datasets/<WORLD_SOURCES[name]>``.
 
     Raises: ValueError for an unknown split or a recipe without a ``heldout`` field;
-    see :func:`eval.tasks.bundled.build.ensure_built` for the build.
+    see :func:`eval.tasks.bundled.cache.ensure_built` for the build.
     """
     if split not in ("", "train", "heldout"):
         raise ValueError(f"source: unknown {name} split {split!r} (expected train or heldout)")

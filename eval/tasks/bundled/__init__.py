@@ -1,7 +1,7 @@
 """Bundled tasks: real PyPI projects with one injected bug per task (two in a pair task).
 
 ``python -m eval.build_tasks [--recipe datasets/bundled.yaml] [--out DIR] [--concurrency 2]
-[--force]`` builds (or finds in the cache) the tasks of a recipe and prints a summary.
+[--force] [--no-record] [--write-record]`` builds (or finds in the cache) the tasks of a recipe and prints a summary.
 
 Pipeline:
 
@@ -44,6 +44,12 @@ Pipeline:
    made from the failing tests' ids and their ``E`` assertion lines in the mutant's log,
    never from the gold patch.
 
+**The screening record** (:mod:`.record`): the candidates the reference build rejected at
+screening (``datasets/bundled.screening.json`` beside ``datasets/bundled.yaml``). A build takes
+their recorded outcome instead of running their trials, so every round plans exactly as in the
+build that wrote it and the tasks come out the same; the record only skips, never keeps, and a
+record of another recipe hash is ignored. ``--no-record`` screens every candidate.
+
 **Worlds.** A recipe with a ``heldout`` field (``datasets/procedural.yaml``) builds a world:
 ``target_per_project`` above the candidate count keeps every validated single mutation,
 instance ids start with the recipe's ``id_prefix``, and each task records its unit of code
@@ -53,12 +59,14 @@ Output ``DIR`` (default ``$ECREDIT_CACHE/bundled/<recipe hash>``, ``$ECREDIT_CAC
 defaulting to ``~/.cache/ecredit-trl``): ``tasks.jsonl`` (byte-identical across rebuilds
 of the same recipe), ``build.json`` (timings, per-candidate outcomes), ``repos/<project>``
 (git repositories holding every task's ``base_commit``). The directory is written under a
-temporary name and renamed when complete. Only the recipe is committed to this project.
+temporary name and renamed when complete. Only the recipe and its screening record are
+committed to this project.
 
 Modules, one a pipeline step: :mod:`.recipe` (schema, cache key), :mod:`.sources` (step 1),
 :mod:`.mutations` (step 2), :mod:`.screening` (steps 3 and 4), :mod:`.multi` (pairs),
-:mod:`.scripts` (a task's eval script and problem statement), :mod:`.build` (orchestration,
-cache), :mod:`.world` (a world's split), :mod:`.materialize` (candidate commits without tests,
-for determinism checks), :mod:`.imagetasks` (stand-in image-held tasks).
+:mod:`.scripts` (a task's eval script and problem statement), :mod:`.build` (orchestration),
+:mod:`.record` (the screening record), :mod:`.cache` (the build cache, ``ensure_built``),
+:mod:`.world` (a world's split), :mod:`.materialize` (candidate commits without tests, for
+determinism checks), :mod:`.imagetasks` (stand-in image-held tasks).
 """
 

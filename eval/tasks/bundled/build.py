@@ -3,12 +3,9 @@ tasks (see :mod:`eval.tasks.bundled` for the pipeline), the build cache and its 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,9 +28,12 @@ from eval.tasks.bundled.recipe import (
     ProjectRecipe,
     Recipe,
     cache_dir,
-    default_recipe_path,
-    load_recipe,
     recipe_hash,
+)
+from eval.tasks.bundled.record import (
+    ScreeningRecord,
+    mutation_key,
+    recordable,
 )
 from eval.tasks.bundled.screening import Candidate, control, listable_ids, screen
 from eval.tasks.bundled.scripts import failure_messages, make_eval_script, make_problem_statement
@@ -47,7 +47,8 @@ from sandbox.trials.trial import TrialSpec
 
 
 def build(recipe: Recipe, out: Path, *, concurrency: int = 2, runtime=None, log=print,
-          image: str | None = None) -> list[Task]:
+          image: str | None = None, record: ScreeningRecord | None = None,
+          write_record: str | Path | None = None) -> list[Task]:
     """Build the bundled tasks of ``recipe`` into ``out`` (see :mod:`eval.tasks.bundled`).
 
     Args:
@@ -56,6 +57,11 @@ def build(recipe: Recipe, out: Path, *, concurrency: int = 2, runtime=None, log=
         runtime: a sandbox runtime (default: a private Podman runtime, closed at the end).
         log: progress printer (one line per step).
         image: sandbox image (default :func:`sandbox.images.default_image`, built if absent).
+        record: screening rejections of an earlier build (:mod:`.record`): those candidates
+            take their recorded outcome without a trial; ignored (and said so) when it is
+            for another recipe hash. None: every candidate is screened.
+        write_record: write this build's screening rejections there (recorded ones
+            included) once the build is complete.
 
     Returns: the tasks, in project then candidate order.
 
@@ -66,7 +72,7 @@ def build(recipe: Recipe, out: Path, *, concurrency: int = 2, runtime=None, log=
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     try:
         return _build(recipe, out, tmp, concurrency=concurrency, runtime=runtime, log=log,
-                      image=image)
+                      image=image, record=record, write_record=write_record)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; else a failed build
 
@@ -82,6 +88,7 @@ class Workspace:
     pristine: dict[str, str] = field(default_factory=dict)
     files: dict[str, dict[str, bytes]] = field(default_factory=dict)
     cands: dict[str, list[Mutation]] = field(default_factory=dict)
+    record: ScreeningRecord | None = None
 
 
 class _Trials:
@@ -106,16 +113,19 @@ class _Trials:
 
 
 def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, log,
-           image: str | None) -> list[Task]:
+           image: str | None, record: ScreeningRecord | None,
+           write_record: str | Path | None) -> list[Task]:
     t_start = time.monotonic()
     image = image or default_image()
     if runtime is None:
         build_offline(log=lambda *a: None)
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "repos").mkdir(parents=True)
-    stats: dict = {"recipe_hash": recipe_hash(recipe, image), "builder": BUILDER_VERSION,
+    rhash = recipe_hash(recipe, image)
+    stats: dict = {"recipe_hash": rhash, "builder": BUILDER_VERSION,
                    "image": image, "projects": {}, "candidates": [], "timings_s": {}}
     ws = prepare_sources(recipe, image, tmp, stats, t_start, log)
+    ws.record = _usable(record, rhash, log)
     own_runtime = runtime is None
     rt = make_runtime() if own_runtime else runtime
     try:
@@ -131,8 +141,28 @@ def _build(recipe: Recipe, out: Path, tmp: Path, *, concurrency: int, runtime, l
     kept = {name: v + pairs[name] for name, v in kept.items()}
     rows = task_rows(ws, kept, stats["recipe_hash"])
     stats["trials"] = trials.n
+    stats["record"] = {"path": ws.record.path if ws.record else None,
+                       "skipped": sum(c.recorded for c in all_cands)}
     write_build(tmp, out, rows, stats, kept, all_cands + pair_cands, t_start, log)
+    if write_record is not None:
+        new = ScreeningRecord(rhash)
+        for c in all_cands:  # singles only: a pair's outcome depends on two parts
+            if recordable(c.outcome):
+                new.add(c.instance_id, mutation_key(c.project.sha256, c.mutation), c.outcome)
+        log(f"screening record: {len(new.rejections)} rejections -> {new.save(write_record)}")
     return load_built(out)
+
+
+def _usable(record: ScreeningRecord | None, rhash: str, log) -> ScreeningRecord | None:
+    """``record`` when it is for recipe hash ``rhash``; else None (said in the log)."""
+    if record is None:
+        return None
+    if record.recipe_hash != rhash:
+        log(f"screening record {record.path} is for recipe hash {record.recipe_hash}, this "
+            f"build is {rhash}: stale, every candidate is screened")
+        return None
+    log(f"screening record {record.path}: {len(record.rejections)} rejections need no trial")
+    return record
 
 
 def prepare_sources(recipe: Recipe, image: str, tmp: Path, stats: dict, t_start: float,
@@ -166,10 +196,16 @@ def prepare_sources(recipe: Recipe, image: str, tmp: Path, stats: dict, t_start:
 
 
 def make_candidate(ws: Workspace, p: ProjectRecipe, k: int) -> Candidate:
-    """Candidate ``k`` of project ``p``: its mutant commit (parent: pristine) and eval script."""
+    """Candidate ``k`` of project ``p``: its mutant commit (parent: pristine) and eval script;
+    or, when the screening record holds it, its recorded outcome (``recorded``; no commit,
+    no trial)."""
     m = ws.cands[p.name][k]
     mod = next(x for x in p.modules if x.path == m.path)
     c = Candidate(p, k, m, mod, single_id(p.name, p.version, k, ws.recipe.id_prefix))
+    known = ws.record and ws.record.outcome(c.instance_id, mutation_key(p.sha256, m))
+    if known:
+        c.outcome, c.recorded = known, True
+        return c
     text = ws.files[p.name][m.path].decode("utf-8")
     c.commit = ws.repos[p.name].commit_file(ws.pristine[p.name], m.path,
                                             m.apply(text).encode("utf-8"), c.instance_id,
@@ -253,6 +289,7 @@ def run_round(ws: Workspace, trials: _Trials, to_screen: list[Candidate],
     candidate's gold patch)."""
     from eval.grading.grader import grade, parse_log  # start-up: swebench, ~1 s
 
+    to_screen = [c for c in to_screen if not c.recorded]
     specs = [trials.spec(f"screen-{c.project.name}-{c.tag}", c.project, c.commit,
                          c.eval_script) for c in to_screen]
     for c in to_control:
@@ -296,7 +333,9 @@ def screen_and_control(ws: Workspace, trials: _Trials, base_status: dict[str, di
             ok = sorted((c for c in all_cands if c.project is p and c.outcome == "kept"),
                         key=lambda c: c.index)
             kept[p.name] = ok[:recipe.target_per_project]
-        log(f"round {rnd}: {len(to_screen)} screened, {len(to_control)} controlled in "
+        known = sum(c.recorded for c in to_screen)
+        log(f"round {rnd}: {len(to_screen)} screened ({known} by the record), "
+            f"{len(to_control)} controlled in "
             f"{time.monotonic() - t0:.1f} s; kept "
             + ", ".join(f"{k} {len(v)}" for k, v in kept.items()))
     parts = {p.name: sorted((c for c in all_cands if c.project is p and c.outcome == "screened"),
@@ -426,7 +465,7 @@ def write_build(tmp: Path, out: Path, rows: list[dict], stats: dict,
     stats["candidates"] = [
         {"instance_id": c.instance_id, "kind": c.mutation.kind, "path": c.mutation.path,
          "line": c.mutation.line, "outcome": c.outcome, "f2p": len(c.f2p), "p2p": len(c.p2p),
-         "parts": [q.instance_id for q in c.parts]}
+         "parts": [q.instance_id for q in c.parts], "recorded": c.recorded}
         for c in all_cands]
     stats["counts"] = {k: len(v) for k, v in kept.items()}
     splits = [r["extra"]["split"] for r in rows if "split" in r["extra"]]
@@ -453,41 +492,3 @@ def load_built(out: Path) -> list[Task]:
     path = Path(out) / "tasks.jsonl"
     rows, nums = read_rows(path)
     return tasks_from_rows(rows, source=str(path), base_dir=Path(out).resolve(), row_numbers=nums)
-
-
-@contextlib.contextmanager
-def _lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def built_dir(recipe: Recipe, image: str | None = None) -> Path:
-    """Cache folder of ``recipe``: ``$ECREDIT_CACHE/bundled/<recipe hash>``."""
-    return cache_dir() / "bundled" / recipe_hash(recipe, image or default_image())
-
-
-def build_log(msg: str) -> None:
-    """The task builds' default progress printer (stderr, ``[build_tasks]`` prefix)."""
-    print(f"[build_tasks] {msg}", file=sys.stderr, flush=True)
-
-
-def ensure_built(recipe_path: str | Path | None = None, *, out: str | Path | None = None,
-                 concurrency: int = 2, force: bool = False, log=None, runtime=None) -> list[Task]:
-    """Tasks of the recipe: loaded from ``out`` (default :func:`built_dir`) when built there,
-    else built now (printing progress). A file lock serialises concurrent builders.
-
-    Raises: see :func:`build` and :func:`load_recipe`.
-    """
-    log = log or build_log
-    recipe = load_recipe(recipe_path)
-    out = Path(out) if out else built_dir(recipe)
-    with _lock(out.with_name(out.name + ".lock")):
-        if not force and (out / "tasks.jsonl").is_file():
-            return load_built(out)
-        log(f"building bundled tasks of {recipe_path or default_recipe_path()} into {out}")
-        return build(recipe, out, concurrency=concurrency, runtime=runtime, log=log)

@@ -62,7 +62,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eval.tasks.bundled.build import _lock, build_log, ensure_built
+from eval.tasks.bundled.cache import build_log, cache_lock, ensure_built
 from eval.tasks.bundled.recipe import (
     BuildError,
     ProjectRecipe,
@@ -315,7 +315,7 @@ def build_image_tasks(recipe: Recipe, bundled: list[Task], out: Path, *, base_im
 
     Args:
         recipe: the bundled recipe ``bundled`` was built from.
-        bundled: the bundled tasks (:func:`eval.tasks.bundled.build.ensure_built`).
+        bundled: the bundled tasks (:func:`eval.tasks.bundled.cache.ensure_built`).
         out: output folder, written as ``out.tmp-<pid>`` and renamed when complete.
         base_image: the offline sandbox image the project images start from.
         concurrency: task images built at once.
@@ -390,15 +390,15 @@ def ensure_image_tasks(recipe_path: str | Path | None = None, *, out: str | Path
                        concurrency: int = 2, force: bool = False, log=None) -> list[Task]:
     """The image tasks of the recipe: loaded from ``out`` (default :func:`image_built_dir`)
     when built there and every image is in local storage, else built now (the bundled
-    tasks first when needed: :func:`eval.tasks.bundled.build.ensure_built`). A file lock
+    tasks first when needed: :func:`eval.tasks.bundled.cache.ensure_built`). A file lock
     serialises concurrent builders.
 
-    Raises: see :func:`build_image_tasks`, :func:`eval.tasks.bundled.build.ensure_built`.
+    Raises: see :func:`build_image_tasks`, :func:`eval.tasks.bundled.cache.ensure_built`.
     """
     log = log or build_log
     recipe = load_recipe(recipe_path)
     out = Path(out) if out else image_built_dir(recipe)
-    with _lock(out.with_name(out.name + ".lock")):
+    with cache_lock(out.with_name(out.name + ".lock")):
         if not force and (out / "tasks.jsonl").is_file():
             tasks = load_image_tasks(out)
             missing = missing_images(tasks)

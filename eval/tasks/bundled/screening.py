@@ -36,6 +36,8 @@ class Candidate:
     #: modules' tests); empty for a single-mutation candidate
     parts: tuple = ()
     tests: tuple[str, ...] = ()
+    #: the outcome came from the screening record (:mod:`.record`), not from a trial
+    recorded: bool = False
 
     @property
     def test_files(self) -> tuple[str, ...]:
