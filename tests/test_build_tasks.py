@@ -229,6 +229,12 @@ def test_problem_statement_from_failing_tests_only(tmp_path):
     assert "`PYTHONPATH=src python3 -m pytest t/test_x.py`" in text
     assert "- t/test_x.py::test_one\n    AssertionError: assert 3 == 2\n" in text
     assert "- ... and 1 more" in text and "test_two" not in text
+    # a localized world's statement: the same text with the frame above the closing line
+    frames = (("src/fake/m.py", 12, "Box.grow", "        self.size -= 1\n"),)
+    loc = make_problem_statement(proj, ("t/test_x.py",), f2p, msgs, max_tests=1, frames=frames)
+    block = ('\nThe failures trace to this library code:\n'
+             '  File "src/fake/m.py", line 12, in Box.grow\n    self.size -= 1\n')
+    assert loc == text.replace("\nFix the library", block + "\nFix the library")
 
 
 # ---------------------------------------------------------------------------

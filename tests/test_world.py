@@ -20,6 +20,7 @@ from eval.tasks.sealed import SealedTaskError
 from eval.tasks.splits import load_tasks, load_world
 
 WORLD = REPO_ROOT / "datasets" / "procedural.yaml"
+LOCALIZED = REPO_ROOT / "datasets" / "procedural_localized.yaml"
 
 SRC = '''def top(x):
     def inner(y):
@@ -90,8 +91,29 @@ def test_bundled_recipe_key_has_no_world_fields():
     bundled cache stays valid); setting one changes the key."""
     r = load_recipe()
     canon = r.canonical()
-    assert "id_prefix" not in canon and "heldout" not in canon
+    assert "id_prefix" not in canon and "heldout" not in canon and "locate" not in canon
     assert recipe_hash(dataclasses.replace(r, id_prefix="other"), "img") != recipe_hash(r, "img")
+    assert recipe_hash(dataclasses.replace(r, locate=True), "img") != recipe_hash(r, "img")
+
+
+def test_localized_world_is_the_plain_world_with_frames():
+    """The localized recipe differs from the plain world's only in its prefix and ``locate``:
+    same projects, seed, kinds and split, so the same instances fall on the same sides."""
+    loc, plain = load_recipe(LOCALIZED), load_recipe(WORLD)
+    assert loc.locate and not plain.locate and loc.id_prefix == "localized"
+    assert dataclasses.replace(loc, id_prefix="procedural", locate=False) == plain
+    assert "locate" in loc.canonical()
+
+
+@pytest.mark.parametrize("new", ["locate: 1", "locate: maybe", "locate: [true]"])
+def test_bad_locate_names_the_field(tmp_path, new):
+    text = LOCALIZED.read_text()
+    old = next(ln for ln in text.splitlines() if ln.startswith("locate:"))
+    p = tmp_path / "w.yaml"
+    p.write_text(text.replace(old, new))
+    with pytest.raises(ValueError, match="field 'locate' must be true or false") as e:
+        load_recipe(p)
+    assert str(p) in str(e.value)
 
 
 HELDOUT = "heldout: {by: function, fraction: 0.3}"
@@ -150,6 +172,38 @@ def small_world(tmp_path_factory):
     tasks = load_world("procedural", recipe_path=path,
                        log=lambda m: print(f"[build_tasks] {m}", flush=True))
     return path, tasks, built_dir(load_recipe(path))
+
+
+@pytest.mark.podman
+def test_small_localized_world_quotes_the_broken_line_and_nothing_else(small_world, tmp_path):
+    """The small world built again with ``locate``: each statement is the plain world's
+    statement of the same candidate with one traceback frame added, naming the mutated file,
+    line and function and quoting that line as it stands at ``base_commit`` (the broken
+    line: never the gold patch's text); same candidates, same sides."""
+    path, plain, _ = small_world
+    text = path.read_text().replace("id_prefix: procedural\n",
+                                    "id_prefix: localized\nlocate: true\n")
+    lpath = tmp_path / "small_localized.yaml"
+    lpath.write_text(text)
+    loc = load_world("procedural", recipe_path=lpath,
+                     log=lambda m: print(f"[build_tasks] {m}", flush=True))
+    by_tag = {t.instance_id.split("__", 1)[1]: t for t in plain}
+    assert sorted(by_tag) == sorted(t.instance_id.split("__", 1)[1] for t in loc)
+    for t in loc:
+        twin = by_tag[t.instance_id.split("__", 1)[1]]
+        assert t.instance_id.startswith("localized__") and t.extra["split"] == twin.extra["split"]
+        m = t.extra["mutation"]
+        func = t.extra["unit"].split("::", 1)[1]
+        broken = subprocess.run(["git", "-C", t.repo_dir, "show", f"{t.base_commit}:{m['path']}"],
+                                capture_output=True, text=True, check=True
+                                ).stdout.splitlines()[m["line"] - 1]
+        frame = (f"\nThe failures trace to this library code:\n"
+                 f'  File "{m["path"]}", line {m["line"]}, in {func}\n    {broken.strip()}\n')
+        assert frame in t.problem_statement
+        assert t.problem_statement.replace(frame, "") == twin.problem_statement
+        fixed = [ln[1:].strip() for ln in t.patch.splitlines()
+                 if ln.startswith("+") and not ln.startswith("+++")]
+        assert fixed and all(f not in t.problem_statement for f in fixed)
 
 
 @pytest.mark.podman

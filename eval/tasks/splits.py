@@ -29,6 +29,10 @@ Sources accepted by :func:`load_tasks`:
     recipe's projects, built like ``bundled`` (same builder, trials and grading) and split
     by unit of code (:mod:`eval.tasks.bundled.world`): ``:train`` and ``:heldout`` keep the
     instances whose ``extra["split"]`` says so.
+``procedural-localized`` / ``procedural-localized:train`` / ``procedural-localized:heldout``
+    The same world (same instances, same sides; ids ``localized__...``) whose problem
+    statements also quote each mutated line as a traceback's library frame
+    (``datasets/procedural_localized.yaml``, the recipe's ``locate``).
 ``bundled-image`` / ``bundled-image:train`` / ``bundled-image:holdout``
     The same tasks (same ids, same partition) held in Podman images, SWE-bench style
     (:mod:`eval.tasks.bundled.imagetasks`: no ``repo_dir``, ``/testbed`` in the image; built on
@@ -74,7 +78,8 @@ OFFICIAL_SPLIT = "test"
 OFFICIAL_SIZE = 500
 PURPOSES = ("eval", "train")
 #: World sources: name -> recipe file under ``datasets/`` (a recipe with a ``heldout`` split).
-WORLD_SOURCES = {"procedural": "procedural.yaml"}
+WORLD_SOURCES = {"procedural": "procedural.yaml",
+                 "procedural-localized": "procedural_localized.yaml"}
 #: Training-set sources read through :mod:`eval.tasks.adapters` (``NAME:PATH``).
 ADAPTER_SOURCES = ("swegym", "swesmith")
 
@@ -222,6 +227,7 @@ def load_tasks(source: str, *, purpose: str = "eval", path: str | Path | None = 
             raise ValueError(f"source: unknown task source {source!r} (expected official500, "
                              "holdout100, bundled[:train|:holdout], bundled-image[:train|:holdout], "
                              "procedural[:train|:heldout], "
+                             "procedural-localized[:train|:heldout], "
                              "swegym:PATH, swesmith:PATH "
                              "or a .jsonl/.json/.parquet path)")
         if p.suffix == ".json" and p.is_file():

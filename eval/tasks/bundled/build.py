@@ -431,10 +431,11 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
                 world = {"unit": unit, "split": split}
             msgs = failure_messages(c.screen_log, c.f2p)
             quoted = interleave_tests(c.f2p, [q.f2p for q in c.parts]) if c.parts else c.f2p
+            frames = _frames(ws, p, c) if recipe.locate else ()
             rows.append(Task(
                 instance_id=c.instance_id, repo=f"pypi/{p.name}", base_commit=c.commit,
                 problem_statement=make_problem_statement(p, c.test_files, quoted, msgs,
-                                                         recipe.max_problem_tests),
+                                                         recipe.max_problem_tests, frames),
                 patch=c.gold, test_patch="", FAIL_TO_PASS=c.f2p, PASS_TO_PASS=c.p2p,
                 version=p.version, environment_setup_commit=ws.pristine[p.name],
                 image=ws.image, eval_script=c.eval_script, log_parser=PARSER,
@@ -449,6 +450,14 @@ def task_rows(ws: Workspace, kept: dict[str, list[Candidate]], rhash: str) -> li
                        "mutations": [_mutation_meta(m) for m in c.mutations], **world}
                 ).to_dict())
     return rows
+
+
+def _frames(ws: Workspace, p: ProjectRecipe, c: Candidate) -> tuple:
+    """``(path, line, function, mutated line text)`` of each of ``c``'s mutations."""
+    texts = {m.path: ws.files[p.name][m.path].decode("utf-8") for m in c.mutations}
+    mutated = apply_all(c.mutations, texts)
+    return tuple((m.path, m.line, m.function, mutated[m.path].splitlines()[m.line - 1])
+                 for m in c.mutations)
 
 
 def _mutation_meta(m: Mutation) -> dict:

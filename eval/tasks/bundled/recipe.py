@@ -111,6 +111,9 @@ class Recipe:
     #: instance ids are ``<id_prefix>__<project>-<version>-<index>``
     id_prefix: str = "bundled"
     heldout: HeldoutSpec | None = None
+    #: problem statements quote each mutated line as a traceback's library frame would
+    #: (``File "<path>", line <n>, in <function>`` and the line's text): a localized world
+    locate: bool = False
 
     @property
     def singles_needed(self) -> int:
@@ -123,13 +126,15 @@ class Recipe:
 
     def canonical(self) -> dict:
         """The recipe as a dict for :func:`recipe_hash`; the optional world fields
-        (``id_prefix``, ``heldout``) appear only when set away from their defaults, so a
-        recipe without them keeps the key it had before they existed."""
+        (``id_prefix``, ``heldout``, ``locate``) appear only when set away from their
+        defaults, so a recipe without them keeps the key it had before they existed."""
         out = asdict(self)
         if out["id_prefix"] == "bundled":
             del out["id_prefix"]
         if out["heldout"] is None:
             del out["heldout"]
+        if not out["locate"]:
+            del out["locate"]
         return out
 
 
@@ -209,6 +214,9 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
         raise ValueError(f"{where}: field 'id_prefix' must be set (not 'bundled') in a world "
                          "recipe: its ids must never be taken for the bundled set's, whose "
                          "holdout is sealed by id")
+    locate = raw.get("locate", False)
+    if not isinstance(locate, bool):
+        raise ValueError(f"{where}: field 'locate' must be true or false, got {locate!r}")
     return Recipe(
         schema=_need(raw, "schema", int, where), seed=_need(raw, "seed", int, where),
         trial_timeout_s=_need(raw, "trial_timeout_s", float, where),
@@ -220,7 +228,7 @@ def load_recipe(path: str | Path | None = None) -> Recipe:
         max_problem_tests=_need(raw, "max_problem_tests", int, where),
         kinds=kinds, projects=tuple(projects),
         multi_per_project=multi, multi_spare=_count(raw, "multi_spare", where),
-        id_prefix=prefix, heldout=heldout)
+        id_prefix=prefix, heldout=heldout, locate=locate)
 
 
 def _id_prefix(raw: dict, where: str) -> str:

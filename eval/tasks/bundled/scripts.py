@@ -97,8 +97,14 @@ def failure_messages(log: str, ids: list[str], max_lines: int = 6) -> dict[str, 
 
 
 def make_problem_statement(project: ProjectRecipe, tests: tuple[str, ...], f2p: list[str],
-                           messages: dict[str, list[str]], max_tests: int) -> str:
-    """Issue-style text from the failing tests' ids and assertion lines (never the patch)."""
+                           messages: dict[str, list[str]], max_tests: int,
+                           frames: tuple[tuple[str, int, str, str], ...] = ()) -> str:
+    """Issue-style text from the failing tests' ids and assertion lines (never the patch).
+
+    ``frames`` (a localized world, the recipe's ``locate``): ``(path, line, function,
+    text)`` of each mutated line, quoted as a Python traceback prints a frame (``File
+    "<path>", line <n>, in <function>`` and the line's text, stripped); it names where the
+    bug is, not what the fix is. Without frames the text is as it always was."""
     env = " ".join(f"{k}={v}" for k, v in project.env.items())
     cmd = f"{env + ' ' if env else ''}python3 -m pytest {' '.join(tests)}"
     n = len(f2p)
@@ -111,6 +117,11 @@ def make_problem_statement(project: ProjectRecipe, tests: tuple[str, ...], f2p: 
             out.append(f"    {msg}")
     if n > max_tests:
         out.append(f"- ... and {n - max_tests} more")
+    if frames:
+        out += ["", "The failures trace to this library code:"]
+        for path, line, function, text in frames:
+            out += [f'  File "{path}", line {line}, in {function or "<module>"}',
+                    f"    {text.strip()}"]
     out += ["", "Fix the library so that these tests pass again without breaking the other "
             "tests; the tests themselves are correct."]
     return "\n".join(out) + "\n"
