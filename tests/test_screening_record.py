@@ -27,16 +27,20 @@ M = Mutation(path="pkg/mod.py", kind="compare", line=3, start=10, end=11, origin
              replacement="<=", description="x")
 
 
-def test_the_record_sits_beside_its_recipe_and_is_committed():
-    path = record_path(default_recipe_path())
-    assert path.name == "bundled.screening.json" and path.parent == default_recipe_path().parent
-    rec = load_record(path)
-    assert rec is not None and rec.rejections
+@pytest.mark.parametrize("name", ["bundled", "procedural_localized"])
+def test_the_record_sits_beside_its_recipe_and_is_committed(name):
     from sandbox.images import default_image
 
+    recipe = default_recipe_path().with_name(f"{name}.yaml")
+    path = record_path(recipe)
+    assert path.name == f"{name}.screening.json" and path.parent == recipe.parent
+    rec = load_record(path)
+    assert rec is not None and rec.rejections
     # the committed record is for the committed recipe: a stale one would save nothing
-    assert rec.recipe_hash == recipe_hash(load_recipe(), default_image())
-    assert all(recordable(e["outcome"]) for e in rec.rejections.values())
+    assert rec.recipe_hash == recipe_hash(load_recipe(recipe), default_image())
+    prefix = load_recipe(recipe).id_prefix + "__"
+    assert all(recordable(e["outcome"]) and i.startswith(prefix)
+               for i, e in rec.rejections.items())
 
 
 def test_round_trip_and_mutation_match(tmp_path):
