@@ -1,5 +1,5 @@
 """Build orchestration of the bundled tasks: sources → candidates → screening → controls →
-tasks (see :mod:`eval.tasks.bundled` for the pipeline), the build cache and its lock."""
+tasks (see :mod:`eval.tasks.bundled` for the pipeline); the build cache is :mod:`.cache`."""
 
 from __future__ import annotations
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.files import write_json
 from eval.tasks.bundled.mutations import Mutation
 
 #: Screening outcomes a record may hold: decided by the mutant's own screening trial (a
@@ -86,16 +86,13 @@ class ScreeningRecord:
         self.rejections[instance_id] = {"mutation": key, "outcome": outcome}
 
     def save(self, path: str | Path) -> Path:
-        """Write the record to ``path`` (a temporary file renamed: never half-written)."""
-        path = Path(path)
+        """Write the record to ``path`` (key-sorted JSON, atomically: never half-written)."""
         doc = {"schema": _SCHEMA, "recipe_hash": self.recipe_hash,
                "about": "screening rejections of this recipe's reference build "
                         "(eval/tasks/bundled/record.py); python -m eval.build_tasks --force "
                         "--no-record --write-record rewrites it",
-               "rejections": dict(sorted(self.rejections.items()))}
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+               "rejections": self.rejections}
+        path = write_json(path, doc, indent=1)
         self.path = str(path)
         return path
 
