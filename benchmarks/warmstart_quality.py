@@ -23,7 +23,8 @@ top-k 0 and top-p 1 as in GRPOConfig's defaults: ``--samples`` episodes/task):
   must hold) and prompt tokens.
 
     python benchmarks/warmstart_quality.py [--tasks bundled:train] [--steps N]
-        [--policy DIR] [--samples 4] [--temperature 1.0[,0.7...]] [--limit N] [--json OUT]
+        [--policy DIR] [--site-demos N [--site-max-shift L]] [--samples 4]
+        [--temperature 1.0[,0.7...]] [--limit N] [--json OUT]
 
 Without ``--policy``, the policy comes from ``ensure_default_policy`` (trained once, cached
 under ``$ECREDIT_CACHE/policy``); the warm-start time is printed when it trains here.
@@ -231,6 +232,11 @@ def main(argv=None) -> int:
                     help="load_tasks source (purpose=train); default bundled:train")
     ap.add_argument("--policy", type=Text(), help="a saved policy dir (skips the warm start)")
     ap.add_argument("--steps", type=Int(ge=1), default=None, help="warm-start SFT steps")
+    ap.add_argument("--site-demos", type=Int(ge=0), default=0,
+                    help="site demonstrations per mutation site of the training functions "
+                         "(a localized world's copy curriculum; 0: none)")
+    ap.add_argument("--site-max-shift", type=Int(ge=0), default=None,
+                    help="most padding lines a site demonstration's file is shifted by")
     ap.add_argument("--cache-dir", type=OutDir(), default=None)
     ap.add_argument("--samples", type=Int(ge=1), default=4)
     ap.add_argument("--temperature", type=Text(why="comma-separated numbers >= 0"), default="1.0",
@@ -249,7 +255,9 @@ def main(argv=None) -> int:
 
     tasks = load_tasks(a.tasks, purpose="train")
     t0 = time.monotonic()
-    path = a.policy or ensure_default_policy(tasks, a.cache_dir, steps=a.steps)
+    sites = {"site_demos": a.site_demos, "site_max_shift": a.site_max_shift}
+    path = a.policy or ensure_default_policy(
+        tasks, a.cache_dir, steps=a.steps, **{k: v for k, v in sites.items() if v is not None})
     t_ws = time.monotonic() - t0
     info = json.loads((Path(path) / "warmstart.json").read_text())
     model, tok = load_policy(path)

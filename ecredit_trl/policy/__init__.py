@@ -3,6 +3,8 @@
 * :mod:`.tiny_model` — tokenizer (byte-level BPE, TRL's qwen3 template) and model builders.
 * :mod:`.demos` — gold-patch demonstrations (view → str_replace → submit, real tool outputs).
 * :mod:`.warmstart` — the SFT warm start on them (cached by a hash of tasks and recipe).
+* :mod:`.site_demos` — a localized world's copy curriculum: demonstrations at mutation sites
+  of the training functions, line-shifted (the warm-start recipe's ``site_demos``).
 * :mod:`.families` — tiny local models of every family TRL parses tool calls for (tests).
 * :mod:`.lora_defaults` — LoRA target modules per architecture, the manifest's LoRA record.
 * :mod:`.run_inputs` — a run's tasks and starting policy (train.py and the study).

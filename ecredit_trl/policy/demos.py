@@ -54,8 +54,8 @@ from ecredit_trl.agent.prompts import policy_tools, task_prompt
 from eval.tasks.bundled.mutations import find_mutations, mutation_is_valid
 
 __all__ = ["CLOSING_MESSAGE", "EXTRA_COMMENT", "SUBMIT_OUTPUT", "DemoError", "DemoVariants",
-           "GoldEdit", "demo_conversation", "demo_conversations", "demo_steps", "demo_variant",
-           "gold_edits"]
+           "GoldEdit", "call_message", "closing_messages", "demo_conversation",
+           "demo_conversations", "demo_steps", "demo_variant", "gold_edits", "run_steps"]
 
 #: Exact text of ``SWEAgentEnv.submit`` (checked against agent.py by the tests).
 SUBMIT_OUTPUT = "Submitted. The repository's current state is the final patch."
@@ -327,7 +327,8 @@ def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
     return proc.stdout.decode(errors="replace")
 
 
-def _call(name: str, arguments: dict) -> dict:
+def call_message(name: str, arguments: dict) -> dict:
+    """An assistant message with one tool call (``arguments`` as a JSON string)."""
     return {"role": "assistant", "content": "",
             "tool_calls": [{"type": "function", "function": {
                 "name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}]}
@@ -396,7 +397,7 @@ def demo_conversation(task, workroot: str | Path | None = None,
             if wanted == "harmful" and harmful is not None and harmful.path not in paths:
                 others = {harmful.path: (root / harmful.path).read_text(encoding="utf-8")}
             steps, done = demo_steps(old, new, wanted, rng, others, harmful)
-            messages += _run_steps(root, steps)
+            messages += run_steps(root, steps)
             expect = _replay(steps, {**others, **old})
             extra_paths = {st[1] for st in steps[-1:] if done in ("extra", "harmful")}
             for p in sorted(set(paths) | set(expect)):
@@ -406,16 +407,21 @@ def demo_conversation(task, workroot: str | Path | None = None,
                         harmful.old_str + "\n", harmful.new_str + "\n", 1)
                 if expect.get(p, new.get(p)) != want or (root / p).read_text() != want:
                     raise DemoError(f"the demonstrated edits do not reproduce the gold {p}")
-            messages += [_call("submit", {}),
-                         {"role": "tool", "name": "submit", "content": SUBMIT_OUTPUT},
-                         {"role": "assistant", "content": CLOSING_MESSAGE}]
+            messages += closing_messages()
     except DemoError as exc:
         raise DemoError(f"task {iid}: {exc}") from None
     return {"instance_id": iid, "messages": messages, "tools": json.dumps(policy_tools()),
             "variant": done}
 
 
-def _run_steps(root: Path, steps: list[tuple]) -> list[dict]:
+def closing_messages() -> list[dict]:
+    """How every demonstration ends: the ``submit`` call, its output, the closing message."""
+    return [call_message("submit", {}),
+            {"role": "tool", "name": "submit", "content": SUBMIT_OUTPUT},
+            {"role": "assistant", "content": CLOSING_MESSAGE}]
+
+
+def run_steps(root: Path, steps: list[tuple]) -> list[dict]:
     """Run :func:`demo_steps` calls with the real editor in ``root``; returns the assistant
     call and tool result messages. Raises: DemoError when the editor refuses a call."""
     messages: list[dict] = []
@@ -430,7 +436,7 @@ def _run_steps(root: Path, steps: list[tuple]) -> list[dict]:
         except editor.EditorError as exc:
             raise DemoError(f"editor refused the demonstrated {step[0]} on {step[1]}: "
                             f"{exc}") from None
-        messages += [_call(step[0], args), {"role": "tool", "name": step[0], "content": out}]
+        messages += [call_message(step[0], args), {"role": "tool", "name": step[0], "content": out}]
     return messages
 
 

@@ -44,6 +44,7 @@ from ecredit_trl.policy.demos import (
 )
 from ecredit_trl.policy.harmful_sites import harmful_meta, recipe_harmful_edits
 from ecredit_trl.policy.sft import Prepared, cached_model_dir, job_trainer, run_sft_job
+from ecredit_trl.policy.site_demos import SiteCurriculum, site_demonstrations
 from ecredit_trl.policy.tiny_model import MODEL_SHAPE, build_model, build_tokenizer, chat_template
 from eval.tasks.sealed import check_not_sealed
 from eval.tasks.splits import check_not_heldout, load_tasks
@@ -94,12 +95,14 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
 
     Raises: ValueError naming an unknown override or a non-positive ``steps``.
     """
-    known = {*DEFAULT_RECIPE, "harmful_fraction"}  # harmful: in a recipe only when > 0
+    # in a recipe only when on, so the keys of recipes without them are unchanged
+    optional = {"harmful_fraction": 0, "site_demos": 0, "site_max_shift": None}
+    known = {*DEFAULT_RECIPE, *optional}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"warm-start recipe: unknown field(s) {unknown}; known: {sorted(known)}")
     r = dict(DEFAULT_RECIPE, **{k: v for k, v in overrides.items()
-                                if k != "harmful_fraction" or v != 0})
+                                if k not in optional or v != optional[k]})
     if steps is not None:
         r["steps"] = steps
     if not isinstance(r["steps"], int) or r["steps"] < 1:
@@ -110,7 +113,18 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
              closing=CLOSING_MESSAGE, submit_output=SUBMIT_OUTPUT, extra_comment=EXTRA_COMMENT,
              tools=policy_tools(), chat_template_sha=hashlib.sha256(
                  chat_template().encode()).hexdigest(), code_version=CODE_VERSION)
+    if "site_max_shift" in r and not r.get("site_demos"):
+        raise ValueError("site_max_shift: given without site_demos")
+    if r.get("site_demos"):
+        r["site_max_shift"] = site_curriculum(r).max_shift  # validates both
     return r
+
+
+def site_curriculum(recipe: dict) -> SiteCurriculum:
+    """The recipe's site demonstrations (``site_demos`` per site, shifted up to
+    ``site_max_shift`` lines; none when absent). Raises: ValueError for bad values."""
+    kw = {"max_shift": recipe["site_max_shift"]} if "site_max_shift" in recipe else {}
+    return SiteCurriculum(recipe.get("site_demos", 0), seed=recipe["seed"], **kw)
 
 
 def policy_key(tasks, recipe: dict) -> str:
@@ -225,6 +239,7 @@ def ensure_default_policy(tasks, cache_dir: str | Path | None = None, *, steps: 
         demos = demo_conversations(tasks, log=log, variants=DemoVariants(
             r["extra_fraction"], r["revert_fraction"], r["seed"], r.get("harmful_fraction", 0.0)),
             harmful=harmful)
+        demos += site_demonstrations(tasks, site_curriculum(r), log=log)
         t_demo = time.monotonic() - t0
         log(f"warmstart: {len(demos)} demonstrations from {len(tasks)} tasks "
             f"({t_demo:.1f} s); SFT {r['steps']} steps")
@@ -331,4 +346,4 @@ if __name__ == "__main__":
 
 __all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "default_policy_tasks",
            "demo_lengths", "ensure_default_policy", "load_policy",
-           "policy_key", "recipe_for", "train_dir"]
+           "policy_key", "recipe_for", "site_curriculum", "train_dir"]

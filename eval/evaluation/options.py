@@ -35,7 +35,9 @@ SCAFFOLD_NAMES = ("ecredit", "mini-swe-agent")
 
 SPLIT_HELP = ("official500 | holdout100 | bundled[:train|:holdout] | bundled-image[:train|:holdout] "
               "(the image-held stand-ins: python -m eval.build_tasks --image-tasks) | "
-              "procedural[:train|:heldout] (the procedural world) | swegym:PATH | swesmith:PATH | FILE (eval.tasks.splits.load_tasks)")
+              "procedural[:train|:heldout] (the procedural world) | "
+              "procedural-localized[:train|:heldout] (its statements quote the broken line) | "
+              "swegym:PATH | swesmith:PATH | FILE (eval.tasks.splits.load_tasks)")
 TIMEOUT_HELP = ("per-trial limit, seconds (default: from the task, eval.tasks.trialspec."
                 "trial_limits: 1800 for SWE-bench-format image tasks, 600 for bundled)")
 RUN_DEFAULT = "(default: the training run's config, else the rollout default)"
