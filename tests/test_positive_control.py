@@ -347,9 +347,16 @@ def test_study_config_warmstart_key():
                            ({"harmful_fraction": 0.6}, None, "must be <= 1"),
                            ({"steps": 3}, None, "train.warmstart_steps"),
                            ({"harmful_fraction": 0.5}, "some/model", "only with model: null"),
-                           ([0.5], None, "expected a mapping")]:
+                           ([0.5], None, "expected a mapping"),
+                           ({"site_demos": -1}, None, "warmstart.site_demos: .*per_site"),
+                           ({"site_demos": 2, "site_max_shift": -3}, None,
+                            "warmstart.site_max_shift: .*max_shift"),
+                           ({"site_max_shift": 9}, None, "given without site_demos")]:
         with pytest.raises(StudyConfigError, match=msg):
             config_from_dict({**base, "model": model, "warmstart": ws}, where="cfg")
+    # the copy curriculum's fields (site demonstrations) are recipe fields a study may set
+    sites = config_from_dict({**base, "warmstart": {"site_demos": 3, "site_max_shift": 50}})
+    assert sites.warmstart == {"site_demos": 3, "site_max_shift": 50}
     shipped = load_study_config(Path(__file__).parents[1] / "studies" / "embedded.yaml")
     assert shipped.warmstart == {"harmful_fraction": 0.5} and shipped.model is None
 

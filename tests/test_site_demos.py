@@ -188,3 +188,42 @@ def test_recipe_fields_change_the_key_only_when_on(world):
         recipe_for(10, site_max_shift=5)
     with pytest.raises(ValueError, match="per_site"):
         recipe_for(10, site_demos=-1)
+
+
+def test_frame_copy_counts(tmp_path):
+    """benchmarks/frame_copy.py: each count on episodes made by hand, from both inputs."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from frame_copy import frame_of, quality_episodes, rollout_episodes, tally
+
+    frame = frame_of(statement(12, "scale", "    return x * k - 1"), "a")
+    assert frame == ("pkg/m.py", 12, "return x * k - 1")
+    with pytest.raises(ValueError, match="task b: the problem statement quotes no frame"):
+        frame_of("no frame\n", "b")
+    frames = {"a": frame, "b": ("pkg/m.py", 3, "if x <= lo:")}
+    view = lambda path, line: {"name": "view", "arguments": {"path": path, "line": line}}  # noqa: E731
+    rows = [{"task_id": "a", "tool_calls": [
+                view("pkg/m.py", 12), view("pkg/m.py", 16), view("pkg/n.py", 40),
+                {"name": "str_replace", "ok": True, "arguments": {
+                    "path": "pkg/m.py", "old_str": "return x * k - 1", "new_str": "x"}}]},
+            {"task_id": "b", "tool_calls": [
+                view("pkg/m.py", "3"), {"name": "str_replace", "ok": False,
+                                        "arguments": {"old_str": "if x < lo:"}}]},
+            {"task_id": "b", "tool_calls": [view("pkg/m.py", "x")]}]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = tally(rollout_episodes(tmp_path / "rollouts.jsonl"), frames)
+    assert dict(c) == {"episodes": 3, "view": 5, "view_path": 4, "view_line": 2,
+                       "view_line_within_5": 3, "str_replace": 2, "old_str_is_frame_text": 1,
+                       "str_replace_applied": 1, "episodes_with_view_line": 2}
+
+    def turn(call, valid):
+        return {"text": f"<think>\n\n</think>\n\n<tool_call>\n{json.dumps(call)}\n</tool_call>",
+                "valid": valid}
+    quality = {"episodes": {"greedy": {"a": [{"turns": [
+        turn(view("pkg/m.py", 12), True), {"text": "Done.", "valid": False}]}]}}}
+    (tmp_path / "wq.json").write_text(json.dumps(quality))
+    eps = quality_episodes(tmp_path / "wq.json")
+    assert dict(tally(eps["greedy"], frames)) == {
+        "episodes": 1, "view": 1, "view_path": 1, "view_line": 1, "view_line_within_5": 1,
+        "episodes_with_view_line": 1}

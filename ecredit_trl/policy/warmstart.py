@@ -78,6 +78,11 @@ DEFAULT_RECIPE = {
 }
 
 
+#: Recipe fields that are in a recipe only when on (name -> the "off" value): a recipe
+#: without them keeps the cache key it always had. ``harmful_fraction``: the positive
+#: control's share; ``site_demos`` / ``site_max_shift``: the localized world's copy
+#: curriculum (:mod:`ecredit_trl.policy.site_demos`).
+OPTIONAL_RECIPE = {"harmful_fraction": 0, "site_demos": 0, "site_max_shift": None}
 
 # ---------------------------------------------------------------------------
 # cache
@@ -95,14 +100,12 @@ def recipe_for(steps: int | None = None, seed: int = 0, **overrides) -> dict:
 
     Raises: ValueError naming an unknown override or a non-positive ``steps``.
     """
-    # in a recipe only when on, so the keys of recipes without them are unchanged
-    optional = {"harmful_fraction": 0, "site_demos": 0, "site_max_shift": None}
-    known = {*DEFAULT_RECIPE, *optional}
+    known = {*DEFAULT_RECIPE, *OPTIONAL_RECIPE}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"warm-start recipe: unknown field(s) {unknown}; known: {sorted(known)}")
     r = dict(DEFAULT_RECIPE, **{k: v for k, v in overrides.items()
-                                if k not in optional or v != optional[k]})
+                                if k not in OPTIONAL_RECIPE or v != OPTIONAL_RECIPE[k]})
     if steps is not None:
         r["steps"] = steps
     if not isinstance(r["steps"], int) or r["steps"] < 1:
@@ -344,6 +347,7 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
 
-__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "default_policy_tasks",
+__all__ = ["CODE_VERSION", "DEFAULT_RECIPE", "DEMO_TWINS", "OPTIONAL_RECIPE",
+           "default_policy_tasks",
            "demo_lengths", "ensure_default_policy", "load_policy",
            "policy_key", "recipe_for", "site_curriculum", "train_dir"]

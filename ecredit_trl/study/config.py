@@ -65,7 +65,7 @@ from pathlib import Path
 
 from ecredit_trl.config import ECreditConfig, ModelArguments
 from ecredit_trl.credit.arms import ARMS
-from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, recipe_for
+from ecredit_trl.policy.warmstart import DEFAULT_RECIPE, OPTIONAL_RECIPE, recipe_for
 from ecredit_trl.train import embedded_defaults
 from eval.files import read_json_object
 from sandbox.backend import (
@@ -416,14 +416,16 @@ def _validate_warmstart(where: str, raw: dict, model) -> dict:
         raise _err(where, "warmstart", "only with model: null (it shapes the embedded policy)")
 
     for k in sorted(ws):
-        if k not in DEFAULT_RECIPE and k != "harmful_fraction":
+        if k not in DEFAULT_RECIPE and k not in OPTIONAL_RECIPE:
             raise _err(where, f"warmstart.{k}", "unknown warm-start recipe field (allowed: "
-                       f"{', '.join(sorted({*DEFAULT_RECIPE, 'harmful_fraction'} - {'steps'}))}; "
+                       f"{', '.join(sorted({*DEFAULT_RECIPE, *OPTIONAL_RECIPE} - {'steps'}))}; "
                        "steps: train.warmstart_steps)")
         if k == "steps":
             raise _err(where, "warmstart.steps", "set it as train.warmstart_steps")
+        # site_max_shift means something only beside site_demos: its value is checked so
+        probe = {k: ws[k], **({"site_demos": 1} if k == "site_max_shift" else {})}
         try:
-            recipe_for(**{k: ws[k]})
+            recipe_for(**probe)
         except (ValueError, TypeError) as exc:
             raise _err(where, f"warmstart.{k}", str(exc)) from None
     try:
