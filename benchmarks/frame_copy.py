@@ -114,10 +114,12 @@ def main(argv=None) -> int:
     ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=Source(), required=True,
                     help="the localized tasks the episodes played (load_tasks source)")
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("--rollouts", type=InFile(), help="an eval.run rollouts.jsonl")
     src.add_argument("--quality", type=InFile(), help="a warmstart_quality.py --json file")
     a = ap.parse_args(argv)
+    if not (a.rollouts or a.quality):
+        ap.error("one of --rollouts, --quality is required")
     frames = {t.instance_id: frame_of(t.problem_statement, t.instance_id)
               for t in load_tasks(a.tasks, purpose="eval")}
     modes = ({"rollouts": rollout_episodes(Path(a.rollouts))} if a.rollouts
