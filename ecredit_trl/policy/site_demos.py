@@ -146,10 +146,9 @@ def training_sites(tasks) -> list[tuple[object, Mutation, str]]:
         repo, commit = pristine[proj]
         text = _show(repo, commit, path)
         for m in find_mutations(path, text, tuple(sorted(kinds))):
-            if not m.function or (proj, unit_of(m, "function")) not in by_unit:
-                continue
-            if mutation_is_valid(text, m):
-                out.append((by_unit[(proj, unit_of(m, "function"))][0], m, text))
+            unit = (proj, unit_of(m, "function")) if m.function else None
+            if unit in by_unit and mutation_is_valid(text, m):
+                out.append((by_unit[unit][0], m, text))
     return out
 
 
@@ -184,11 +183,12 @@ def site_demonstrations(tasks, curriculum: SiteCurriculum, *, workroot=None,
             if root is None:
                 root = roots[ex["project"]] = Path(tmp) / ex["project"]
                 _clone_at(template.repo_dir, ex["pristine_commit"], root)
-            buggy_line = m.apply(text).split("\n")[m.line - 1]
+            buggy = m.apply(text)
+            buggy_line = buggy.split("\n")[m.line - 1]
             for n in range(curriculum.per_site):
                 shift = rng.randint(0, curriculum.max_shift)
                 pad = (PADDING_LINE + "\n") * shift
-                old, new = pad + m.apply(text), pad + text
+                old, new = pad + buggy, pad + text
                 statement = with_frame(template.problem_statement,
                                        (m.path, m.line + shift, m.function, buggy_line))
                 steps, _ = demo_steps({m.path: old}, {m.path: new})
